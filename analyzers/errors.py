@@ -1,0 +1,16 @@
+"""Errors that name the input file and the problem in one line (CLI exit code 3)."""
+
+from __future__ import annotations
+
+
+class BadInputError(Exception):
+    """A trace file (or set of files) that cannot be analyzed; message is one line."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class MixedRunsError(BadInputError):
+    """Files from different runs (world sizes, run ids, duplicate ranks) given together."""
