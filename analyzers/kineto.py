@@ -100,7 +100,11 @@ def read_bytes(path: Path) -> bytes:
 
 
 def _ns(values: list[float]) -> np.ndarray:
-    return np.rint(np.asarray(values, dtype=np.float64) * 1000.0).astype(np.int64)
+    """µs floats -> int64 ns. Whole µs convert exactly (epoch µs fit in a double, epoch ns
+    do not); only the fraction is scaled, then rounded to the nearest ns."""
+    us = np.asarray(values, dtype=np.float64)
+    whole = np.floor(us)
+    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
 
 
 def _int_or(values: list[Any], fill: int) -> np.ndarray:

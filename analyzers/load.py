@@ -82,7 +82,22 @@ def expand_paths(inputs: Iterable[str | Path]) -> list[Path]:
 
 
 def load_file(path: Path, rank: int | None = None) -> list[RankTrace]:
-    """One file -> its rank traces (an nsys report may hold several processes)."""
+    """One file -> its rank traces (an nsys report may hold several processes).
+
+    Anything a reader did not foresee in a malformed file still becomes a one-line
+    BadInputError naming the file, never a traceback.
+    """
+    try:
+        return _load_file(path, rank)
+    except BadInputError:
+        raise
+    except (MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a reader's surprise is still bad input
+        raise BadInputError(path, f"cannot be read as a trace ({type(exc).__name__}: {exc})") from None
+
+
+def _load_file(path: Path, rank: int | None) -> list[RankTrace]:
     fmt = sniff_format(path)
     if fmt == "kineto":
         return [load_kineto(path, rank)]
