@@ -155,7 +155,10 @@ def assemble(traces: list[RankTrace], label: str = "") -> TraceSet:
         raise MixedRunsError(label, f"mixes trace formats ({', '.join(sorted(fmts))}); give one run at a time")
     worlds = {t.world_size for t in traces if t.world_size is not None}
     if len(worlds) > 1:
-        detail = ", ".join(f"{Path(t.source).name}: {t.world_size}" for t in traces)
+        sizes = {}
+        for t in traces:
+            sizes.setdefault(t.world_size, Path(t.source).name)
+        detail = ", ".join(f"{w} in {name}" for w, name in sizes.items() if w is not None)
         raise MixedRunsError(label, f"files from different runs (world sizes differ: {detail})")
     by_rank: dict[int, RankTrace] = {}
     for t in traces:

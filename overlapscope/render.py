@@ -1,0 +1,128 @@
+"""Rendering of analysis data for the terminal: rich tables, Markdown, CSV, JSON.
+
+Analyses return data (analyzers.report); only this module and app/ turn it into text.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from analyzers.report import AnalysisReport
+
+UNDEFINED = "n/a"
+
+
+def ms(ns: float | int | None) -> str:
+    return UNDEFINED if ns is None else f"{ns / 1e6:.3f}"
+
+
+def pct(ratio: float | None) -> str:
+    return UNDEFINED if ratio is None else f"{100 * ratio:.1f}%"
+
+
+RANK_COLUMNS: list[tuple[str, str]] = [
+    ("rank", "rank"),
+    ("comm ms", "comm"),
+    ("compute ms", "compute"),
+    ("overlap ms", "overlap"),
+    ("overlap", "ratio"),
+    ("exposed ms", "exposed"),
+    ("hidden/min", "hidden"),
+    ("span ms", "span"),
+    ("idle ms", "idle"),
+    ("steps", "steps"),
+    ("step median/worst", "iters"),
+]
+
+
+def rank_rows(report: AnalysisReport) -> list[list[str]]:
+    rows = []
+    for m in report.ranks:
+        w, s = m.whole, m.iteration_summary
+        iters = (f"{pct(s.get('overlap_ratio_median'))}/{pct(s.get('overlap_ratio_worst'))}"
+                 if s.get("n") else UNDEFINED)
+        rows.append([
+            str(m.rank), ms(w.comm_ns), ms(w.compute_ns), ms(w.overlap_ns), pct(w.overlap_ratio),
+            ms(w.exposed_comm_ns), pct(w.hidden_fraction_of_min), ms(w.span_ns), ms(w.idle_ns),
+            str(s.get("n", 0)), iters,
+        ])
+    return rows
+
+
+def report_table(report: AnalysisReport) -> Table:
+    title = f"overlap — {report.label}" + (f" ({report.fmt})" if report.fmt else "")
+    table = Table(title=title, title_justify="left", header_style="bold")
+    for name, _ in RANK_COLUMNS:
+        table.add_column(name, justify="left" if name == "rank" else "right")
+    for row in rank_rows(report):
+        ratio = row[4]
+        style = None
+        if ratio != UNDEFINED:
+            v = float(ratio.rstrip("%")) / 100
+            style = "red" if v < 0.3 else ("yellow" if v < 0.7 else "green")
+        row[4] = f"[{style}]{ratio}[/{style}]" if style else ratio
+        table.add_row(*row)
+    return table
+
+
+def stream_tables(report: AnalysisReport) -> list[Table]:
+    out = []
+    for m in report.ranks:
+        t = Table(title=f"rank {m.rank} streams", title_justify="left", header_style="bold")
+        for c in ("device", "stream", "kernels", "busy ms", "comm ms", "compute ms"):
+            t.add_column(c, justify="right")
+        for r in m.streams.itertuples(index=False):
+            t.add_row(str(r.device), str(r.stream), str(r.n), ms(r.busy_ns), ms(r.comm_ns), ms(r.compute_ns))
+        out.append(t)
+    return out
+
+
+def print_table(report: AnalysisReport, console: Console, streams: bool = False) -> None:
+    console.print(report_table(report))
+    if streams:
+        for t in stream_tables(report):
+            console.print(t)
+    for note in report.notes:
+        console.print(f"[dim]note: {note}[/dim]")
+    for m in report.ranks:
+        for note in dict.fromkeys(m.notes):
+            console.print(f"[dim]rank {m.rank}: {note}[/dim]")
+
+
+def to_markdown(report: AnalysisReport) -> str:
+    lines = [f"### overlap — {report.label}", ""]
+    lines.append("| " + " | ".join(n for n, _ in RANK_COLUMNS) + " |")
+    lines.append("|" + "---|" * len(RANK_COLUMNS))
+    for row in rank_rows(report):
+        lines.append("| " + " | ".join(row) + " |")
+    notes = list(report.notes) + [f"rank {m.rank}: {n}" for m in report.ranks for n in dict.fromkeys(m.notes)]
+    if notes:
+        lines += [""] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+CSV_FIELDS = [
+    "rank", "source", "comm_ns", "compute_ns", "overlap_ns", "overlap_ratio", "exposed_comm_ns",
+    "hidden_fraction_of_min", "busy_ns", "span_ns", "idle_ns", "compute_compute_overlap_ns",
+    "n_comm", "n_compute", "n_gpu", "window_start_ns", "window_end_ns",
+]
+
+
+def to_csv(report: AnalysisReport) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for m in report.ranks:
+        row: dict[str, Any] = {"rank": m.rank, "source": m.source, **m.whole.to_dict()}
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buf.getvalue()
+
+
+def to_json(data: Any) -> str:
+    return json.dumps(data, indent=2, default=str)
