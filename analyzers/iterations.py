@@ -158,9 +158,11 @@ def like_hta_mask(trace: RankTrace, pattern: str = DEFAULT_STEP_PATTERN) -> np.n
     n = len(trace.gpu)
     if len(steps) < 2:
         return np.ones(n, dtype=bool)
-    last_start = _ceil_us(np.asarray([steps["host_start_ns"].max()]))[0]
+    last_start = np.int64(steps["host_start_ns"].max())
     launched = launch_times(trace)
-    return (launched >= 0) & (_ceil_us(launched) < last_start)
+    if trace.meta.get("fractional_us_timestamps"):  # HTA compares µs-rounded times then
+        last_start, launched = _ceil_us(np.asarray([last_start]))[0], np.where(launched >= 0, _ceil_us(launched), -1)
+    return (launched >= 0) & (launched < last_start)
 
 
 def _ceil_us(ns: np.ndarray) -> np.ndarray:

@@ -1,0 +1,117 @@
+"""The `overlapscope analyze` command: formats, gate, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analyzers.classify import classify_names, load_rules
+from analyzers.errors import BadInputError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "overlapscope", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_json_output_carries_every_metric(hta_dir):
+    r = cli("analyze", str(hta_dir / "trace_filter_sampled_rank-0.json.gz"),
+            str(hta_dir / "trace_filter_sampled_rank-1.json.gz"), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["world_size"] == 128 and [x["rank"] for x in doc["ranks"]] == [0, 1]
+    r0 = doc["ranks"][0]
+    for key in ("comm_ns", "compute_ns", "overlap_ns", "overlap_ratio", "exposed_comm_ns",
+                "hidden_fraction_of_min", "span_ns", "idle_ns", "streams", "stream_pair_overlap_ns",
+                "iterations", "iteration_summary", "compute_compute_overlap_ns"):
+        assert key in r0
+    assert abs(r0["overlap_ratio"] * 100 - 14.95) < 0.1
+    assert r0["exposed_comm_ns"] == r0["comm_ns"] - r0["overlap_ns"]
+
+
+def test_table_md_csv(hta_dir):
+    f = str(hta_dir / "nccl_data.json.gz")
+    table = cli("analyze", f)
+    assert table.returncode == 0 and "15.6%" in table.stdout and "overlap" in table.stdout
+    md = cli("analyze", f, "--format", "md", "--like-hta")
+    assert md.returncode == 0 and "| 0 |" in md.stdout and "14.3%" in md.stdout
+    rows = list(csv.DictReader(io.StringIO(cli("analyze", f, "--format", "csv").stdout)))
+    assert len(rows) == 1 and abs(float(rows[0]["overlap_ratio"]) - 0.1561) < 0.001
+
+
+def test_gate_exit_codes(hta_dir):
+    f = str(hta_dir / "trace_diff_test.json.gz")  # 70.8 %
+    assert cli("analyze", f, "--fail-under-overlap", "0.5", "-f", "csv").returncode == 0
+    low = cli("analyze", f, "--fail-under-overlap", "80", "-f", "csv")
+    assert low.returncode == 1 and "rank 1" in low.stderr and "gate failed" in low.stderr
+    # all communication exposed (0 %): fails
+    assert cli("analyze", str(hta_dir / "df_index_resolver.json.gz"), "--fail-under-overlap", "0.5",
+               "-f", "csv").returncode == 1
+
+
+def test_rank_without_comm_passes_gate_and_shows_na(tmp_path):
+    trace = {"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 10.0,
+                              "dur": 5.0, "args": {"device": 0, "stream": 7, "correlation": 1}}]}
+    p = tmp_path / "rank0.json"
+    p.write_text(json.dumps(trace))
+    r = cli("analyze", str(p), "--fail-under-overlap", "0.9")
+    assert r.returncode == 0 and "n/a" in r.stdout
+    doc = json.loads(cli("analyze", str(p), "-f", "json").stdout)
+    assert doc["ranks"][0]["overlap_ratio"] is None and doc["ranks"][0]["compute_ns"] == 5000
+
+
+def test_bad_input_exit_3_one_line(tmp_path):
+    bad = tmp_path / "broken.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", ')
+    r = cli("analyze", str(bad))
+    assert r.returncode == 3
+    assert r.stderr.strip().count("\n") == 0 and str(bad) in r.stderr and "Traceback" not in r.stderr
+    missing = cli("analyze", str(tmp_path / "nope.json"))
+    assert missing.returncode == 3 and "no such file" in missing.stderr
+
+
+def test_usage_errors_exit_2(hta_dir):
+    assert cli("analyze", "--no-such-flag").returncode == 2
+    assert cli("analyze", str(hta_dir / "nccl_data.json.gz"), "--steps", "x-y").returncode == 2
+    assert cli().returncode in (0, 2)  # no command: help
+
+
+def test_help_explains():
+    r = cli("analyze", "--help")
+    assert r.returncode == 0 and "--fail-under-overlap" in r.stdout and "--like-hta" in r.stdout
+
+
+def test_user_rules_override_and_extend(tmp_path):
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\npattern = "^my_allgather"\ncategory = "comm"\n'
+                     '[[rule]]\npattern = "CatArrayBatchedCopy"\ncategory = "copy"\n')
+    r = load_rules(rules)
+    got = classify_names(["my_allgather_kernel", "CatArrayBatchedCopy<...>", "ncclDevKernel_SendRecv", "gemm"], r)
+    assert got.tolist() == ["comm", "copy", "comm", "compute"]
+    replace = tmp_path / "only.toml"
+    replace.write_text('replace_defaults = true\n[[rule]]\npattern = "gemm"\ncategory = "compute"\n')
+    assert classify_names(["ncclKernel_x", "gemm"], load_rules(replace)).tolist() == ["other", "compute"]
+    broken = tmp_path / "broken.toml"
+    broken.write_text('[[rule]]\npattern = "("\ncategory = "comm"\n')
+    with pytest.raises(BadInputError, match="rule #1"):
+        load_rules(broken)
+    assert classify_names(["foo_ag_kernel"], load_rules(comm_names=["foo_ag"])).tolist() == ["comm"]
+
+
+def test_default_rules_cover_nccl_symm_mem_and_peer_copies():
+    names = ["ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)",
+             "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+             "void c10d::symmetric_memory::barrier_kernel(unsigned int**, unsigned long, int, int)",
+             "Memcpy PtoP (Device -> Device)", "Memcpy DtoD (Device -> Device)", "Memset (Device)",
+             "void at::native::(anonymous namespace)::CatArrayBatchedCopy<...>",
+             "at::cuda::(anonymous namespace)::spin_kernel(long)"]
+    assert classify_names(names, load_rules()).tolist() == [
+        "comm", "comm", "comm", "comm", "copy", "memset", "compute", "other"]
