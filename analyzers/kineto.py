@@ -17,6 +17,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from .collectives import COLLECTIVES, collective_names
 from .errors import BadInputError
 from .model import (
     HOST_OP_COLUMNS,
@@ -221,7 +222,7 @@ def _gpu_table(rows: list[_Event], names: NameTable):
     device = np.where(device >= 0, device, np.maximum(tid_fallback, 0))
     stream = _int_or(_arg(rows, "stream"), -1)
     stream = np.where(stream >= 0, stream, _pid_tid([e.tid for e in rows]))
-    coll = _arg(rows, "collective_name")
+    coll = _collective_column([e.name for e in rows], _arg(rows, "collective_name"))
     pg = _arg(rows, "pg_name")
     dtype = _arg(rows, "dtype")
     table = make_gpu_table(
@@ -238,11 +239,23 @@ def _gpu_table(rows: list[_Event], names: NameTable):
         dst_device=_int_or(_arg(rows, "dst_device"), -1),
         seq=_int_or(_arg(rows, "seq"), -1),
         msg_nelems=_int_or(_arg(rows, "in_nelems"), -1),
-        coll_name=[str(v) if v is not None else "" for v in coll],
+        coll_name=coll,
         pg=[str(v) if v is not None else "" for v in pg],
         dtype=[str(v) if v is not None else "" for v in dtype],
     )
     return table.sort_values("start_ns", kind="stable").reset_index(drop=True)
+
+
+def _collective_column(kernel_names: list[str], from_args: list[Any]) -> np.ndarray:
+    """One collective naming for both formats: the kernel name decides (as it does for nsys);
+    the profiler's "Collective name" arg ("allreduce", "_allgather_base") fills in otherwise."""
+    out = collective_names(kernel_names)
+    for i in np.flatnonzero(out == ""):  # only rows the kernel name could not name
+        arg = from_args[i]
+        if arg:
+            key = str(arg).lower().strip("_").replace("_", "").removesuffix("base").removesuffix("tensor")
+            out[i] = COLLECTIVES.get(key, str(arg))
+    return out
 
 
 def _runtime_table(rows: list[_Event], names: NameTable):

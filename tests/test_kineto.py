@@ -46,7 +46,7 @@ def test_tables_are_columnar_int64_ns(hta_dir):
     assert (t.gpu["kind"] == "memset").sum() == 114
     nccl = t.gpu[t.gpu["coll_name"] != ""]
     # kernel args carry the collective metadata in this trace
-    assert set(nccl["coll_name"]) == {"allreduce", "broadcast"} and set(nccl["pg"]) == {"0"}
+    assert set(nccl["coll_name"]) == {"AllReduce", "Broadcast"} and set(nccl["pg"]) == {"0"}
     steps = t.host_ops[t.names_of(t.host_ops["name_id"].to_numpy()) == "ProfilerStep#4"]
     assert len(steps) == 1
     # float µs with ns after the point survive exactly: 4458676983543.183 µs
