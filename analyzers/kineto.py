@@ -250,8 +250,7 @@ def _collective_column(kernel_names: list[str], from_args: list[Any]) -> np.ndar
     """One collective naming for both formats: the kernel name decides (as it does for nsys);
     the profiler's "Collective name" arg ("allreduce", "_allgather_base") fills in otherwise."""
     out = collective_names(kernel_names)
-    for i in np.flatnonzero(out == ""):  # only rows the kernel name could not name
-        arg = from_args[i]
+    for i, arg in ((i, a) for i, a in enumerate(from_args) if a and out[i] == ""):
         if arg:
             key = str(arg).lower().strip("_").replace("_", "").removesuffix("base").removesuffix("tensor")
             out[i] = COLLECTIVES.get(key, str(arg))
