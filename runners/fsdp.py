@@ -1,0 +1,253 @@
+"""FSDP2 (fully_shard) training steps of a small transformer stack, by sharding schedule.
+
+One iteration = zero_grad, forward, loss, backward, SGD step; no host sync inside
+(the loss stays a tensor). Correctness: the loss and the full gradients of one
+step equal those of the replicated baseline (gradients all-reduced and averaged).
+
+Prefetch switches use FSDP2's own knobs: FSDPModule._set_unshard_async_op(True)
+runs each pre-forward unshard on the compute stream (no implicit prefetch), and a
+backward prefetch list naming only the module itself turns the default backward
+prefetch of the next block into a no-op. The front-loaded variant issues every
+block's unshard (async) and waits on all of them before the forward starts.
+
+Run under torchrun:  python -m torch.distributed.run --nproc-per-node 2 -m runners.fsdp \
+    --variant zero3 --profiler torch --out out/fsdp
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from runners.harness import Ctx, Workload, main, region, rel_error
+from runners.specs import FSDP
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: causal self-attention and a 4x GELU MLP."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, 4 * dim)
+        self.fc2 = nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, d)
+        x = x + self.proj(att)
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class Stack(nn.Module):
+    def __init__(self, layers: int, dim: int, heads: int) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for blk in self.blocks:
+            x = blk(x)
+        return self.norm(x)
+
+
+def _fully_shard() -> Callable[..., Any]:
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:  # torch < 2.6 kept FSDP2 under _composable
+        from torch.distributed._composable.fsdp import fully_shard
+    return fully_shard
+
+
+class Fsdp(Workload):
+    def __init__(self, ctx: Ctx, variants: list[str]) -> None:
+        super().__init__(ctx)
+        p = ctx.params
+        self.layers, self.dim, self.heads = int(p["layers"]), int(p["dim"]), int(p["heads"])
+        self.seq, self.batch = int(p["seq"]), int(p["batch"])
+        if self.dim % self.heads:
+            raise ValueError(f"dim={self.dim} must be a multiple of heads={self.heads}")
+        self.x = torch.randn(self.batch, self.seq, self.dim, device=ctx.device, dtype=ctx.dtype)
+        self._fns: dict[str, Callable[[], Any]] = {}
+        self._models: dict[str, tuple[nn.Module, torch.optim.Optimizer]] = {}
+        for v in variants:
+            self.variant_fn(v)
+
+    # ---------------------------------------------------------------- models
+    def _new_model(self) -> Stack:
+        """The same initial weights on every rank and for every variant."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(self.ctx.params["seed"]))
+            model = Stack(self.layers, self.dim, self.heads)
+        return model.to(self.ctx.device, self.ctx.dtype)
+
+    def _build(self, variant: str) -> nn.Module:
+        model = self._new_model()
+        if variant == "baseline":
+            return model
+        fully_shard = _fully_shard()
+        zero3 = variant.startswith("zero3")
+        for blk in model.blocks:
+            fully_shard(blk, reshard_after_forward=zero3)
+        fully_shard(model, reshard_after_forward=zero3)
+        blocks: list[Any] = list(model.blocks)
+        if variant.endswith("no-prefetch"):
+            model._set_unshard_async_op(True)  # type: ignore[operator]
+            for mod in [*blocks, model]:
+                mod.set_modules_to_backward_prefetch([mod])  # only itself: nothing ahead
+        elif variant == "zero3-prefetch":
+            depth = int(self.ctx.params["prefetch_depth"])
+            for i, blk in enumerate(blocks):
+                blk.set_modules_to_forward_prefetch(blocks[i + 1:i + 1 + depth])
+                blk.set_modules_to_backward_prefetch(blocks[max(0, i - depth):i][::-1])
+        return model
+
+    def _model(self, variant: str) -> tuple[nn.Module, torch.optim.Optimizer]:
+        if variant not in self._models:
+            model = self._build(variant)
+            opt = torch.optim.SGD(model.parameters(), lr=float(self.ctx.params["lr"]))
+            self._models[variant] = (model, opt)
+        return self._models[variant]
+
+    # ---------------------------------------------------------------- one step
+    def _forward_backward(self, variant: str, model: nn.Module) -> torch.Tensor:
+        if variant == "front-loaded":
+            with region("front-loaded: all unshards, then all waits"):
+                handles = [m.unshard(async_op=True) for m in [*model.blocks, model]]  # type: ignore[operator]
+                for h in handles:
+                    if h is not None:
+                        h.wait()
+        with region("forward"):
+            loss = model(self.x).float().pow(2).mean()
+        with region("backward"):
+            loss.backward()
+        if variant == "baseline":
+            with region("baseline: all-reduce gradients"):
+                grads = [p.grad for p in model.parameters()]
+                flat = torch.cat([g.reshape(-1) for g in grads])
+                dist.all_reduce(flat, group=self.ctx.group)
+                flat.div_(self.ctx.world)
+                offset = 0
+                for g in grads:
+                    g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                    offset += g.numel()
+        return loss
+
+    def _make_step(self, variant: str) -> Callable[[], torch.Tensor]:
+        model, opt = self._model(variant)
+
+        def step() -> torch.Tensor:
+            opt.zero_grad(set_to_none=True)
+            loss = self._forward_backward(variant, model)
+            with region("optimizer step"):
+                opt.step()
+            return loss.detach()
+
+        return step
+
+    def variant_fn(self, variant: str) -> Callable[[], Any]:
+        if variant not in self.ctx.spec.variants:
+            raise KeyError(variant)
+        return self._cached("v:" + variant, lambda: self._make_step(variant))
+
+    def _cached(self, key: str, make: Callable[[], Callable[[], Any]]) -> Callable[[], Any]:
+        if key not in self._fns:
+            self._fns[key] = make()
+        return self._fns[key]
+
+    def baseline_fn(self, variant: str) -> Callable[[], Any]:
+        return self.variant_fn("baseline")
+
+    # ---------------------------------------------------------------- correctness
+    def _grads_after_one_step(self, variant: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model = self._build(variant)
+        loss = self._forward_backward(variant, model)
+        grads = []
+        for p in model.parameters():
+            g = p.grad
+            if hasattr(g, "full_tensor"):
+                g = g.full_tensor()  # type: ignore[union-attr]
+            grads.append(g.detach().float())
+        return loss.detach().float().reshape(1), grads
+
+    def check(self, variant: str) -> float:
+        """Loss and full gradients of one step on fresh models vs the replicated baseline."""
+        loss, grads = self._grads_after_one_step(variant)
+        ref_loss, ref_grads = self._grads_after_one_step("baseline")
+        return max(rel_error(self.corrupt(loss), ref_loss), rel_error(self.corrupt(grads), ref_grads))
+
+    # ---------------------------------------------------------------- alone
+    def compute_fn(self, variant: str) -> Callable[[], Any]:
+        """The same step on an unsharded local model, no communication at all."""
+        def make() -> Callable[[], Any]:
+            model = self._new_model()
+            opt = torch.optim.SGD(model.parameters(), lr=float(self.ctx.params["lr"]))
+
+            def step() -> torch.Tensor:
+                opt.zero_grad(set_to_none=True)
+                loss = model(self.x).float().pow(2).mean()
+                loss.backward()
+                opt.step()
+                return loss.detach()
+
+            return step
+
+        return self._cached("compute", make)
+
+    def comm_fn(self, variant: str) -> Callable[[], Any]:
+        """The variant's collectives alone, per block with flat buffers of the block's size.
+
+        ZeRO-3: 2 all-gathers (forward, backward) + 1 reduce-scatter per block;
+        ZeRO-2 and front-loaded: 1 + 1; baseline: one all-reduce of all gradients.
+        """
+        kind = "allreduce" if variant == "baseline" else ("zero3" if variant.startswith("zero3") else "zero2")
+
+        def make() -> Callable[[], Any]:
+            ctx, D = self.ctx, self.ctx.world
+            model = self._new_model()
+            sizes = [sum(p.numel() for p in b.parameters()) for b in model.blocks]
+            sizes.append(sum(p.numel() for p in model.norm.parameters()))
+            total = sum(sizes)
+            del model
+            dev, dt, g = ctx.device, ctx.dtype, ctx.group
+            if kind == "allreduce":
+                flat = torch.zeros(total, device=dev, dtype=dt)
+                return lambda: dist.all_reduce(flat, group=g)
+            shards = [torch.zeros((n + D - 1) // D, device=dev, dtype=dt) for n in sizes]
+            fulls = [torch.zeros(s.numel() * D, device=dev, dtype=dt) for s in shards]
+            gathers = 2 if kind == "zero3" else 1
+
+            def comm() -> None:
+                for _ in range(gathers):
+                    for s, f in zip(shards, fulls, strict=True):
+                        dist.all_gather_into_tensor(f, s, group=g)
+                for s, f in zip(shards, fulls, strict=True):
+                    dist.reduce_scatter_tensor(s, f, group=g)
+
+            return comm
+
+        return self._cached("comm:" + kind, make)
+
+    def describe(self, variant: str) -> dict[str, Any]:
+        params = sum(p.numel() for p in self._new_model().parameters())
+        return {"layers": self.layers, "dim": self.dim, "heads": self.heads, "seq": self.seq,
+                "batch_per_rank": self.batch, "parameters": params, "optimizer": "SGD",
+                "step": "zero_grad + forward + loss + backward + optimizer step"}
+
+
+def build(ctx: Ctx, variants: list[str]) -> Fsdp:
+    return Fsdp(ctx, variants)
+
+
+if __name__ == "__main__":
+    main(FSDP, build)

@@ -1,0 +1,53 @@
+"""Thin helpers over torch.distributed._symmetric_memory (a private, moving API).
+
+Kept in one place so that a PyTorch version change is fixed here once, and so
+that every caller gets the same "why not" message when it is unavailable
+(CPU/gloo runs take the documented fallback instead).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any
+
+import torch
+
+from runners.harness import Ctx
+
+
+def why_unavailable(ctx: Ctx) -> str:
+    if not ctx.cuda:
+        return "no CUDA (gloo backend)"
+    try:
+        import torch.distributed._symmetric_memory  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - depends on the torch build
+        return f"torch.distributed._symmetric_memory not importable: {exc}"
+    if not hasattr(torch.ops, "symm_mem"):
+        return "torch.ops.symm_mem missing in this torch build"
+    return ""
+
+
+def available(ctx: Ctx) -> bool:
+    return why_unavailable(ctx) == ""
+
+
+def enable(ctx: Ctx) -> None:
+    """Register the group with symmetric memory (needed by older torch, a no-op/deprecated in newer)."""
+    import torch.distributed._symmetric_memory as sm
+
+    fn = getattr(sm, "enable_symm_mem_for_group", None)
+    if fn is not None:
+        with warnings.catch_warnings(), contextlib.suppress(Exception):
+            warnings.simplefilter("ignore")
+            fn(ctx.group.group_name)
+
+
+def alloc(ctx: Ctx, shape: tuple[int, ...], dtype: torch.dtype | None = None) -> tuple[Any, torch.Tensor]:
+    """A symmetric buffer every rank can read through the copy engine; returns (handle, local tensor)."""
+    import torch.distributed._symmetric_memory as sm
+
+    enable(ctx)
+    t = sm.empty(shape, dtype=dtype or ctx.dtype, device=ctx.device)
+    handle = sm.rendezvous(t, ctx.group.group_name)
+    return handle, t
