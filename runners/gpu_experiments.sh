@@ -1,0 +1,67 @@
+#!/bin/bash
+# The GPU session behind sample_traces/ and benchmarks/RESULTS_runners.md, as one command
+# for a 2-GPU host (each launch is runners.launch = torchrun, one process per GPU).
+#
+# usage (repo root, on the GPU host):  OUT=/some/dir bash runners/gpu_experiments.sh [STEP...]
+# STEP names: env ag-base ag-tuned ag-tune-nccl ag-tune-steps gemm-rs symm-fused symm-two fsdp-main
+#             fsdp-prefetch nsys check          (default: all, in that order)
+# Every step writes under $OUT/r/<step>/ and the whole tree is re-tarred to $OUT/results.tgz after
+# each step, so a call cut short still returns what was done. BUDGET_S stops starting new steps.
+set -u
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export LD_LIBRARY_PATH="$PWD/.nsys-libs:${LD_LIBRARY_PATH:-}"
+export NSYS="${NSYS:-/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys}"
+OUT="${OUT:?set OUT}"
+R="$OUT/r"
+BUDGET_S="${BUDGET_S:-540}"
+NPROC="${NPROC:-2}"
+mkdir -p "$R"
+T0=$(date +%s)
+L() { python3 -m runners.launch "$@" --nproc "$NPROC" --timeout 240; }
+
+step() {  # step NAME: run function s_NAME unless the time budget is spent
+    local now=$(( $(date +%s) - T0 ))
+    if (( now > BUDGET_S )); then echo "=== skip $1 (elapsed ${now}s > budget ${BUDGET_S}s)"; return; fi
+    echo "=== $1 (t=${now}s)"
+    "s_$1" 2>&1 | tee "$R/$1.log" | grep -v -e '^\s*$' -e Warning -e warn | tail -40
+    tar czf "$OUT/results.tgz" -C "$OUT" r
+}
+
+s_env() {
+    nvidia-smi -L; nvidia-smi topo -m | head -5
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count(), "nccl", torch.cuda.nccl.version())'
+    "$NSYS" --version
+}
+s_ag-base()  { L ag-gemm --variants baseline,sync-in-loop,sync-before-loop,host-sync --profiler torch --out "$R/ag-gemm"; }
+s_ag-tuned() { L ag-gemm --variants tuned,fused-ref --profiler torch --out "$R/ag-gemm-tuned"; }
+s_ag-tune-nccl() {
+    L ag-gemm --variants tuned,sync-before-loop --set tuned_comm=nccl --profiler none --out "$R/tune-nccl-default"
+    for c in 4 8 16; do
+        L ag-gemm --variants tuned,sync-before-loop --set tuned_comm=nccl --set nccl_max_ctas=$c --profiler none \
+          --out "$R/tune-nccl-ctas$c"
+    done
+}
+s_ag-tune-steps() {
+    for s in 2 8; do L ag-gemm --variants tuned,sync-before-loop --set steps=$s --profiler none --out "$R/tune-steps$s"; done
+}
+s_gemm-rs()     { L gemm-rs --variants all --profiler torch --out "$R/gemm-rs"; }
+s_symm-fused()  { L symm-mem --variants fused-ag-matmul,fused-matmul-rs --profiler torch --out "$R/symm-mem"; }
+s_symm-two()    { L symm-mem --variants two-stream,two-stream-sleep --profiler torch --out "$R/symm-mem-two"; }
+s_fsdp-main()   { L fsdp --variants baseline,zero3,zero2,front-loaded --profiler torch --out "$R/fsdp"; }
+s_fsdp-prefetch() { L fsdp --variants zero3-no-prefetch,zero3-prefetch,zero2-no-prefetch --profiler torch --out "$R/fsdp-prefetch"; }
+s_nsys() {
+    L ag-gemm --variants sync-in-loop,sync-before-loop --profiler nsys --no-nsys-rep --out "$R/ag-gemm-nsys"
+}
+s_check() {
+    python3 benchmarks/runners_overlap.py $(find "$R" -name 'rank0.json.gz' -o -name 'rank0.sqlite' | xargs -r -n1 dirname | sort)
+}
+
+STEPS=("$@")
+if (( ${#STEPS[@]} == 0 )); then
+    STEPS=(env ag-base ag-tuned gemm-rs symm-fused symm-two fsdp-main nsys ag-tune-nccl ag-tune-steps fsdp-prefetch check)
+fi
+for s in "${STEPS[@]}"; do step "$s"; done
+# the check runs last even when the budget skipped it above
+[[ " ${STEPS[*]} " == *" check "* ]] && [[ ! -s "$R/check.log" ]] && { s_check | tee "$R/check.log"; tar czf "$OUT/results.tgz" -C "$OUT" r; }
+echo "=== done in $(( $(date +%s) - T0 ))s"; ls -la "$OUT"
