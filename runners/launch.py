@@ -354,9 +354,9 @@ def _launch(algo: str, variants: list[str], *, nproc: int, profiler: str, out: P
 def _write_failed_manifest(out: Path, algo: str, variants: list[str], cmd: list[str], params: dict[str, Any],
                            msg: str, rank: int | None, profiler: str) -> None:
     """A manifest for the failed run beside whatever outputs the ranks left (they are kept)."""
-    (out / "manifest.failed.json").write_text(json.dumps({"status": "failed", "algorithm": algo, "variant": ",".join(variants),
-                                "profiler": profiler, "params": params, "error": msg, "failed_rank": rank,
-                                "launch": {"command": cmd}}, indent=1, default=str))
+    record = {"status": "failed", "algorithm": algo, "variant": ",".join(variants), "profiler": profiler,
+              "params": params, "error": msg, "failed_rank": rank, "launch": {"command": cmd}}
+    (out / "manifest.failed.json").write_text(json.dumps(record, indent=1, default=str))
 
 
 def run(algo: str, variant: str, *, nproc: int, profiler: str, out: Path, params: dict[str, Any] | None = None,
