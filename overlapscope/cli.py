@@ -194,3 +194,7 @@ def main(argv: list[str] | None = None) -> int:
 def run() -> None:
     """Console-script entry point (exit with main's code)."""
     sys.exit(main())
+
+
+from . import cmd_diff  # noqa: E402,F401  (registers the diff command)
+from . import cmd_app  # noqa: E402,F401  (registers the app command)

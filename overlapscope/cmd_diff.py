@@ -1,0 +1,130 @@
+"""`overlapscope diff A B`: what a schedule change did, side by side (registered on the cli app).
+
+Lives in its own module so the diff command can grow without touching `analyze`; cli.py
+imports it once, at its end, to register the command.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from analyzers.diff import TraceDiff, aligned_timelines, diff_reports
+from analyzers.iterations import DEFAULT_STEP_PATTERN
+from analyzers.kernel_names import KERNEL_NAME_MODES
+from analyzers.load import TRACE_SUFFIXES
+from analyzers.model import TraceSet
+from analyzers.report import analyze
+
+from . import render, render_diff
+from .cli import (
+    CommKernelOpt,
+    LikeHtaOpt,
+    RulesOpt,
+    StepPatternOpt,
+    StepsOpt,
+    UsageFailure,
+    app,
+    err_console,
+    load_set,
+    options_from,
+    out_console,
+)
+
+
+class DiffFormat(StrEnum):
+    table = "table"
+    json = "json"
+    md = "md"
+
+
+KernelNames = StrEnum("KernelNames", {m: m for m in KERNEL_NAME_MODES})  # normalized | coarse | raw
+
+SetArg = "A trace set: a file, a glob, a directory of rank files, or files joined by commas."
+
+
+def parse_labels(text: str | None) -> tuple[str, str] | None:
+    """'--labels a,b' -> ('a', 'b'); a usage error for anything else."""
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
+        raise UsageFailure(f"--labels takes two different names separated by a comma, got {text!r}")
+    return parts[0], parts[1]
+
+
+def set_inputs(arg: str) -> list[str]:
+    """One positional argument -> the inputs of one trace set (comma lists allowed when no such path exists)."""
+    if Path(arg).exists() or "," not in arg:
+        return [arg]
+    return [p for p in (x.strip() for x in arg.split(",")) if p]
+
+
+def short_label(label: str) -> str:
+    """'sample_traces/ag-gemm/host-sync' -> 'host-sync'; 'trace_diff_test.json.gz' -> 'trace_diff_test'."""
+    name = Path(label).name if label else ""
+    for suffix in TRACE_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def default_labels(ta: TraceSet, tb: TraceSet) -> tuple[str, str]:
+    """Names of the two sides from their directory or file names; A and B when those agree."""
+    la, lb = short_label(ta.label), short_label(tb.label)
+    return ("A", "B") if not la or not lb or la == lb else (la, lb)
+
+
+def emit_diff(d: TraceDiff, fmt: DiffFormat, top: int) -> None:
+    if fmt is DiffFormat.json:
+        sys.stdout.write(render.to_json(d.to_dict()) + "\n")
+    elif fmt is DiffFormat.md:
+        sys.stdout.write(render_diff.to_markdown(d, top=top))
+    else:
+        render_diff.print_diff(d, out_console, top=top)
+
+
+@app.command("diff")
+def diff_cmd(
+    a: Annotated[str, typer.Argument(help=SetArg, show_default=False)],
+    b: Annotated[str, typer.Argument(help=SetArg, show_default=False)],
+    labels: Annotated[str | None, typer.Option(
+        "--labels", help="Names of the two sides, e.g. --labels host-sync,sync-before-loop "
+                         "(default: the directory or file names).")] = None,
+    format: Annotated[DiffFormat, typer.Option("--format", "-f", help="Output format.")] = DiffFormat.table,
+    steps: StepsOpt = None,
+    rules: RulesOpt = None,
+    comm_kernel: CommKernelOpt = None,
+    like_hta: LikeHtaOpt = False,
+    step_pattern: StepPatternOpt = DEFAULT_STEP_PATTERN,
+    kernel_names: Annotated[KernelNames, typer.Option(
+        "--kernel-names", help="How kernels are matched across the two sides: normalized (template "
+                               "arguments, argument lists and counters dropped), coarse (also tile sizes), "
+                               "or raw.")] = KernelNames.normalized,
+    top: Annotated[int, typer.Option("--top", min=1, help="Kernel rows to show (table and md).")] = 15,
+    timeline: Annotated[Path | None, typer.Option(
+        "--timeline", help="Also write both sides' GPU intervals, aligned at a common iteration start, "
+                           "to this CSV file (for plotting A over B).")] = None,
+) -> None:
+    """Compare two trace sets (schedule variants): every metric with deltas, findings on one side only,
+    kernel changes, and a verdict."""
+    names = parse_labels(labels)
+    options = options_from(steps, like_hta, step_pattern)
+    ta = load_set(set_inputs(a), rules=rules, comm_kernel=comm_kernel)
+    tb = load_set(set_inputs(b), rules=rules, comm_kernel=comm_kernel)
+    names = names or default_labels(ta, tb)
+    ra, rb = analyze(ta, options), analyze(tb, options)
+    ra.label, rb.label = names
+    d = diff_reports(ra, rb, ta, tb, names, options=options, kernel_names=str(kernel_names))
+    emit_diff(d, format, top)
+    if timeline is not None:
+        frame = aligned_timelines(ta, tb, labels=names, pattern=step_pattern)
+        frame.to_csv(timeline, index=False)
+        al = frame.attrs["alignment"]
+        err_console.print(f"aligned timelines ({len(frame)} intervals, at {al['how']}: "
+                          f"step {al['step_a']} / {al['step_b']}) written to {timeline}",
+                          markup=False, highlight=False)
