@@ -1,0 +1,76 @@
+"""Runner specs and torchrun command lines (no processes started, no torch needed except for one check)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runners import launch
+from runners.specs import ALGORITHMS, COMMON
+
+
+def test_algorithms_and_variants_as_the_issue_lists_them() -> None:
+    assert set(ALGORITHMS) == {"ag-gemm", "gemm-rs", "symm-mem", "fsdp"}
+    need = {
+        "ag-gemm": {"baseline", "sync-in-loop", "sync-before-loop", "host-sync", "tuned"},
+        "gemm-rs": {"baseline", "collective-pipelined", "ring", "ring-uncoalesced"},
+        "symm-mem": {"fused-ag-matmul", "fused-matmul-rs", "two-stream", "two-stream-sleep"},
+        "fsdp": {"zero3", "zero2", "zero3-no-prefetch", "zero3-prefetch", "front-loaded"},
+    }
+    for algo, variants in need.items():
+        spec = ALGORITHMS[algo]
+        assert variants <= set(spec.variants)
+        assert spec.module == "runners." + algo.replace("-", "_")
+        assert set(spec.cuda_only) <= set(spec.variants)
+        for p in COMMON:
+            assert p.name in spec.param_names
+
+
+def test_defaults_are_small_on_cpu() -> None:
+    gpu, cpu = ALGORITHMS["ag-gemm"].defaults(cuda=True), ALGORITHMS["ag-gemm"].defaults(cuda=False)
+    assert gpu["M"] == 16384 and gpu["K"] == gpu["N"] == 8192
+    assert cpu["M"] * cpu["K"] < gpu["M"] * gpu["K"] // 1000
+
+
+def test_coerce_converts_cli_strings() -> None:
+    spec = ALGORITHMS["ag-gemm"]
+    assert spec.coerce({"M": "64", "tuned-comm": "nccl", "comm_priority": "0"}) == {
+        "M": 64, "tuned_comm": "nccl", "comm_priority": 0}
+    with pytest.raises(ValueError, match="not one of"):
+        spec.coerce({"tuned_comm": "carrier-pigeon"})
+
+
+def test_runner_flags_are_not_torchrun_abbreviations() -> None:
+    """torchrun's parser takes '--m 5' for its own '--master-addr'/'--module': flags must not be prefixes."""
+    pytest.importorskip("torch")
+    from torch.distributed.run import get_args_parser
+
+    torchrun = [o for a in get_args_parser()._actions for o in a.option_strings]
+    flags = {"--variant", "--profiler", "--out"} | {p.flag for s in ALGORITHMS.values() for p in s.params}
+    clashes = {f: [o for o in torchrun if o.startswith(f)] for f in flags}
+    assert not {f: c for f, c in clashes.items() if c}
+
+
+def test_command_for_torch_and_nsys(tmp_path: Path) -> None:
+    cmd = launch.build_command("gemm-rs", ["ring"], nproc=4, profiler="torch", out=tmp_path,
+                               params={"steps": 8}, python="py")
+    assert cmd[:6] == ["py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4"]
+    assert cmd[6:8] == ["-m", "runners.gemm_rs"]
+    assert cmd[cmd.index("--steps") + 1] == "8"
+    ns = launch.build_command("ag-gemm", ["tuned"], nproc=2, profiler="nsys", out=tmp_path, params={},
+                              nsys="/x/nsys", python="py")
+    i = ns.index("--no-python")
+    assert ns[i + 1:i + 3] == ["/x/nsys", "profile"]
+    assert "--capture-range=cudaProfilerApi" in ns
+    assert ns[ns.index("-o") + 1] == str(tmp_path / "rank%q{RANK}")
+    assert ns[ns.index("py", i):][:3] == ["py", "-m", "runners.ag_gemm"]
+    with pytest.raises(ValueError, match="nsys not found"):
+        launch.build_command("ag-gemm", ["tuned"], nproc=2, profiler="nsys", out=tmp_path, params={})
+
+
+def test_torchrun_summary_names_rank() -> None:
+    log = ("Root Cause (first observed failure):\n[0]:\n  time      : x\n  host      : h\n"
+           "  rank      : 3 (local_rank: 1)\n")
+    assert launch._rank_from_torchrun_log(log) == 3
+    assert launch._rank_from_torchrun_log("nothing here") is None
