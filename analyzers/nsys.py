@@ -53,6 +53,7 @@ REP_SUFFIXES = (".nsys-rep", ".qdrep")
 # The first bytes of a report name the nsys that wrote it: "...Profiler Report 2024@6@2@25-...".
 REP_VERSION = re.compile(rb"Profiler Report (\d{4})@(\d+)(?:@(\d+))?(?:@(\d+))?")
 REP_HEADER_BYTES = 256
+QUERY_CHUNK_ROWS = 100_000  # rows per fetch when reading a table (bounds peak memory)
 
 PID_SQL = "(({col} >> 24) & 16777215)"  # globalPid / globalTid -> OS pid
 TID_SQL = "({col} & 16777215)"  # globalTid -> OS tid
@@ -315,8 +316,13 @@ class _Export:
         return next((c for c in candidates if c in cols), None)
 
     def query(self, sql: str) -> pd.DataFrame:
+        """Read in chunks: the rows SQLite hands over as Python tuples are the peak-memory cost,
+        so only QUERY_CHUNK_ROWS of them exist at a time."""
         try:
-            return pd.read_sql_query(sql, self.conn)
+            chunks = list(pd.read_sql_query(sql, self.conn, chunksize=QUERY_CHUNK_ROWS))
+            if not chunks:  # no rows: one empty read gives the column names
+                return pd.read_sql_query(sql, self.conn)
+            return chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
         except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
             raise BadInputError(self.label, f"corrupt or truncated SQLite file ({_one_line(exc)})") from None
 
@@ -474,8 +480,9 @@ def _read_runtime(ex: _Export) -> pd.DataFrame:
 
 def _read_syncs(ex: _Export, pid: str) -> pd.DataFrame:
     t = T_SYNC
-    type_col = ex.first_column(t, "syncType", "deprecatedSyncType")
-    type_sql = f'coalesce("{type_col}", 0)' if type_col else "0"
+    # nsys 2025.x fills deprecatedSyncType and leaves syncType 0; 2026.x the other way round.
+    present = [c for c in ("syncType", "deprecatedSyncType") if c in ex.columns(t)]
+    type_sql = f"coalesce({', '.join([f'nullif({chr(34)}{c}{chr(34)}, 0)' for c in present] + ['0'])})"
     df = ex.query(_activity_sql(ex, t, [f"{type_sql} AS sync_type"], pid))
     df["stream"] = np.where(df["stream"].to_numpy() == CUPTI_INVALID_ID, -1, df["stream"].to_numpy())
     names = dict(SYNC_NAMES)
@@ -762,8 +769,45 @@ def _sync_table(df: pd.DataFrame | None, names: NameTable) -> pd.DataFrame:
     ).reset_index(drop=True)
 
 
+def _owner_of_unattributed(frames: list[pd.DataFrame], runtime: pd.DataFrame | None,
+                           known: set[int]) -> int | None:
+    """The one process that can own rows without a process id: the only CUDA process, or the only
+    one whose API calls carry all their correlation ids (ids collide across processes, so one
+    match proves nothing; a launcher's few calls never cover them all)."""
+    if len(known) == 1:
+        return next(iter(known))
+    if runtime is None or runtime.empty:
+        return None
+    corr = np.concatenate([df.loc[df["pid"] < 0, "correlation"].to_numpy() for df in frames])
+    corr = corr[corr >= 0]
+    owners = [p for p in sorted(known)
+              if corr.size and np.isin(corr, runtime.loc[runtime["pid"] == p, "correlation"].to_numpy()).all()]
+    return owners[0] if len(owners) == 1 else None
+
+
+def _rank_processes(gpu_all: pd.DataFrame | None, known: set[int], proc_names: dict[int, str],
+                    notes: list[str]) -> list[int]:
+    """The processes that are ranks: those that ran GPU work.
+
+    A launcher (torchrun, mpirun, a pytest parent) often makes a few CUDA API calls (cuInit,
+    cuModuleGetLoadingMode) without running anything on a GPU; counting it would shift every
+    rank by one. Only when no process ran GPU work are the API-only processes returned.
+    """
+    gpu_pids = set() if gpu_all is None else {int(x) for x in gpu_all["pid"].unique() if x >= 0}
+    if not gpu_pids:
+        return sorted(known)
+    idle = sorted(known - gpu_pids)
+    if idle:
+        listed = ", ".join(f"{p} ({proc_names.get(p) or 'unnamed'})" for p in idle)
+        notes.append(f"not ranks (CUDA API calls but no GPU work): process {listed}")
+    return sorted(gpu_pids)
+
+
 def load_nsys(path: str | Path) -> list[RankTrace]:
-    """One RankTrace per process with GPU activity or CUDA runtime calls, ordered by rank.
+    """One RankTrace per rank process, ordered by rank.
+
+    A rank is a process that ran GPU work; processes with CUDA API calls only (the torchrun or
+    mpirun launcher) are named in the notes instead, unless no process ran GPU work at all.
 
     Accepts an SQLite export or a .nsys-rep report (exported to the cache with the user's nsys).
     """
@@ -808,25 +852,27 @@ def _load(ex: _Export, source: str, sqlite_path: Path) -> list[RankTrace]:
             known |= {int(x) for x in df["pid"].unique() if x >= 0}
     unattributed = [df for df in (gpu_all, syncs) if df is not None and (df["pid"] < 0).any()]
     if unattributed:
-        if len(known) != 1:
+        owner = _owner_of_unattributed(unattributed, runtime, known)
+        if owner is None:
             raise BadInputError(source, "GPU activity has no process ids (no globalPid column) and the "
                                         "export holds several CUDA processes: cannot tell them apart")
         for df in unattributed:
-            df.loc[df["pid"] < 0, "pid"] = next(iter(known))
-    pids = sorted(known)
-    if not pids:
+            df.loc[df["pid"] < 0, "pid"] = owner
+    if not known:
         raise BadInputError(source, "no CUDA activity in this export (no kernels, copies or CUDA API "
                                     "calls): profile with `nsys profile --trace=cuda,nvtx`")
+    proc_names = _process_names(ex)
+    pids = _rank_processes(gpu_all, known, proc_names, notes)
 
+    nccl_nvtx = nvtx is not None and any(str(n).startswith("nccl") for n in pd.unique(nvtx["name"]))
     gpu_by, rt_by, sync_by, nvtx_by = _by_pid(gpu_all), _by_pid(runtime), _by_pid(syncs), _by_pid(nvtx)
-    nccl_nvtx = nvtx is not None and bool(nvtx["name"].astype(str).str.startswith("nccl").any())
+    del gpu_parts, gpu_all, runtime, syncs, nvtx  # the per-process copies are all that is needed now
     if nccl_nvtx and not _nccl_payload_ranks(ex):
-        notes.append("NCCL NVTX ranges carry no payload in this export: message sizes and communicators "
-                     "unknown")
+        notes.append("NCCL NVTX ranges carry no payload in this export (`nsys export --include-json true` "
+                     "keeps them): communicators and message sizes unknown")
     ranks = _assign_ranks(ex, pids)
     meta_file = _export_meta(ex)
     hostname = _hostname(ex)
-    proc_names = _process_names(ex)
     devices = _devices(ex)
     if not devices:
         notes.append("GPU names unknown (no TARGET_INFO_GPU table)")
@@ -834,10 +880,10 @@ def _load(ex: _Export, source: str, sqlite_path: Path) -> list[RankTrace]:
     traces = []
     for p in pids:
         names = NameTable()
-        gpu = _gpu_table([gpu_by.get(p)], names)
+        gpu = _gpu_table([gpu_by.pop(p, None)], names)
         trace_notes = list(notes)
         if gpu.empty:
-            trace_notes.append(f"process {p} made CUDA API calls but ran no GPU activity in this export")
+            trace_notes.append(f"process {p} made CUDA API calls but ran no GPU work in this export")
         info = ranks[p]
         used = set(gpu["device"].unique().tolist())
         traces.append(RankTrace(
@@ -846,9 +892,9 @@ def _load(ex: _Export, source: str, sqlite_path: Path) -> list[RankTrace]:
             fmt="nsys",
             names=names,
             gpu=gpu,
-            runtime=_runtime_table(rt_by.get(p), names),
-            host_ops=_host_table(nvtx_by.get(p), names),
-            sync_events=_sync_table(sync_by.get(p), names),
+            runtime=_runtime_table(rt_by.pop(p, None), names),
+            host_ops=_host_table(nvtx_by.pop(p, None), names),
+            sync_events=_sync_table(sync_by.pop(p, None), names),
             world_size=info.world_size,
             rank_source=info.source,
             hostname=hostname,

@@ -292,6 +292,7 @@ def test_gpu_table_typed_like_the_model() -> None:
 # ---------------------------------------------------------------------------------------------
 
 VM = 1 << 48
+LAUNCHER = 100  # pid of the API-only launcher process in hand-built exports
 
 
 def gpid(pid: int) -> int:
@@ -306,7 +307,8 @@ def build_export(path: Path, *, pid_in_kernels: bool = True, env: dict[int, int]
                  payload_ranks: dict[int, list[tuple[int, int]]] | None = None,
                  pids: tuple[int, ...] = (200, 300)) -> None:
     """An export in an older layout: kernel names as text, NVTX `text` only, no ENUM tables."""
-    strings = {1: "cudaLaunchKernel_v7000", 2: "cudaMemcpyAsync_v3020", 3: "cudaStreamSynchronize_v3020"}
+    strings = {1: "cudaLaunchKernel_v7000", 2: "cudaMemcpyAsync_v3020", 3: "cudaStreamSynchronize_v3020",
+               4: "cuModuleGetLoadingMode"}
     conn = sqlite3.connect(path)
     kpid = ", globalPid INT" if pid_in_kernels else ""
     conn.executescript(f"""
@@ -319,8 +321,12 @@ def build_export(path: Path, *, pid_in_kernels: bool = True, env: dict[int, int]
         CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, end INT, eventClass INT, globalTid INT,
             correlationId INT, nameId INT);
         CREATE TABLE NVTX_EVENTS (start INT, end INT, eventType INT, text TEXT, globalTid INT, jsonText TEXT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start INT, end INT, deviceId INT, streamId INT,
+            correlationId INT, globalPid INT, deprecatedSyncType INT, syncType INT);
     """)
     conn.executemany("INSERT INTO StringIds VALUES (?, ?)", strings.items())
+    # A launcher (like torchrun) that makes a CUDA API call but runs nothing on a GPU.
+    conn.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (5, 6, 1, ?, 1, 4)", (gtid(LAUNCHER, LAUNCHER),))
     for i, pid in enumerate(pids):
         base = 1_000_000 * (i + 1)
         tid = gtid(pid, pid + 1)
@@ -338,6 +344,10 @@ def build_export(path: Path, *, pid_in_kernels: bool = True, env: dict[int, int]
         conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,?,?)", [
             (base + 10, base + 20, 1, tid, k1, 1), (base + 30, base + 40, 1, tid, mc, 2),
             (base + 50, base + 60, 1, tid, k2, 1), (base + 500, base + 900, 1, tid, 5, 3)])
+        # nsys 2025 layout (syncType 0, deprecatedSyncType set), then 2026 (syncType set).
+        conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION VALUES (?,?,?,?,?,?,?,?)", [
+            (base + 500, base + 900, dev, 7, 5, gpid(pid), 3, 0),
+            (base + 950, base + 960, dev, 0xFFFFFFFF, 6, gpid(pid), None, 4)])
         conn.executemany("INSERT INTO NVTX_EVENTS VALUES (?,?,?,?,?,?)", [
             (base, base + 1000, 59, "ProfilerStep#1", tid, None),
             (base + 5, None, 59, "never ended", tid, None),
@@ -376,6 +386,18 @@ def test_older_layout_and_rank_from_process_environment(tmp_path: Path) -> None:
         assert "cudaStreamSynchronize" in rt.values()
         assert list(t.names_of(t.host_ops["name_id"].to_numpy())) == ["ProfilerStep#1"]
         assert "SECRET_TOKEN" not in repr(t.meta)
+        assert list(t.names_of(t.sync_events["name_id"].to_numpy())) == ["Stream Sync", "Context Sync"]
+        assert list(t.sync_events["stream"]) == [7, -1]
+        assert any(f"process {LAUNCHER}" in n for n in t.notes)  # the launcher is named, not a rank
+
+
+def test_api_only_launcher_is_not_a_rank(tmp_path: Path) -> None:
+    """Real `nsys profile torchrun` reports hold torchrun's own cuModuleGetLoadingMode call."""
+    p = tmp_path / "launcher.sqlite"
+    build_export(p)
+    traces = load_nsys(p)
+    assert [(t.rank, t.pid, t.rank_source, t.world_size) for t in traces] == [
+        (0, 200, "process order", 2), (1, 300, "process order", 2)]
 
 
 def test_rank_from_nccl_payload_uses_the_largest_communicator(tmp_path: Path) -> None:
