@@ -764,6 +764,8 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
     coll_info = colls.set_index("coll_id") if len(colls) else None
     wait_cols = {r: f"wait_ns_r{r}" for r in frames.ranks}
     rows: list[pd.DataFrame] = []
+    checks: list[dict[str, Any]] = []
+    summary["order_checks"] = checks
     skipped_roles: set[tuple[int, int]] = set()
     for rb in frames.ranks[1:]:
         b = frames.by_rank[rb].copy()
@@ -773,6 +775,7 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
         both = a.merge(b[["role", "gname", "k", "start"]], on=["role", "gname", "k"], suffixes=("_a", "_b"))
         roles = sorted(both["role"].unique().tolist())
         by_role = {r: g.sort_values("start_a", kind="stable") for r, g in both.groupby("role")}
+        firsts = both.groupby(["role", "step"])[["start_a", "start_b"]].min()
         for i, rx in enumerate(roles):
             for ry in roles[i + 1:]:
                 xs, ys = by_role[rx], by_role[ry]
@@ -789,6 +792,8 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
                 hi_b = np.searchsorted(yb, xb + gap, side="right")
                 sw1, sw2 = lo_b > hi_a, lo_a > hi_b  # x first on a / y first on a
                 hit = sw1 | sw2
+                checks.append(_order_check(ref, rb, role_labels.get(rx, str(rx)), role_labels.get(ry, str(ry)),
+                                           xs, ys, (hi_a > lo_a) | (hi_b > lo_b), hit, firsts, rx, ry))
                 if not hit.any():
                     continue
                 j = np.where(sw1, hi_a, hi_b)[hit]
@@ -843,6 +848,25 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
     summary.update({"n_mismatches": int(len(out)), "n_swapped_pairs": int(out["n_swapped_pairs"].sum()),
                     "wait_caused_ns": int(out["wait_caused_ns"].sum())})
     return out, summary, notes
+
+
+def _order_check(ra: int, rb: int, sx: str, sy: str, xs: pd.DataFrame, ys: pd.DataFrame, ties: np.ndarray,
+                 hit: np.ndarray, firsts: pd.DataFrame, rx: int, ry: int) -> dict[str, Any]:
+    """The evidence behind a verdict for one rank pair and stream-role pair, also when nothing
+    was found: how many kernels were compared, how many started too close to judge, and per
+    iteration which stream started first on each rank (lead = first Y start - first X start)."""
+    fx, fy = firsts.loc[rx], firsts.loc[ry]
+    steps = fx.index.intersection(fy.index)
+    lead_a = (fy.loc[steps, "start_a"] - fx.loc[steps, "start_a"]).to_numpy()
+    lead_b = (fy.loc[steps, "start_b"] - fx.loc[steps, "start_b"]).to_numpy()
+    agree = np.sign(lead_a) == np.sign(lead_b)
+    return {
+        "rank_a": ra, "rank_b": rb, "stream_x": sx, "stream_y": sy,
+        "kernels_x": int(len(xs)), "kernels_y": int(len(ys)),
+        "near_ties": int(ties.sum()), "swapped": int(hit.sum()),
+        "steps": int(len(steps)), "steps_same_first_stream": int(agree.sum()),
+        "first_lead_ns_a": [int(v) for v in lead_a], "first_lead_ns_b": [int(v) for v in lead_b],
+    }
 
 
 def _next_dependency(t0: np.ndarray, step0: np.ndarray,

@@ -42,8 +42,16 @@ def dur(ns: float | int | None) -> str:
 
 
 def _short(name: str) -> str:
+    """Kernel name cut in the middle: GEMM variants differ at the end (tile sizes), not the start."""
     n = normalized_name(str(name))
-    return n if len(n) <= NAME_WIDTH else n[: NAME_WIDTH - 1] + "…"
+    if len(n) <= NAME_WIDTH:
+        return n
+    head = NAME_WIDTH // 2 - 1
+    return n[:head] + "…" + n[-(NAME_WIDTH - head - 1):]
+
+
+def _plural(n: int, word: str, plural: str = "") -> str:
+    return f"{n} {word if n == 1 else (plural or word + 's')}"
 
 
 def _clock(rep: CrossRankReport) -> Section:
@@ -65,7 +73,7 @@ def _peer_wait(rep: CrossRankReport) -> Section:
         rows.append([f"rank {r}", str(p.get("n_collectives", 0)), dur(p.get("kernel_ns")), dur(p.get("wait_ns")),
                      dur(p.get("transfer_ns")), pct(p.get("wait_fraction")), pct(p.get("overlap_ratio")),
                      pct(p.get("effective_overlap_ratio")), str(p.get("n_late", 0)), waited])
-    lines = [f"rank {d['rank']} last at {d['n_collectives_last']} collectives "
+    lines = [f"rank {d['rank']} last at {_plural(d['n_collectives_last'], 'collective')} "
              f"({d['share_of_late_collectives']:.0%} of those with a late rank), others waited "
              f"{dur(d['wait_caused_ns'])}" for d in rep.late_ranks]
     cap = ("wait = kernel time before the last rank arrived; effective overlap = overlap of the transfer part "
@@ -105,9 +113,14 @@ def _mismatches(rep: CrossRankReport) -> Section:
                          f"{rec['stream_x']} / {rec['stream_y']}", on_a, on_b, _short(rec["coll_name"]),
                          dur(rec["wait_caused_ns"]), str(int(rec["n_swapped_pairs"]))])
     s = rep.mismatch_summary or {}
-    cap = (f"{s.get('n_mismatches', 0)} mismatches before a cross-rank dependency, "
-           f"{s.get('n_swaps_without_dependency', 0)} order swaps with no dependency after them (harmless); "
-           f"{s.get('role_pairs', 0)} stream-role pairs compared.")
+    cap = (f"{_plural(s.get('n_mismatches', 0), 'mismatch', 'mismatches')} before a cross-rank dependency, "
+           f"{_plural(s.get('n_swaps_without_dependency', 0), 'order swap')} with no dependency after it "
+           f"(harmless); {_plural(s.get('role_pairs', 0), 'stream-role pair')} compared.")
+    for c in s.get("order_checks", [])[:TOP_MISMATCHES]:
+        cap += (f" Ranks {c['rank_a']}/{c['rank_b']}, {c['stream_x']} vs {c['stream_y']}: "
+                f"{c['kernels_x'] + c['kernels_y']} kernels, {c['near_ties']} too close to order, "
+                f"{c['swapped']} swapped; the same stream started first in {c['steps_same_first_stream']} of "
+                f"{c['steps']} steps.")
     return Section("Scheduling-order mismatches", ["ranks", "step", "streams", "order on first rank",
                                                    "order on second rank", "next collective", "wait caused",
                                                    "swapped pairs"], rows, cap)

@@ -25,6 +25,7 @@ BARRIER = "void c10d::symmetric_memory::barrier_kernel(unsigned int**, unsigned 
 PTOP = "Memcpy PtoP (Device -> Device)"
 GEMM_B = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize256x128x64_backend"
 SLEEP = "at::cuda::(anonymous namespace)::spin_kernel(long)"
+TWO_STREAM_BASE = 100 * US  # times stay positive: a launch time below 0 reads as "unknown"
 
 
 @dataclass
@@ -137,19 +138,19 @@ def two_stream_run(
     stream_ids: per rank (main, backend) stream ids as recorded (roles stay main/backend).
     """
     swap_ranks, swap_steps = set(swap_ranks), set(swap_steps)
-    period, p = 1_000 * US, 100 * US
+    period, p = 1_000 * US, 100 * US  # steps start at TWO_STREAM_BASE + s * period
     specs = {}
     starts: dict[tuple[int, int, int], int] = {}
     for r in range(n_ranks):
         for s in range(n_steps):
-            t0 = s * period
+            t0 = TWO_STREAM_BASE + s * period
             swapped = r in swap_ranks and s in swap_steps and not sleep
             b_prod, m_prod = _producers(r, t0, p, swapped, jitter, near_tie)
             starts[(r, s, 9)], starts[(r, s, 7)] = b_prod[1], m_prod[1]
     for r in range(n_ranks):
         ks: list[K] = []
         for s in range(n_steps):
-            t0 = s * period
+            t0 = TWO_STREAM_BASE + s * period
             swapped = r in swap_ranks and s in swap_steps and not sleep
             b_prod, m_prod = _producers(r, t0, p, swapped, jitter, near_tie)
             if sleep:
@@ -162,7 +163,8 @@ def two_stream_run(
                     ks += [K(bs, be, stream, BARRIER), K(be, be + 50 * US, stream, PTOP, "memcpy")]
         main_id, back_id = (stream_ids or {}).get(r, (7, 9))
         ks = [replace(k, stream={7: main_id, 9: back_id}[k.stream]) for k in ks]
-        specs[r] = RankSpec(ks, hostname="gpuhost", steps=[(s + 1, s * period - 50 * US, (s + 1) * period - 50 * US)
+        specs[r] = RankSpec(ks, hostname="gpuhost", steps=[(s + 1, TWO_STREAM_BASE + s * period - 50 * US,
+                                                            TWO_STREAM_BASE + (s + 1) * period - 50 * US)
                                                            for s in range(n_steps)])
     return trace_set(specs, world_size=n_ranks)
 

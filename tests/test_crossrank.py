@@ -19,6 +19,7 @@ from .synth_multi import (
     ALLREDUCE,
     BARRIER,
     GEMM_B,
+    TWO_STREAM_BASE,
     US,
     K,
     RankSpec,
@@ -219,10 +220,13 @@ def test_order_swap_found_at_the_right_kernels():
     first_a = m["kernel_x"] if m["first_on_a"] == "x" else m["kernel_y"]
     assert first_a == GEMM_B  # rank 0 ran the backend producer first, rank 1 main's
     assert normalized_name(m["coll_name"]) == "c10d::symmetric_memory::barrier_kernel"
-    assert m["dependency_start_ns"] == 1_000 * US + 100 * US  # rank 0's backend barrier in step 2
+    assert m["dependency_start_ns"] == TWO_STREAM_BASE + 1_000 * US + 100 * US  # rank 0's backend barrier, step 2
     assert m["wait_caused_ns"] == 100 * US and m["waiting_rank"] == 0
     f = _ids(cross_rank_findings(rep), "cross-rank-order-mismatch")
     assert len(f) == 1 and f[0].ranks == [0, 1] and f[0].evidence["wait_caused_ns"] == 100 * US
+    check = rep.mismatch_summary["order_checks"][0]  # the evidence: step 2's first stream differs
+    assert check["steps"] == 3 and check["steps_same_first_stream"] == 2
+    assert check["first_lead_ns_a"][1] < 0 < check["first_lead_ns_b"][1]
 
 
 def test_same_order_on_all_ranks_is_no_mismatch():
@@ -234,6 +238,8 @@ def test_same_order_on_all_ranks_is_no_mismatch():
 def test_sleep_kernel_variant_is_no_mismatch():
     rep = analyze_cross_rank(two_stream_run(sleep=True))
     assert rep.mismatches.empty and not cross_rank_findings(rep)
+    check = rep.mismatch_summary["order_checks"][0]  # zero, with the evidence: same first stream every step
+    assert check["swapped"] == 0 and check["steps_same_first_stream"] == check["steps"] == 3
 
 
 def test_order_kept_with_launch_jitter_is_no_mismatch():
