@@ -452,8 +452,11 @@ def _reference_mask(members: pd.DataFrame, colls: pd.DataFrame, params: CrossRan
 
 
 def _end_matrix(members: pd.DataFrame, ranks: list[int], ids: np.ndarray) -> pd.DataFrame:
+    """collective × rank matrix of ends, relative to the earliest end: the pivot is float (NaN
+    where a rank is absent), and epoch nanoseconds would lose ~100 ns in a float64."""
     sub = members[members["coll_id"].isin(ids)]
-    return sub.pivot_table(index="coll_id", columns="rank", values="end", aggfunc="first").reindex(columns=ranks)
+    rel = sub.assign(end=(sub["end"] - sub["end"].min()).astype(np.int64))
+    return rel.pivot_table(index="coll_id", columns="rank", values="end", aggfunc="first").reindex(columns=ranks)
 
 
 def estimate_offsets(ends: pd.DataFrame, ranks: list[int]) -> tuple[dict[int, int], list[int]]:
@@ -636,13 +639,12 @@ def peer_wait(m: _Matching, ranks: list[int], offsets: dict[int, int], params: C
     by_id.loc[by_id["skew_ns"] < params.min_skew_ns, "late_rank"] = -1
     colls = colls.merge(by_id, left_on="coll_id", right_index=True, how="left")
     colls.loc[~colls["peers_known"], "late_rank"] = -1
-    wide = mem.pivot_table(index="coll_id", columns="rank", values=["start", "end", "wait_ns", "transfer_ns"],
-                           aggfunc="first")
+    # Wide per-rank columns as nullable Int64 (a rank may be absent): exact epoch nanoseconds.
     names = {"start": "start_ns", "end": "end_ns", "wait_ns": "wait_ns", "transfer_ns": "transfer_ns"}
-    wide.columns = [f"{names[a]}_r{int(b)}" for a, b in wide.columns]
-    order = [f"{c}_r{r}" for r in ranks for c in ("start_ns", "end_ns", "wait_ns", "transfer_ns")]
-    wide = wide.reindex(columns=[c for c in order])
-    colls = colls.merge(wide, left_on="coll_id", right_index=True, how="left")
+    for r in ranks:  # over ranks, not events
+        sub = mem[mem["rank"] == r].drop_duplicates("coll_id").set_index("coll_id")[list(names)]
+        sub = sub.rename(columns={c: f"{n}_r{r}" for c, n in names.items()}).astype("Int64")
+        colls = colls.merge(sub, left_on="coll_id", right_index=True, how="left")
     cols = ["coll_id", "group", "index", "seq", "coll_name", "n_ranks", "peers_known", "arrival_ns",
             "first_start_ns", "skew_ns", "late_rank", "end_spread_ns", "max_wait_ns", "total_wait_ns"]
     colls = colls[cols + [c for c in colls.columns if c not in cols]].sort_values("coll_id").reset_index(drop=True)
@@ -835,8 +837,8 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
     waiting = np.full(len(out), -1, dtype=np.int64)
     for rank_b in out["rank_b"].unique():  # over ranks: wait of the two ranks compared, at that collective
         sel = (out["rank_b"] == rank_b).to_numpy()
-        wa = ci[wait_cols[ref]].to_numpy(dtype=float)[sel]
-        wb = ci[wait_cols[int(rank_b)]].to_numpy(dtype=float)[sel] if wait_cols[int(rank_b)] in ci else wa * 0
+        wa = ci[wait_cols[ref]].to_numpy(dtype=float, na_value=np.nan)[sel]
+        wb = ci[wait_cols[int(rank_b)]].to_numpy(dtype=float, na_value=np.nan)[sel]
         wa, wb = np.nan_to_num(wa), np.nan_to_num(wb)
         pair_wait[sel] = np.maximum(wa, wb).astype(np.int64)
         waiting[sel] = np.where(wb > wa, int(rank_b), ref)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 from rich.table import Table
 
 from analyzers.crossrank import CrossRankReport, normalized_name
@@ -88,8 +89,8 @@ def _collectives(rep: CrossRankReport) -> Section:
     if len(c):
         top = c[c["max_wait_ns"] > 0].sort_values("max_wait_ns", ascending=False, kind="stable").head(TOP_COLLECTIVES)
         for rec in top.to_dict(orient="records"):
-            waits = ", ".join(f"{r}: {dur(rec.get(f'wait_ns_r{r}'))}" for r in rep.ranks
-                              if rec.get(f"wait_ns_r{r}") is not None and np.isfinite(rec.get(f"wait_ns_r{r}")))
+            waits = ", ".join(f"{r}: {dur(int(rec[f'wait_ns_r{r}']))}" for r in rep.ranks
+                              if pd.notna(rec.get(f"wait_ns_r{r}")))
             late = f"rank {int(rec['late_rank'])}" if rec["late_rank"] >= 0 else "together"
             rows.append([str(int(rec["coll_id"])), _short(rec["coll_name"]), str(rec["group"]), late,
                          dur(rec["skew_ns"]), dur(rec["max_wait_ns"]), waits])

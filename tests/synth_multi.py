@@ -82,12 +82,14 @@ def collective_run(
     transfer: int = 100 * US,
     name: str = ALLREDUCE,
     compute: Iterable[tuple[int, int]] = (),
+    base: int = 0,
 ) -> tuple[TraceSet, dict[str, Any]]:
     """Every rank: one collective per period on stream 1 and a GEMM per period on stream 0.
 
     arrivals[r][i] = how late rank r starts collective i after the period start (true time).
     All ranks end collective i together: period start + max arrival + transfer.
     compute: extra (start, end) of GEMMs relative to each period start (default: [0, 300 µs)).
+    base: true time of the first period (e.g. epoch nanoseconds, as Kineto records them).
     Returns the TraceSet and the truth: per collective the late rank and per rank wait.
     """
     offsets = offsets or {}
@@ -104,7 +106,7 @@ def collective_run(
     for r in range(n_ranks):
         ks = []
         for i in range(n_colls):
-            t0 = 10 * US + i * period
+            t0 = base + 10 * US + i * period
             last = max(arrivals[q][i] for q in range(n_ranks))
             ks.append(K(t0 + arrivals[r][i], t0 + last + transfer, 1, name))
             ks += [K(t0 + a, t0 + b, 0, GEMM) for a, b in comp]

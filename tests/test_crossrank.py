@@ -67,6 +67,18 @@ def test_offsets_recovered_four_ranks_and_input_untouched():
     assert row["start_ns_r2"] - row["start_ns_r0"] == 300 * US
 
 
+def test_epoch_nanoseconds_stay_exact():
+    # Kineto times are epoch ns (~1.7e18): a float64 would round them to ~256 ns
+    base = 1_682_725_898_082_228_123
+    ts, _ = collective_run(2, arrivals={0: [0] * 6, 1: [7 * US] * 6}, offsets={1: 1_234_567},
+                           hostnames={0: "a", 1: "b"}, base=base)
+    rep = analyze_cross_rank(ts)
+    assert rep.clock.offsets_ns[1] == 1_234_567 and rep.clock.residual_skew_ns == 0
+    row = rep.collectives.iloc[0]
+    assert row["start_ns_r0"] == base + 10 * US and row["start_ns_r1"] == base + 17 * US
+    assert row["arrival_ns"] == base + 17 * US and row["wait_ns_r0"] == 7 * US
+
+
 def test_unknown_host_with_large_offset_is_estimated():
     ts, _ = collective_run(2, arrivals={0: [0] * 6, 1: [0] * 6}, offsets={1: -5_000 * US})
     c = analyze_cross_rank(ts).clock
