@@ -442,7 +442,7 @@ def match_collectives(traces: TraceSet, frames: _Frames, role_labels: dict[int, 
 
 # --------------------------------------------------------------------------- clock alignment
 
-def _reference_mask(members: pd.DataFrame, colls: pd.DataFrame, params: CrossRankParams) -> np.ndarray:
+def _reference_mask(colls: pd.DataFrame, params: CrossRankParams) -> np.ndarray:
     """Collectives whose ends should coincide on all ranks (per collective id)."""
     rx = re.compile(params.clock_reference_pattern)
     names = colls["coll_name"].astype(str)
@@ -520,7 +520,7 @@ def align_clocks(traces: TraceSet, m: _Matching, align: bool, params: CrossRankP
         method = "disabled" if not align else "none"
         return ClockAlignment(False, method, "no collective matched across ranks: clocks left as recorded",
                               False, zero, zero, None, None, None, 0, ref), notes
-    refmask = _reference_mask(m.members, m.colls, params)
+    refmask = _reference_mask(m.colls, params)
     ids = m.colls["coll_id"].to_numpy()
     used = ids[refmask] if refmask.any() else ids
     if not refmask.any():
@@ -546,13 +546,14 @@ def align_clocks(traces: TraceSet, m: _Matching, align: bool, params: CrossRankP
         shared, method, reason = False, "matched-collective-ends", f"ranks ran on {len(hosts)} hosts"
     else:
         overlap = _span_overlap(traces)
+        why = "host unknown" if "" in hosts else "one host, but separate profiling sessions"
         if overlap >= params.min_span_overlap and ends_agree:
             shared, method = True, "verified-by-collective-ends"
-            reason = (f"host unknown; GPU time ranges overlap {overlap:.0%} and matched collective ends differ by "
+            reason = (f"{why}; GPU time ranges overlap {overlap:.0%} and matched collective ends differ by "
                       f"{before_med} ns (median) without any offset")
         else:
             shared, method = False, "matched-collective-ends"
-            reason = (f"host unknown; GPU time ranges overlap {overlap:.0%}, matched collective ends differ by "
+            reason = (f"{why}; GPU time ranges overlap {overlap:.0%}, matched collective ends differ by "
                       f"{before_med} ns (median) as recorded")
     if shared and not ends_agree and before_med is not None:
         notes.append(f"the ranks share a clock ({method}) but matched collective ends differ by {before_med} ns "

@@ -98,6 +98,18 @@ def test_same_host_keeps_offset_zero():
     assert c.shared_clock and c.method == "same-host" and c.offsets_ns == {0: 0, 1: 0}
 
 
+def test_separate_nsys_sessions_on_one_host_are_estimated():
+    # nsys counts from each session's start: one hostname does not make one time base
+    ts, _ = collective_run(2, arrivals={0: [0] * 6, 1: [0] * 6}, offsets={1: 2_500 * US},
+                           hostnames={0: "h", 1: "h"})
+    ts.fmt = "nsys"
+    for r, t in ts.ranks.items():
+        t.meta["session_start_utc_ns"] = 1_700_000_000_000_000_000 + r * 2_500 * US
+    c = analyze_cross_rank(ts).clock
+    assert not c.shared_clock and "separate profiling sessions" in c.reason
+    assert c.offsets_ns[1] == 2_500 * US
+
+
 def test_no_align_applies_nothing_but_reports_the_estimate():
     ts, _ = collective_run(2, arrivals={0: [0] * 6, 1: [0] * 6}, offsets={1: 900 * US},
                            hostnames={0: "a", 1: "b"})
