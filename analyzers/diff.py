@@ -39,9 +39,15 @@ RANK_METRICS = RATIO_METRICS + TIME_METRICS + ITERATION_METRICS + COUNT_METRICS
 SAME_OVERLAP_POINTS = 0.05  # percentage points of overlap ratio
 SAME_TIME_FRACTION = 0.0005  # relative iteration-time difference
 
-# Where other analyses leave their totals in AnalysisReport.extra (first key found wins).
-PEER_WAIT_KEYS = ("peer_wait_ns", "total_peer_wait_ns", "wait_ns")
-BLOCKING_SYNC_KEYS = ("blocking_sync_ns", "host_blocked_ns", "blocked_ns", "total_blocked_ns")
+# Where other analyses leave their totals in AnalysisReport.extra / attributes (first path that
+# leads to numbers wins; "*" sums over ranks or records). cross_rank: analyzers.crossrank's report
+# (peer_wait: rank -> totals with wait_ns); syncs: analyzers.syncs' blocking syncs (host_blocked_ns
+# per sync), as records, a DataFrame, or under a key, or a precomputed total.
+PEER_WAIT_PATHS: tuple[tuple[str, ...], ...] = (
+    ("peer_wait_ns",), ("total_peer_wait_ns",), ("peer_wait", "*", "wait_ns"), ("*", "wait_ns"))
+BLOCKING_SYNC_PATHS: tuple[tuple[str, ...], ...] = (
+    ("blocking_sync_ns",), ("host_blocked_ns",), ("total_host_blocked_ns",), ("*", "host_blocked_ns"),
+    ("syncs", "*", "host_blocked_ns"), ("blocking_syncs", "*", "host_blocked_ns"), ("*", "*", "host_blocked_ns"))
 
 IDENTICAL = "identical"
 
@@ -333,28 +339,41 @@ def _section(report: AnalysisReport, name: str) -> Any:
     return sec
 
 
-def section_total(section: Any, keys: tuple[str, ...]) -> float | None:
-    """A total (ns) out of another analysis' section: a number under one of `keys`, a
-    per-rank dict of numbers under it, or the sum of that key over a list of records."""
+def _sum_path(obj: Any, path: tuple[str, ...]) -> float | None:
+    """Follow `path` into nested dicts / lists / DataFrames; "*" sums over every item there."""
+    if isinstance(obj, pd.DataFrame):
+        if len(path) == 2 and path[0] == "*" and path[1] in obj.columns:
+            return float(obj[path[1]].sum())
+        return None
+    if not path:
+        if isinstance(obj, (int, float, np.integer, np.floating)) and not isinstance(obj, bool):
+            return float(obj)
+        if isinstance(obj, dict):  # per-rank numbers
+            nums = [float(v) for v in obj.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+            return float(sum(nums)) if nums else None
+        return None
+    head, rest = path[0], path[1:]
+    if head == "*":
+        items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, list) else []
+        found = [x for x in (_sum_path(item, rest) for item in items) if x is not None]
+        return float(sum(found)) if found else None
+    if isinstance(obj, dict) and head in obj:
+        return _sum_path(obj[head], rest)
+    return None
+
+
+def section_total(section: Any, paths: tuple[tuple[str, ...], ...]) -> float | None:
+    """A total (ns) out of another analysis' section, by the first of `paths` that leads to numbers.
+
+    A path is a tuple of keys; "*" sums over the items of a dict (e.g. per rank), a list of
+    records or the rows of a DataFrame. None when no path fits (the section says nothing).
+    """
     if section is None:
         return None
-    if isinstance(section, (int, float)) and not isinstance(section, bool):
-        return float(section)
-    if not isinstance(section, dict):
-        return None
-    for k in keys:
-        v = section.get(k)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return float(v)
-        if isinstance(v, dict):
-            nums = [x for x in v.values() if isinstance(x, (int, float))]
-            if nums:
-                return float(sum(nums))
-    for v in section.values():
-        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
-            for k in keys:
-                if any(k in x for x in v):
-                    return float(sum(float(x.get(k) or 0) for x in v))
+    for path in paths:
+        found = _sum_path(section, path)
+        if found is not None:
+            return found
     return None
 
 
@@ -429,7 +448,8 @@ def verdict(labels: tuple[str, str], agg: pd.DataFrame, ia: dict[str, Any], ib: 
         has = la if not np.isnan(oa) else lb
         parts.append((None, f"only {has} has communication"))
     elif abs(ob - oa) * 100 < SAME_OVERLAP_POINTS:
-        parts.append((None, f"both hide {_pct(oa)} of communication"))
+        parts.append((None, "neither hides any communication" if max(oa, ob) == 0
+                      else f"both hide {_pct(oa)} of communication"))
     else:
         parts.append((lb if ob > oa else la, f"hides {100 * abs(ob - oa):.1f} points more communication "
                                              f"(overlap {_pct(oa)} -> {_pct(ob)})"))
@@ -562,8 +582,8 @@ def diff_reports(a: AnalysisReport, b: AnalysisReport, traces_a: TraceSet, trace
     for key in ("iteration_ns_median", "iteration_ns_worst", "spread_ns", "exposed_comm_ns_per_step_median"):
         va[key], vb[key] = ia.get(key, np.nan), ib.get(key, np.nan)
     not_analyzed = []
-    for name, keys, metric in (("cross_rank", PEER_WAIT_KEYS, "peer_wait_ns"),
-                               ("syncs", BLOCKING_SYNC_KEYS, "blocking_sync_ns")):
+    for name, keys, metric in (("cross_rank", PEER_WAIT_PATHS, "peer_wait_ns"),
+                               ("syncs", BLOCKING_SYNC_PATHS, "blocking_sync_ns")):
         xa, xb = section_total(_section(a, name), keys), section_total(_section(b, name), keys)
         if xa is None and xb is None:
             not_analyzed.append(metric)

@@ -3,15 +3,17 @@
 Why: a schedule change recompiles nothing, yet raw kernel names still differ between runs in
 parts the compiler or a library heuristic chose: the vector width and block sizes in
 template arguments (``vectorized_elementwise_kernel<4, ...>`` vs ``<2, ...>``), argument
-lists, ``{lambda()#2}`` numbering, anonymous namespaces, addresses, and the counters that
-code generators append (``triton_poi_fused_add_0``). Grouping by raw name would report
+lists, lambda numbering (``{lambda()#2}``, ``[lambda() (instance 2)]``), anonymous
+namespaces, addresses, and the counters that code generators append
+(``triton_poi_fused_add_0``). Grouping by raw name would report
 those as "kernel gone / kernel new"; grouping by the normalized name reports the real
 count and time changes.
 
 Two levels:
 
 ``normalize_kernel_name(name)`` (default) keeps what identifies the work:
-  - the qualified function name, without ``void``, argument lists and anonymous namespaces;
+  - the qualified function name, without ``void``, argument lists and anonymous namespaces
+    (``(anonymous namespace)`` as Kineto prints it, ``<unnamed>`` as Nsight Systems does);
   - its *type* template arguments, each reduced to its head (``CUDAFunctor_add<float>`` ->
     ``CUDAFunctor_add``; a lambda's enclosing function, e.g. ``sigmoid_kernel_cuda``), in
     order, without repeats; *literal* template arguments (numbers, booleans, enum casts)
@@ -38,8 +40,9 @@ import numpy as np
 import pandas as pd
 
 _WS = re.compile(r"\s+")
-_ANON = re.compile(r"\(anonymous namespace\)::|`anonymous namespace'::|\{anonymous\}::")
-_LAMBDA = re.compile(r"\{lambda\([^{}]*\)#\d+\}")
+_ANON = re.compile(r"\(anonymous namespace\)::|`anonymous namespace'::|\{anonymous\}::|<unnamed>::")
+# Lambdas as Kineto (gcc demangler: "{lambda(int)#1}") and nsys (cu++filt: "[lambda(int) (instance 1)]") print them.
+_LAMBDA = re.compile(r"\{lambda\([^{}]*\)#\d+\}|\[lambda\([^\[\]]*\) \(instance \d+\)\]")
 _HEX = re.compile(r"_?0x[0-9a-fA-F]+")
 _TRAILING_COUNTER = re.compile(r"(?:_\d+)+$")
 _COPY_NAMES = re.compile(r"^(Memcpy|Memset|memcpy|memset)\b")
@@ -93,8 +96,11 @@ def _split_top(s: str) -> list[str]:
 
 
 def _head(s: str) -> str:
-    """The qualified name before the first template list or parameter list (depth 0)."""
+    """The qualified name before the first template list or parameter list (depth 0), without a
+    ``void`` return type (function-template arguments, as cu++filt prints them)."""
     s = s.strip()
+    if s.startswith("void "):
+        s = s[5:]
     for j, c in enumerate(s):
         if c in "<(":
             return s[:j].strip()

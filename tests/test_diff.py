@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from analyzers.diff import (
@@ -123,9 +124,11 @@ def test_findings_peer_wait_and_blocking_sync_from_other_analyses():
                             {"id": "launch-bound-gaps", "severity": "info", "ranks": [1], "title": "gaps"}]
     rb.extra["findings"] = [{"id": "launch-bound-gaps", "severity": "info", "ranks": [1], "title": "gaps"},
                             {"id": "late-peer", "severity": "warning", "ranks": [0], "title": "rank 1 late"}]
-    ra.extra["syncs"] = {"blocking_sync_ns": 5 * U, "events": []}
+    ra.extra["syncs"] = pd.DataFrame({"api": ["cudaStreamSynchronize"] * 2, "host_blocked_ns": [2 * U, 3 * U]})
     rb.extra["syncs"] = {"blocking_sync_ns": 0}
-    rb.extra["cross_rank"] = {"collectives": [{"rank": 0, "peer_wait_ns": U}, {"rank": 1, "peer_wait_ns": 2 * U}]}
+    # as analyzers.crossrank reports it: per rank totals
+    rb.extra["cross_rank"] = {"collectives": [{"total_wait_ns": 9 * U}],
+                              "peer_wait": {"0": {"wait_ns": U, "transfer_ns": 5 * U}, "1": {"wait_ns": 2 * U}}}
     d = diff_reports(ra, rb, a, b)
     assert [f["id"] for f in d.findings["only_a"]] == ["host-blocking-sync"]
     assert [f["id"] for f in d.findings["only_b"]] == ["late-peer"] and d.findings["both"] == ["launch-bound-gaps"]
@@ -137,11 +140,14 @@ def test_findings_peer_wait_and_blocking_sync_from_other_analyses():
 
 
 def test_section_total_shapes():
-    assert section_total(None, ("x_ns",)) is None
-    assert section_total({"x_ns": 7}, ("x_ns",)) == 7.0
-    assert section_total({"x_ns": {"0": 3, "1": 4}}, ("x_ns",)) == 7.0
-    assert section_total({"rows": [{"x_ns": 1}, {"x_ns": 2}, {}]}, ("x_ns",)) == 3.0
-    assert section_total({"other": 1}, ("x_ns",)) is None
+    paths = (("x_ns",), ("per_rank", "*", "wait_ns"), ("*", "host_blocked_ns"))
+    assert section_total(None, paths) is None
+    assert section_total({"x_ns": 7}, paths) == 7.0
+    assert section_total({"x_ns": {"0": 3, "1": 4}}, paths) == 7.0
+    assert section_total({"per_rank": {"0": {"wait_ns": 3}, "1": {"wait_ns": 4, "other": 9}}}, paths) == 7.0
+    assert section_total([{"host_blocked_ns": 1}, {"host_blocked_ns": 2}, {}], paths) == 3.0
+    assert section_total(pd.DataFrame({"host_blocked_ns": [5, 6]}), paths) == 11.0
+    assert section_total({"other": 1}, paths) is None
 
 
 def test_kernels_matched_by_normalized_name_with_deltas():
@@ -192,7 +198,8 @@ def test_aligned_timelines_start_both_variants_at_the_common_step():
     assert first.to_dict() == {("A", 0): 0, ("A", 1): U, ("B", 0): 0, ("B", 1): 0}
     assert set(df.columns) >= {"variant", "rank", "stream", "start_ns", "end_ns", "category", "name"}
     assert len(df) == sum(len(t.gpu) for t in a) + sum(len(t.gpu) for t in b)
-    assert (df[df.variant == "A"]["start_ns"].min(), df[df.variant == "B"]["start_ns"].min()) == (-21 * U, 0)  # B starts at step 2
+    earliest = df.groupby("variant")["start_ns"].min().to_dict()
+    assert earliest == {"A": -21 * U, "B": 0}  # A's step 1 lies before the common step 2; B starts there
     only = aligned_timelines(a, b, step=3, only_step=True)
     assert set(only["step"]) == {3} and only.groupby("variant")["start_ns"].min().to_dict() == {"A": 0, "B": 0}
     with pytest.raises(ValueError, match="step 1 is not in both sets"):

@@ -41,6 +41,17 @@ CASES = [
     ("void split_embedding_backward_codegen_kernel_warp_per_row_1<float, float, 5ul>(int)",
      "split_embedding_backward_codegen_kernel_warp_per_row<float>"),
     ("my_kernel_0x7f3a12bc", "my_kernel"),
+    # Nsight Systems (cu++filt) spelling: <unnamed>, [lambda() (instance N)], (int)4 casts, void in arguments
+    ("void at::native::vectorized_elementwise_kernel<(int)2, at::native::<unnamed>::where_kernel_impl("
+     "at::TensorIterator &)::[lambda() (instance 1)]::operator ()() const::[lambda() (instance 8)]::operator ()() "
+     "const::[lambda(bool, long, long) (instance 1)], std::array<char *, (unsigned long)4>>(int, T2, T3)",
+     "at::native::vectorized_elementwise_kernel<at::native::where_kernel_impl, std::array>"),
+    ("void at::native::elementwise_kernel<(int)128, (int)2, void at::native::gpu_kernel_impl_nocast<"
+     "at::native::CUDAFunctor_add<float>>(at::TensorIteratorBase &, const T1 &)::[lambda(int) (instance 1)]>(int, T3)",
+     "at::native::elementwise_kernel<at::native::gpu_kernel_impl_nocast>"),
+    ("void <unnamed>::softmax_warp_forward<float, float, float, (int)6, (bool)0, (bool)0>(T2 *, const T1 *, int)",
+     "softmax_warp_forward<float>"),
+    ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<(unsigned long)4096>)", "ncclDevKernel_SendRecv"),
     ("Memcpy HtoD (Pinned -> Device)", "Memcpy HtoD (Pinned -> Device)"),
     ("Memset  (Device)", "Memset (Device)"),
     ("volta_sgemm_128x64_nn", "volta_sgemm_128x64_nn"),
@@ -59,6 +70,23 @@ def test_collectives_stay_distinct():
              "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"]
     assert len({normalize_kernel_name(n) for n in names}) == len(names)
     assert len({normalize_kernel_name(n, coarse=True) for n in names}) == len(names)
+
+
+def test_kineto_and_nsys_spellings_of_one_kernel_agree():
+    kineto = ("void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 2, 128, 1>("
+              "float*, at::native::(anonymous namespace)::CatArrInputTensorMetadata<float, unsigned int, 128, 1>)")
+    nsys = ("void at::native::<unnamed>::CatArrayBatchedCopy<float, unsigned int, (int)2, (int)128, (int)1>("
+            "T1 *, at::native::<unnamed>::CatArrInputTensorMetadata<T1, T2, (int)128, (int)1>)")
+    expected = "at::native::CatArrayBatchedCopy<float, unsigned int>"
+    assert normalize_kernel_name(kineto) == normalize_kernel_name(nsys) == expected
+    k_lam = ("void at::native::vectorized_elementwise_kernel<4, at::native::tanh_kernel_cuda(at::TensorIteratorBase&)"
+             "::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(float)#1}, "
+             "std::array<char*, 2ul> >(int, T2, T3)")
+    n_lam = ("void at::native::vectorized_elementwise_kernel<(int)4, "
+             "at::native::tanh_kernel_cuda(at::TensorIteratorBase &)::[lambda() (instance 2)]::operator ()() const::"
+             "[lambda() (instance 2)]::operator ()() const::"
+             "[lambda(float) (instance 1)], std::array<char *, (unsigned long)2>>(int, T2, T3)")
+    assert normalize_kernel_name(k_lam) == normalize_kernel_name(n_lam)
 
 
 def test_compiler_chosen_parts_merge_but_the_operation_does_not():
