@@ -1,0 +1,507 @@
+"""Blocking host syncs: where the host waited for the GPU, what it cost the GPU, and who called it.
+
+Why it is built this way:
+
+- Syncs are classified by API name, never by the GPU-side sync record's type: nsys versions
+  mislabel syncType (a cudaDeviceSynchronize shows up as "Event Sync"). The GPU-side records
+  (Kineto ``cuda_sync``, nsys SYNCHRONIZATION) only confirm a call, joined on correlation id.
+- cudaStreamWaitEvent makes a *stream* wait, not the host: it is never a blocking sync.
+- A synchronous cudaMemcpy blocks the host for its own copy in any case; it is a *sync* (it made
+  the host wait for other GPU work) only when work launched before it was still unfinished on
+  its device. A device-to-device cudaMemcpy does not block the host at all.
+- Ops that imply a sync (aten::item, aten::_local_scalar_dense, aten::nonzero, .cpu() copies)
+  are reported through the runtime sync inside them, once, with the op as its caller. An op
+  with no runtime sync inside is reported on its own only when the trace has no runtime table
+  (otherwise it ran on CPU tensors and did not sync).
+- GPU idle caused (DESIGN.md, Host syncs): the time with nothing running on the sync's device
+  from the sync's end until the next GPU activity launched after it starts.
+
+Everything is vectorized: searchsorted / merge_asof joins and prefix sums on int64 arrays; the
+only Python loops run over devices and host-range nesting depths, never over rows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from . import intervals as iv
+from .iterations import DEFAULT_STEP_PATTERN, host_steps, launch_times
+from .model import RankTrace
+
+# API name (version / per-thread suffixes stripped) -> sync kind.
+DEFAULT_SYNC_APIS: dict[str, str] = {
+    "cudaStreamSynchronize": "stream",
+    "cudaDeviceSynchronize": "device",
+    "cudaThreadSynchronize": "device",
+    "cudaEventSynchronize": "event",
+    "cuStreamSynchronize": "stream",
+    "cuCtxSynchronize": "device",
+    "cuEventSynchronize": "event",
+}
+# Synchronous (host-blocking) copies; the *Async forms are not.
+DEFAULT_BLOCKING_MEMCPY_APIS: tuple[str, ...] = (
+    "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol",
+    "cudaMemcpyToArray", "cudaMemcpyFromArray",
+    "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D", "cuMemcpy3D",
+)
+# Host ops that imply a sync whenever they run on a CUDA tensor.
+DEFAULT_IMPLIED_SYNC_OPS: tuple[str, ...] = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero")
+# Ops that sync only when a blocking runtime call runs inside them (.cpu() / .to("cpu")); they are
+# never reported on their own, only named as callers.
+DEFAULT_COPY_SYNC_OPS: tuple[str, ...] = ("aten::to", "aten::_to_copy", "aten::copy_")
+
+# "cudaStreamSynchronize_v3020", "cudaMemcpy_ptds_v7000" -> the plain API name.
+_API_SUFFIX = re.compile(r"(?:_ptsz|_ptds)?(?:_v\d+)?(?:_ptsz|_ptds)?$")
+# nsys NVTX names of PyTorch ops carry ", seq = N, op_id = N, sizes = ..." after the op name.
+_OP_NAME = re.compile(r"^([^,(]+)")
+_OP_LIKE = re.compile(r"^[A-Za-z_]\w*::\w+(?:$|,|\s|\()")  # "aten::copy_, op_id = 9"
+ANNOTATION_KINDS = ("user_annotation", "nvtx", "gpu_user_annotation")
+FRAME_KINDS = ("python_function", "python")
+
+SYNC_COLUMNS = [
+    "rank", "api", "kind", "start_ns", "end_ns", "host_blocked_ns", "gpu_idle_ns", "next_gpu_start_ns",
+    "device", "stream", "pid", "tid", "correlation", "confirmed", "caller", "sync_op", "annotation",
+    "frame", "step",
+]
+
+
+@dataclass(frozen=True)
+class SyncParams:
+    """What counts as a blocking sync. Defaults follow DESIGN.md (Host syncs)."""
+
+    sync_apis: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_SYNC_APIS))
+    """Runtime/driver API name -> kind ("stream" | "device" | "event"); always blocking."""
+    blocking_memcpy_apis: tuple[str, ...] = DEFAULT_BLOCKING_MEMCPY_APIS
+    """Synchronous copy APIs; blocking unless their copy is device-to-device."""
+    memcpy_needs_pending_work: bool = True
+    """A synchronous copy counts as a sync only when it made the host wait for other GPU work: work
+    launched before it was still running on its device when it was called, and the call returned
+    only after its own copy ended. Otherwise it is just a copy (False: every synchronous copy)."""
+    implied_sync_ops: tuple[str, ...] = DEFAULT_IMPLIED_SYNC_OPS
+    """Host ops that imply a sync; reported alone only when the trace has no runtime table."""
+    copy_sync_ops: tuple[str, ...] = DEFAULT_COPY_SYNC_OPS
+    """Host ops that sync only with a blocking runtime call inside (named as callers)."""
+    step_pattern: str = DEFAULT_STEP_PATTERN
+    """Host ranges that are iterations: they give the ``step`` column and are never a caller."""
+
+
+def api_base_name(name: str) -> str:
+    """'cudaStreamSynchronize_v3020' -> 'cudaStreamSynchronize' (nsys version / ptsz suffixes)."""
+    return _API_SUFFIX.sub("", name)
+
+
+def op_base_name(name: str) -> str:
+    """'aten::item, seq = 3, op_id = 9' (nsys emit_nvtx) -> 'aten::item'."""
+    m = _OP_NAME.match(name)
+    return m.group(1).strip() if m else name
+
+
+def _name_lookup(trace: RankTrace, ids: np.ndarray, fn) -> np.ndarray:
+    """fn applied once per distinct name id, broadcast back (object array)."""
+    if ids.size == 0:
+        return np.zeros(0, dtype=object)
+    uniq, inv = np.unique(ids, return_inverse=True)
+    mapped = np.array([fn(trace.name_of(int(u))) for u in uniq], dtype=object)
+    return mapped[inv]
+
+
+def empty_syncs() -> pd.DataFrame:
+    """The blocking_syncs frame with no rows (typed columns, so callers can concat / filter)."""
+    ints = {"rank", "start_ns", "end_ns", "host_blocked_ns", "gpu_idle_ns", "next_gpu_start_ns", "device",
+            "stream", "pid", "tid", "correlation", "step"}
+    data = {c: (np.zeros(0, dtype=np.int64) if c in ints else np.zeros(0, dtype=object)) for c in SYNC_COLUMNS}
+    data["confirmed"] = np.zeros(0, dtype=bool)
+    return pd.DataFrame(data)[SYNC_COLUMNS]
+
+
+# ------------------------------------------------------------------------------------------
+# Interval joins on host ranges
+
+
+def nesting_depth(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """Depth of each host range on its thread (0 = outermost), by one sweep per all threads.
+
+    At equal times ends sort before starts, so back-to-back ranges are siblings, not nested.
+    """
+    n = start.size
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    t = np.concatenate([start, end])
+    th = np.concatenate([tid, tid])
+    d = np.concatenate([np.ones(n, dtype=np.int64), -np.ones(n, dtype=np.int64)])
+    # Longer ranges first among equal starts, so a parent opens before its child.
+    length_key = np.concatenate([-(end - start), np.zeros(n, dtype=np.int64)])
+    idx = np.concatenate([np.arange(n), np.full(n, -1)])
+    order = np.lexsort((length_key, d, t, th))
+    th_o, d_o, idx_o = th[order], d[order], idx[order]
+    running = np.cumsum(d_o)
+    first = np.r_[True, th_o[1:] != th_o[:-1]]
+    base = np.maximum.accumulate(np.where(first, np.arange(th_o.size), 0))
+    before = np.r_[0, running[:-1]]
+    open_before = before - before[base]  # ranges open on this thread before this event
+    depth = np.zeros(n, dtype=np.int64)
+    is_start = idx_o >= 0
+    depth[idx_o[is_start]] = np.maximum(open_before[is_start], 0)
+    return depth
+
+
+def innermost_enclosing(q_start: np.ndarray, q_end: np.ndarray, q_tid: np.ndarray,
+                        r_start: np.ndarray, r_end: np.ndarray, r_tid: np.ndarray,
+                        q_exclude: np.ndarray | None = None) -> np.ndarray:
+    """For each query interval, the index of the innermost range on the same thread that encloses
+    it (start <= q_start and end >= q_end), or -1.
+
+    Ranges of one thread at one nesting depth are disjoint, so per depth one backward as-of join
+    finds the only candidate; the deepest hit wins. q_exclude (optional) is a range index per
+    query that must not be its answer (a host op is not its own caller).
+    """
+    nq = q_start.size
+    out = np.full(nq, -1, dtype=np.int64)
+    if nq == 0 or r_start.size == 0:
+        return out
+    depth = nesting_depth(r_start, r_end, r_tid)
+    exclude = q_exclude if q_exclude is not None else np.full(nq, -1, dtype=np.int64)
+    queries = pd.DataFrame({"t": q_start.astype(np.int64), "tid": q_tid.astype(np.int64), "q": np.arange(nq)})
+    queries = queries.sort_values("t", kind="stable")
+    for d in range(int(depth.max()) + 1):
+        at = np.flatnonzero(depth == d)
+        if at.size == 0:
+            continue
+        ranges = pd.DataFrame({"t": r_start[at].astype(np.int64), "tid": r_tid[at].astype(np.int64), "r": at})
+        ranges = ranges.sort_values("t", kind="stable")
+        hit = pd.merge_asof(queries, ranges, on="t", by="tid", direction="backward")
+        r = hit["r"].to_numpy(dtype=np.float64)
+        q = hit["q"].to_numpy()
+        ok = ~np.isnan(r)
+        ri = np.where(ok, r, 0).astype(np.int64)
+        ok &= (r_end[ri] >= q_end[q]) & (ri != exclude[q])
+        out[q[ok]] = ri[ok]
+    return out
+
+
+def innermost_any_thread(q_start: np.ndarray, q_end: np.ndarray,
+                         r_start: np.ndarray, r_end: np.ndarray, r_tid: np.ndarray,
+                         q_exclude: np.ndarray | None = None) -> np.ndarray:
+    """Like innermost_enclosing, but on any thread: each query is tried on every thread at once
+    (a cross join of queries x threads), and the deepest, then latest-starting, hit wins."""
+    nq = q_start.size
+    out = np.full(nq, -1, dtype=np.int64)
+    threads = np.unique(r_tid)
+    if nq == 0 or threads.size == 0:
+        return out
+    qs = np.repeat(q_start, threads.size)
+    qe = np.repeat(q_end, threads.size)
+    qt = np.tile(threads, nq)
+    ex = np.repeat(q_exclude, threads.size) if q_exclude is not None else None
+    hit = innermost_enclosing(qs, qe, qt, r_start, r_end, r_tid, ex)
+    owner = np.repeat(np.arange(nq), threads.size)
+    found = hit >= 0
+    if not found.any():
+        return out
+    depth = nesting_depth(r_start, r_end, r_tid)
+    cand = pd.DataFrame({"q": owner[found], "r": hit[found], "d": depth[hit[found]], "s": r_start[hit[found]]})
+    best = cand.sort_values(["q", "d", "s"], kind="stable").drop_duplicates("q", keep="last")
+    out[best["q"].to_numpy()] = best["r"].to_numpy()
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# GPU side
+
+
+def busy_before(ms: np.ndarray, me: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Busy time of merged intervals (ms, me) before each time t (a prefix sum, vectorized)."""
+    if ms.size == 0:
+        return np.zeros(t.size, dtype=np.int64)
+    cum = np.r_[0, np.cumsum(me - ms)]
+    i = np.searchsorted(ms, t, side="right") - 1
+    ic = np.clip(i, 0, ms.size - 1)
+    inside = np.where(i >= 0, np.clip(t - ms[ic], 0, me[ic] - ms[ic]), 0)
+    return np.where(i >= 0, cum[ic] + inside, 0)
+
+
+@dataclass
+class _DeviceTimeline:
+    """One device's activity, indexed for 'next launched after t' and 'busy in [a, b)' queries."""
+
+    merged_s: np.ndarray
+    merged_e: np.ndarray
+    launch_sorted: np.ndarray  # launch times, ascending (activities with a known launch)
+    start_suffix_min: np.ndarray  # min start over activities launched at or after launch_sorted[i]
+    end_prefix_max: np.ndarray  # max end over activities launched at or before launch_sorted[i]
+    starts_sorted: np.ndarray  # all starts, ascending (fallback without launches)
+    has_launches: bool
+
+    @classmethod
+    def build(cls, start: np.ndarray, end: np.ndarray, launch: np.ndarray) -> _DeviceTimeline:
+        ms, me = iv.union(start, end)
+        known = launch >= 0
+        order = np.argsort(launch[known], kind="stable")
+        ls = launch[known][order]
+        st = start[known][order]
+        en = end[known][order]
+        suffix = np.minimum.accumulate(st[::-1])[::-1] if st.size else st
+        prefix = np.maximum.accumulate(en) if en.size else en
+        return cls(ms, me, ls, suffix, prefix, np.sort(start), bool(known.any()))
+
+    def next_start_launched_from(self, t: np.ndarray) -> np.ndarray:
+        """Start of the first activity launched at or after t (-1 if none)."""
+        if self.has_launches:
+            i = np.searchsorted(self.launch_sorted, t, side="left")
+            ok = i < self.launch_sorted.size
+            return np.where(ok, self.start_suffix_min[np.clip(i, 0, max(self.launch_sorted.size - 1, 0))], -1)
+        i = np.searchsorted(self.starts_sorted, t, side="left")
+        ok = i < self.starts_sorted.size
+        return np.where(ok, self.starts_sorted[np.clip(i, 0, max(self.starts_sorted.size - 1, 0))], -1)
+
+    def pending_at(self, t: np.ndarray) -> np.ndarray:
+        """Whether work launched before t was still unfinished at t."""
+        if self.has_launches:
+            i = np.searchsorted(self.launch_sorted, t, side="left") - 1
+            ok = i >= 0
+            return ok & (self.end_prefix_max[np.clip(i, 0, max(self.end_prefix_max.size - 1, 0))] > t)
+        # without launch times: something is running at t
+        return busy_before(self.merged_s, self.merged_e, t + 1) > busy_before(self.merged_s, self.merged_e, t)
+
+    def idle_between(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Time in [a, b) with nothing running (0 where b <= a)."""
+        span = np.maximum(b - a, 0)
+        busy = busy_before(self.merged_s, self.merged_e, np.maximum(b, a)) - busy_before(self.merged_s,
+                                                                                        self.merged_e, a)
+        return np.maximum(span - busy, 0)
+
+
+def _device_timelines(trace: RankTrace) -> dict[int, _DeviceTimeline]:
+    gpu = trace.gpu
+    launch = launch_times(trace)
+    dev = gpu["device"].to_numpy()
+    s, e = gpu["start_ns"].to_numpy(np.int64), gpu["end_ns"].to_numpy(np.int64)
+    return {int(d): _DeviceTimeline.build(s[dev == d], e[dev == d], launch[dev == d]) for d in np.unique(dev)}
+
+
+def _sync_devices(trace: RankTrace, start: np.ndarray, corr: np.ndarray, pid: np.ndarray) -> np.ndarray:
+    """Device of each sync: from its GPU-side record or its copy (correlation), else the device of
+    the last activity its process launched before it, else the rank's busiest device."""
+    out = np.full(start.size, -1, dtype=np.int64)
+    gpu = trace.gpu
+    if gpu.empty:
+        return np.zeros(start.size, dtype=np.int64)
+    devs = gpu["device"].to_numpy()
+    if np.unique(devs).size == 1:
+        return np.full(start.size, int(devs[0]), dtype=np.int64)
+    for table in (trace.sync_events, gpu):
+        if table.empty:
+            continue
+        by_corr = pd.Series(table["device"].to_numpy(), index=table["correlation"].to_numpy())
+        by_corr = by_corr[by_corr.index >= 0]
+        by_corr = by_corr[~by_corr.index.duplicated()]
+        found = by_corr.reindex(corr).to_numpy(dtype=np.float64)
+        fill = (out < 0) & ~np.isnan(found)
+        out[fill] = found[fill].astype(np.int64)
+    launch = launch_times(trace)
+    rt = trace.runtime
+    if (out < 0).any() and (launch >= 0).any() and not rt.empty:
+        corr_pid = pd.Series(rt["pid"].to_numpy(), index=rt["correlation"].to_numpy())
+        corr_pid = corr_pid[~corr_pid.index.duplicated()]
+        gpid = corr_pid.reindex(gpu["correlation"].to_numpy()).to_numpy(dtype=np.float64)
+        known = launch >= 0
+        acts = pd.DataFrame({"t": launch[known], "pid": np.nan_to_num(gpid[known], nan=-1).astype(np.int64),
+                             "dev": devs[known].astype(np.int64)}).sort_values("t", kind="stable")
+        need = np.flatnonzero(out < 0)
+        qs = pd.DataFrame({"t": start[need], "pid": pid[need].astype(np.int64), "q": need}).sort_values("t")
+        hit = pd.merge_asof(qs, acts, on="t", by="pid", direction="backward")
+        d = hit["dev"].to_numpy(dtype=np.float64)
+        ok = ~np.isnan(d)
+        out[hit["q"].to_numpy()[ok]] = d[ok].astype(np.int64)
+    if (out < 0).any():
+        busiest = int(gpu.assign(d=gpu["end_ns"] - gpu["start_ns"]).groupby("device")["d"].sum().idxmax())
+        out[out < 0] = busiest
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+
+
+def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.DataFrame:
+    """One row per blocking host sync of the rank (columns: SYNC_COLUMNS), sorted by start.
+
+    host_blocked_ns: how long the host call (or, without runtime, the op) lasted.
+    gpu_idle_ns: idle time on the sync's device from the sync's end until the next GPU activity
+    launched after it starts. When nothing launched after it is in the trace (next_gpu_start_ns
+    -1), the idle until the trace's last recorded event: a lower bound.
+    caller: innermost enclosing host op / annotation on the same thread, else on any thread
+    (iteration ranges excluded); sync_op: the sync-implying op around it (aten::item, ...);
+    annotation / frame: the innermost enclosing annotation (record_function, NVTX) / Python frame.
+    """
+    params = params or SyncParams()
+    rt, ops = trace.runtime, trace.host_ops
+    step_rx = re.compile(params.step_pattern)
+
+    # --- runtime syncs -----------------------------------------------------------------
+    rt_names = _name_lookup(trace, rt["name_id"].to_numpy(), api_base_name)
+    sync_kind = pd.Series(rt_names, dtype=object).map(dict(params.sync_apis)).to_numpy(dtype=object)
+    is_memcpy = np.isin(rt_names, list(params.blocking_memcpy_apis))
+    kind = np.where(is_memcpy, "memcpy", sync_kind)
+    cand = np.flatnonzero(pd.notna(kind))
+    r_start = rt["start_ns"].to_numpy(np.int64)[cand]
+    r_end = rt["end_ns"].to_numpy(np.int64)[cand]
+    r_corr = rt["correlation"].to_numpy(np.int64)[cand]
+    r_pid = rt["pid"].to_numpy(np.int64)[cand]
+    r_tid = rt["tid"].to_numpy(np.int64)[cand]
+    r_kind = kind[cand].astype(object)
+    r_api = rt_names[cand].astype(object)
+
+    gpu = trace.gpu
+    g_names = trace.names_of(gpu["name_id"].to_numpy()) if not gpu.empty else np.zeros(0, dtype=object)
+    # Device-to-device (and peer) synchronous copies never block the host.
+    if r_kind.size and (r_kind == "memcpy").any() and not gpu.empty:
+        dtod = pd.Series(pd.Series(g_names, dtype=object).str.contains(r"DtoD|PtoP", regex=True).to_numpy(),
+                         index=gpu["correlation"].to_numpy())
+        dtod = dtod[(dtod.index >= 0) & ~dtod.index.duplicated()]
+        is_dtod = dtod.reindex(r_corr).fillna(False).to_numpy(dtype=bool)
+        keep = ~((r_kind == "memcpy") & is_dtod)
+        r_start, r_end, r_corr, r_pid, r_tid, r_kind, r_api = (
+            a[keep] for a in (r_start, r_end, r_corr, r_pid, r_tid, r_kind, r_api))
+
+    devices = _sync_devices(trace, r_start, r_corr, r_pid)
+    timelines = _device_timelines(trace) if not gpu.empty else {}
+    if params.memcpy_needs_pending_work and (r_kind == "memcpy").any():
+        pending = np.zeros(r_start.size, dtype=bool)
+        for d, tl in timelines.items():
+            m = devices == d
+            pending[m] = tl.pending_at(r_start[m])
+        # A pageable host-to-device copy returns once its data is staged, often before its GPU
+        # copy even starts: then the host did not wait for the GPU at all.
+        own_end = pd.Series(gpu["end_ns"].to_numpy(), index=gpu["correlation"].to_numpy())
+        own_end = own_end[(own_end.index >= 0) & ~own_end.index.duplicated()]
+        copy_end = own_end.reindex(r_corr).to_numpy(dtype=np.float64)
+        waited = np.isnan(copy_end) | (r_end >= np.nan_to_num(copy_end))
+        keep = (r_kind != "memcpy") | (pending & waited)
+        r_start, r_end, r_corr, r_pid, r_tid, r_kind, r_api, devices = (
+            a[keep] for a in (r_start, r_end, r_corr, r_pid, r_tid, r_kind, r_api, devices))
+
+    # --- host ops: callers, implied syncs -------------------------------------------
+    o_start = ops["start_ns"].to_numpy(np.int64)
+    o_end = ops["end_ns"].to_numpy(np.int64)
+    o_tid = ops["tid"].to_numpy(np.int64)
+    o_base = _name_lookup(trace, ops["name_id"].to_numpy(), op_base_name)
+    o_full = _name_lookup(trace, ops["name_id"].to_numpy(), lambda n: n)
+    o_kind = ops["kind"].to_numpy(dtype=object) if "kind" in ops else np.full(len(ops), "", dtype=object)
+    not_step = ~_name_lookup(trace, ops["name_id"].to_numpy(), lambda n: bool(step_rx.search(n))).astype(bool)
+    implied = np.isin(o_base, list(params.implied_sync_ops)) & not_step
+
+    # Ops with no runtime sync inside are syncs of their own only when the trace lacks runtime.
+    op_rows = np.zeros(0, dtype=np.int64)
+    if rt.empty and implied.any():
+        imp = np.flatnonzero(implied)
+        # Report the innermost implied op only (aten::item wraps aten::_local_scalar_dense).
+        outer = innermost_enclosing(o_start[imp], o_end[imp], o_tid[imp], o_start[imp], o_end[imp], o_tid[imp],
+                                    np.arange(imp.size))
+        op_rows = imp[~np.isin(np.arange(imp.size), outer[outer >= 0])]
+
+    n_rt, n_op = r_start.size, op_rows.size
+    start = np.r_[r_start, o_start[op_rows]].astype(np.int64)
+    end = np.r_[r_end, o_end[op_rows]].astype(np.int64)
+    tid = np.r_[r_tid, o_tid[op_rows]].astype(np.int64)
+    pid = np.r_[r_pid, ops["pid"].to_numpy(np.int64)[op_rows]].astype(np.int64)
+    if n_op:
+        devices = np.r_[devices, _sync_devices(trace, o_start[op_rows], np.full(n_op, -1), pid[n_rt:])]
+    api = np.r_[r_api, o_base[op_rows]].astype(object)
+    kinds = np.r_[r_kind, np.full(n_op, "op", dtype=object)].astype(object)
+    corr = np.r_[r_corr, np.full(n_op, -1, dtype=np.int64)]
+    if start.size == 0:
+        return empty_syncs()
+    own = np.r_[np.full(n_rt, -1, dtype=np.int64), op_rows]  # an op row's own host op
+
+    def enclosing(mask: np.ndarray, any_thread: bool) -> np.ndarray:
+        """Index into host_ops of the innermost range of `mask` around each sync (-1 none)."""
+        sel = np.flatnonzero(mask)
+        if sel.size == 0:
+            return np.full(start.size, -1, dtype=np.int64)
+        local = pd.Series(np.arange(sel.size), index=sel).reindex(own).fillna(-1).to_numpy(np.int64)
+        idx = innermost_enclosing(start, end, tid, o_start[sel], o_end[sel], o_tid[sel], local)
+        if any_thread and (idx < 0).any():
+            miss = np.flatnonzero(idx < 0)
+            idx[miss] = innermost_any_thread(start[miss], end[miss], o_start[sel], o_end[sel], o_tid[sel],
+                                             local[miss])
+        return np.where(idx >= 0, sel[np.clip(idx, 0, sel.size - 1)], -1)
+
+    caller_idx = enclosing(not_step, any_thread=True)
+    sync_op_idx = enclosing(np.isin(o_base, list(params.implied_sync_ops) + list(params.copy_sync_ops))
+                            & not_step, any_thread=False)
+    # nsys NVTX ranges include PyTorch's op ranges (emit_nvtx): those are ops, not annotations.
+    op_like = _name_lookup(trace, ops["name_id"].to_numpy(), lambda n: bool(_OP_LIKE.match(n))).astype(bool)
+    ann_idx = enclosing(np.isin(o_kind, ANNOTATION_KINDS) & not_step & ~((o_kind == "nvtx") & op_like),
+                        any_thread=False)
+    frame_idx = enclosing(np.isin(o_kind, FRAME_KINDS), any_thread=False)
+
+    def label(idx: np.ndarray, names: np.ndarray) -> np.ndarray:
+        return np.where(idx >= 0, names[np.clip(idx, 0, max(names.size - 1, 0))] if names.size else "", "")
+
+    sync_op = label(sync_op_idx, o_base)
+    sync_op[n_rt:] = o_base[op_rows]
+
+    # --- GPU idle caused --------------------------------------------------------------
+    idle = np.zeros(start.size, dtype=np.int64)
+    nxt = np.full(start.size, -1, dtype=np.int64)
+    trace_end = max([int(tab["end_ns"].max()) for tab in (gpu, rt, ops) if not tab.empty], default=0)
+    for d, tl in timelines.items():
+        m = devices == d
+        ns = tl.next_start_launched_from(end[m])
+        nxt[m] = ns
+        # Nothing launched after it in the trace: idle at least until the trace ends (censored).
+        idle[m] = tl.idle_between(end[m], np.where(ns >= 0, ns, np.maximum(trace_end, end[m])))
+
+    # --- GPU-side confirmation and stream ---------------------------------------------
+    se = trace.sync_events
+    stream = np.full(start.size, -1, dtype=np.int64)
+    confirmed = np.zeros(start.size, dtype=bool)
+    if not se.empty:
+        se_names = _name_lookup(trace, se["name_id"].to_numpy(), lambda n: n)
+        blocking_rec = se_names != "Stream Wait Event"  # a stream-side wait confirms nothing
+        rec = pd.Series(se["stream"].to_numpy()[blocking_rec], index=se["correlation"].to_numpy()[blocking_rec])
+        rec = rec[(rec.index >= 0) & ~rec.index.duplicated()]
+        found = rec.reindex(corr).to_numpy(dtype=np.float64)
+        confirmed = ~np.isnan(found) & (corr >= 0)
+        stream = np.where(confirmed, np.nan_to_num(found, nan=-1), -1).astype(np.int64)
+        stream = np.where(stream == 0xFFFFFFFF, -1, stream)
+    if (kinds == "memcpy").any() and not gpu.empty:
+        g_stream = pd.Series(gpu["stream"].to_numpy(), index=gpu["correlation"].to_numpy())
+        g_stream = g_stream[(g_stream.index >= 0) & ~g_stream.index.duplicated()]
+        found = g_stream.reindex(corr).to_numpy(dtype=np.float64)
+        fill = (kinds == "memcpy") & ~np.isnan(found)
+        stream[fill] = found[fill].astype(np.int64)
+
+    # --- step ------------------------------------------------------------------------
+    steps = host_steps(trace, params.step_pattern)
+    step = np.full(start.size, -1, dtype=np.int64)
+    if not steps.empty:
+        hs, he = steps["host_start_ns"].to_numpy(np.int64), steps["host_end_ns"].to_numpy(np.int64)
+        i = np.searchsorted(hs, start, side="right") - 1
+        ic = np.clip(i, 0, hs.size - 1)
+        ok = (i >= 0) & (start < he[ic])
+        step[ok] = steps["step"].to_numpy(np.int64)[ic[ok]]
+
+    df = pd.DataFrame({
+        "rank": np.full(start.size, trace.rank, dtype=np.int64),
+        "api": api, "kind": kinds, "start_ns": start, "end_ns": end,
+        "host_blocked_ns": np.maximum(end - start, 0), "gpu_idle_ns": idle, "next_gpu_start_ns": nxt,
+        "device": devices.astype(np.int64), "stream": stream, "pid": pid, "tid": tid, "correlation": corr,
+        "confirmed": confirmed, "caller": label(caller_idx, o_base), "sync_op": sync_op,
+        "annotation": label(ann_idx, o_full), "frame": label(frame_idx, o_full), "step": step,
+    })
+    return df.sort_values("start_ns", kind="stable").reset_index(drop=True)[SYNC_COLUMNS]
+
+
+
+def sync_records(df: pd.DataFrame) -> list[dict]:
+    """blocking_syncs rows as JSON-safe dicts (for the JSON report; diff sums host_blocked_ns)."""
+    out = []
+    for rec in df.to_dict(orient="records"):
+        out.append({k: (v.item() if hasattr(v, "item") else v) for k, v in rec.items()})
+    return out

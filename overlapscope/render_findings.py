@@ -1,0 +1,106 @@
+"""Rendering of findings and blocking host syncs: rich tables for the terminal, Markdown for reports.
+
+The analyses return data (analyzers.findings, analyzers.syncs); only this module turns them into
+text, so JSON output stays the data itself.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+from rich.table import Table
+
+from analyzers.finding import Finding, Severity, sort_findings
+
+SEVERITY_STYLE = {Severity.critical: "bold red", Severity.warning: "yellow", Severity.info: "cyan"}
+SYNC_GROUP_LIMIT = 20  # rows of the grouped sync table; the JSON output has every sync
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks)) if ranks else "-"
+
+
+def _ms(ns: float | int) -> str:
+    return f"{ns / 1e6:.3f}"
+
+
+def findings_table(findings: list[Finding], title: str = "findings") -> Table:
+    """One row per finding, most severe first: severity, id, ranks, what was found, the fix."""
+    table = Table(title=title, title_justify="left", header_style="bold", show_lines=True)
+    table.add_column("severity", no_wrap=True)
+    table.add_column("finding", no_wrap=True)
+    table.add_column("ranks", justify="right")
+    table.add_column("what")
+    table.add_column("fix")
+    if not findings:
+        table.add_row("", "none", "", "no cause of lost overlap found", "")
+        return table
+    for f in sort_findings(findings):
+        style = SEVERITY_STYLE.get(f.severity, "")
+        sev = f"[{style}]{f.severity}[/{style}]" if style else str(f.severity)
+        table.add_row(sev, f.id, _ranks(f.ranks), f.title, f.fix)
+    return table
+
+
+def syncs_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Blocking syncs grouped by rank, API and caller: count, host blocked, GPU idle (ns)."""
+    cols = ["rank", "api", "caller", "n", "host_blocked_ns", "gpu_idle_ns", "gpu_idle_ns_median", "steps"]
+    if df.empty:
+        return pd.DataFrame({c: [] for c in cols})
+    who = df["sync_op"].where(df["sync_op"] != "", df["caller"])
+    who = who.where(who != "", df["annotation"]).where(lambda x: x != "", df["frame"])
+    g = df.assign(who=who.replace("", "-")).groupby(["rank", "api", "who"], sort=False)
+    out = g.agg(n=("start_ns", "size"), host_blocked_ns=("host_blocked_ns", "sum"),
+                gpu_idle_ns=("gpu_idle_ns", "sum"), gpu_idle_ns_median=("gpu_idle_ns", "median"),
+                steps=("step", lambda s: int((s[s >= 0]).nunique()))).reset_index().rename(columns={"who": "caller"})
+    return out.sort_values(["rank", "gpu_idle_ns"], ascending=[True, False], kind="stable")[cols].reset_index(drop=True)
+
+
+def syncs_table(df: pd.DataFrame, title: str = "blocking host syncs", limit: int = SYNC_GROUP_LIMIT) -> Table:
+    """Blocking syncs per rank, API and caller (analyzers.syncs.blocking_syncs rows, any ranks)."""
+    table = Table(title=title, title_justify="left", header_style="bold")
+    for name in ("rank", "api", "caller", "syncs", "host blocked ms", "GPU idle ms", "idle median µs", "steps"):
+        table.add_column(name, justify="left" if name in ("api", "caller") else "right")
+    summary = syncs_summary(df)
+    if summary.empty:
+        table.add_row("", "none", "", "0", "", "", "", "")
+        return table
+    for r in summary.head(limit).itertuples(index=False):
+        table.add_row(str(r.rank), r.api, str(r.caller)[:60], str(r.n), _ms(r.host_blocked_ns), _ms(r.gpu_idle_ns),
+                      f"{r.gpu_idle_ns_median / 1e3:.1f}", str(r.steps))
+    if len(summary) > limit:
+        table.caption = f"{len(summary) - limit} more groups; --format json lists every sync"
+    totals = df.groupby("rank").agg(n=("start_ns", "size"), idle=("gpu_idle_ns", "sum"),
+                                    host=("host_blocked_ns", "sum"))
+    table.caption = ((table.caption + "; ") if table.caption else "") + "; ".join(
+        f"rank {rk}: {int(r.n)} syncs, host blocked {_ms(r.host)} ms, GPU idle {_ms(r.idle)} ms"
+        for rk, r in totals.iterrows())
+    return table
+
+
+def _evidence_value(v: Any) -> str:
+    if isinstance(v, float):
+        return str(int(v)) if v.is_integer() and abs(v) < 1e15 else f"{v:.4g}"
+    if isinstance(v, (list, dict)):
+        text = json.dumps(v, ensure_ascii=False)
+        return text if len(text) <= 300 else text[:297] + "..."
+    return str(v)
+
+
+def findings_markdown(findings: list[Finding], heading_level: int = 3) -> str:
+    """Each finding as a Markdown section: title, explanation, evidence figures, fix."""
+    if not findings:
+        return "No cause of lost overlap found.\n"
+    h = "#" * heading_level
+    parts = []
+    for f in sort_findings(findings):
+        lines = [f"{h} {f.severity}: `{f.id}` — {f.title}", "", f.explanation, ""]
+        if f.start_ns is not None and f.end_ns is not None:
+            lines.append(f"- time range: {f.start_ns} – {f.end_ns} ns (ranks {_ranks(f.ranks)})")
+        for k, v in f.evidence.items():
+            lines.append(f"- {k}: `{_evidence_value(v)}`")
+        lines += ["", f"**Fix:** {f.fix}", ""]
+        parts.append("\n".join(lines))
+    return "\n".join(parts)

@@ -1,0 +1,330 @@
+"""Findings engine: every detector fires on its pattern and stays silent on a healthy look-alike.
+
+The schedules come from tests/synth_findings.py; each expected figure follows from its constants
+(worked out in the comments).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from analyzers.finding import CATALOGUE, Finding, Severity
+from analyzers.findings import (
+    FindingParams,
+    _RankView,
+    comm_overlap_comparison,
+    detect_findings,
+    detect_rank,
+    findings_present,
+    launch_bound_gaps,
+    trace_set_syncs,
+    windows_of,
+)
+from analyzers.iterations import StepSelection
+from analyzers.metrics import AnalysisOptions, rank_metrics
+
+from . import synth_findings as sf
+from .synth import COMM, GEMM
+
+DETECTED_HERE = {"host-blocking-sync", "serialized-streams", "front-loaded-collectives",
+                 "copy-kernels-block-overlap", "launch-bound-gaps", "comm-slowed-by-overlap"}
+
+
+def ids(trace_or_set, params: FindingParams | None = None) -> list[str]:
+    ts = trace_or_set if hasattr(trace_or_set, "ranks") else sf.trace_set(trace_or_set)
+    return [f.id for f in detect_findings(ts, params=params)]
+
+
+def only(trace, fid: str, params: FindingParams | None = None) -> Finding:
+    found = [f for f in detect_findings(sf.trace_set(trace), params=params) if f.id == fid]
+    assert len(found) == 1, [f.id for f in detect_findings(sf.trace_set(trace), params=params)]
+    return found[0]
+
+
+# --- host-blocking-sync ---------------------------------------------------------------------
+
+def test_host_sync_fires_with_one_sync_per_step_and_the_idle_it_caused():
+    f = only(sf.pipeline("host-sync"), "host-blocking-sync")
+    ev = f.evidence
+    assert ev["n_syncs"] == 12 and ev["syncs_per_iteration"] == {"1": 4, "2": 4, "3": 4}  # 4 steps x 3 iterations
+    # inside an iteration: next launch 2 µs after the sync returns, starts 8 µs later -> 10 µs idle;
+    # after the last step: until the next iteration's first all-gather (or the trace's end)
+    assert ev["gpu_idle_ns_median"] == 10_000
+    assert ev["apis"] == {"cudaStreamSynchronize": 12}
+    assert f.ranks == [0] and f.severity == Severity.critical
+    assert "12 blocking host syncs (4 per iteration)" in f.title
+
+
+def test_host_sync_total_idle_is_the_sum_over_syncs():
+    t = sf.pipeline("host-sync", iterations=1)
+    f = only(t, "host-blocking-sync")
+    syncs = trace_set_syncs(sf.trace_set(t))
+    assert f.evidence["gpu_idle_ns_total"] == int(syncs["gpu_idle_ns"].sum())
+    # 3 syncs followed by a launch 10 µs later; the last one is idle until the trace's last event,
+    # the step's host end: base + ITER - 150 µs; its sync ended at base + 4 * 263 µs - 10 µs + 3 µs
+    # step s starts at base + 263 µs * s (100 all-gather + 150 matmul + 3 sync return + 2 + 8 launch)
+    base = sf.ITER
+    last_end = base + 3 * 263_000 + 253_000
+    assert f.evidence["gpu_idle_ns_total"] == 3 * 10_000 + (base + sf.ITER - 150_000 - last_end)
+
+
+def test_sync_after_all_communication_of_the_step_is_silent():
+    # a loss.item()-style sync from 450 µs (the last all-gather ended at 400 µs) until the last
+    # matmul ends (700 µs): the GPU then idles until the next iteration, but no comm was left to hide
+    t = sf.pipeline("overlapped", sync_at=("cudaStreamSynchronize", 450_000, 702_000))
+    syncs = trace_set_syncs(sf.trace_set(t))
+    assert len(syncs) == 3 and (syncs["gpu_idle_ns"] > 1_000_000).all()  # blocking, long idle after ...
+    assert "host-blocking-sync" not in ids(t)  # ... but outside the overlapped region
+
+
+def test_sync_that_leaves_the_gpu_busy_is_silent():
+    # inside the region (all-gather 1 in flight during [50, 150) µs), the host then launches a tail
+    # kernel at 152 µs, queued behind work that keeps the GPU busy until it runs: no idle
+    t = sf.pipeline("overlapped", sync_at=("cudaEventSynchronize", 50_000, 150_000), tail_launch=152_000)
+    syncs = trace_set_syncs(sf.trace_set(t))
+    assert len(syncs) == 3 and (syncs["gpu_idle_ns"] == 0).all()
+    assert "host-blocking-sync" not in ids(t)
+    # the same sync returning only after the GPU drained (700 µs), the tail launched at 706 µs and
+    # starting at 714 µs: 9 µs idle per iteration
+    drained = sf.pipeline("overlapped", sync_at=("cudaEventSynchronize", 50_000, 705_000), tail_launch=706_000)
+    f = only(drained, "host-blocking-sync")
+    assert f.evidence["n_syncs"] == 3 and f.evidence["gpu_idle_ns_total"] == 3 * 9_000
+
+
+def test_stream_waits_are_not_host_syncs():
+    assert "host-blocking-sync" not in ids(sf.pipeline("serialized"))  # 24 cudaStreamWaitEvent calls
+
+
+# --- serialized-streams ---------------------------------------------------------------------
+
+def test_serialized_streams_fires_on_the_sync_in_loop_chain():
+    f = only(sf.pipeline("serialized"), "serialized-streams")
+    ev = f.evidence
+    assert ev["streams"] == [1, 2, sf.NCCL_STREAM] and ev["comm_streams"] == [sf.NCCL_STREAM]
+    assert ev["concurrent_ns"] == 0
+    assert ev["n_iterations_serialized"] == 3
+    # per stream over 3 iterations: NCCL 4 x 100 µs, each worker 2 x 150 µs
+    assert ev["busy_ns_per_stream"] == {"1": 900_000, "2": 900_000, "20": 1_200_000}
+    assert ev["stream_wait_event_calls_per_iteration"] == {"1": 8, "2": 8, "3": 8}
+    assert f.severity == Severity.critical  # communication never hidden
+
+
+def test_overlapped_pipeline_is_not_serialized():
+    assert ids(sf.pipeline("overlapped")) == []
+
+
+def test_non_overlapped_baseline_is_not_serialized_streams():
+    # one all-gather phase then one matmul phase: no interleaving inside an iteration
+    assert "serialized-streams" not in ids(sf.pipeline("baseline"))
+
+
+def test_host_sync_serialization_is_reported_as_host_sync_only():
+    assert ids(sf.pipeline("host-sync")) == ["host-blocking-sync"]
+
+
+# --- front-loaded-collectives ---------------------------------------------------------------
+
+def test_front_loaded_all_gathers_fire():
+    f = only(sf.front_loaded("front-loaded"), "front-loaded-collectives")
+    ev = f.evidence
+    assert ev["collective"] == "AllGather" and ev["share_before_compute_median"] == 1.0
+    assert ev["collectives_before_compute_median"] == 6 and ev["n_iterations_front_loaded"] == 3
+    assert ev["comm_before_compute_ns_total"] == 3 * 6 * 60_000
+
+
+def test_zero3_prefetch_is_not_front_loaded():
+    # before compute starts only all-gather 0 and the start of all-gather 1 run: ~15% of all-gather time
+    assert "front-loaded-collectives" not in ids(sf.front_loaded("zero3"))
+
+
+def test_single_collective_then_compute_is_not_front_loaded():
+    assert "front-loaded-collectives" not in ids(sf.single_collective_then_compute())
+
+
+def test_preamble_kernel_does_not_hide_front_loading():
+    # the 1 µs fill kernel before the all-gathers is compute, but not where compute starts
+    assert "front-loaded-collectives" in ids(sf.front_loaded("front-loaded", preamble=True))
+    strict = FindingParams(front_compute_start_share=0.0)
+    assert "front-loaded-collectives" not in ids(sf.front_loaded("front-loaded", preamble=True), strict)
+
+
+# --- copy-kernels-block-overlap -------------------------------------------------------------
+
+def test_exposed_copy_kernels_next_to_collectives_fire():
+    f = only(sf.copies("exposed"), "copy-kernels-block-overlap")
+    ev = f.evidence
+    # per iteration: copies 30 + 40 µs exposed, all-gather 100 µs exposed -> 70 / 170
+    assert ev["exposed_copy_ns"] == 3 * 70_000 and ev["exposed_comm_ns"] == 3 * 100_000
+    assert abs(ev["share_of_exposed_window"] - 70 / 170) < 1e-12
+    assert ev["n_copies"] == 6 and ev["streams"] == [sf.NCCL_STREAM]
+    assert {c["name"] for c in ev["top_copies"]} == {sf.COPY_IN, sf.COPY_OUT}
+
+
+def test_copy_kernels_hidden_under_compute_are_silent():
+    assert "copy-kernels-block-overlap" not in ids(sf.copies("hidden"))
+
+
+def test_copy_kernels_far_from_collectives_are_silent():
+    assert "copy-kernels-block-overlap" not in ids(sf.copies("far"))
+
+
+def test_copy_kernels_are_not_compute_for_the_detectors():
+    view = _RankView(sf.copies("exposed"), FindingParams(), windows_of(sf.copies("exposed"), None,
+                                                                     FindingParams().step_pattern))
+    assert view.copy.sum() == 6 and not (view.copy & view.compute).any()
+
+
+# --- launch-bound-gaps ----------------------------------------------------------------------
+
+def test_launch_bound_gaps_fire_with_count_and_total():
+    f = only(sf.launch_gaps("launch-bound"), "launch-bound-gaps")
+    ev = f.evidence
+    # 7 gaps of 30 µs between the 8 kernels of each iteration; plus the 2 gaps between iterations,
+    # whose first kernel was launched (base - 90 µs) after the previous iteration's work ended
+    assert ev["n_gaps"] == 3 * 7 + 2
+    assert ev["gap_ns_median"] == 30_000
+
+
+def test_gaps_with_work_already_queued_are_silent():
+    t = sf.launch_gaps("queued")
+    view = _RankView(t, FindingParams(), windows_of(t, None, FindingParams().step_pattern))
+    gaps = launch_bound_gaps(view)
+    assert len(gaps) == 2  # only the two between iterations; the 21 inside were queued
+    assert "launch-bound-gaps" not in ids(t)
+
+
+def test_short_gaps_are_silent():
+    assert "launch-bound-gaps" not in ids(sf.launch_gaps("launch-bound", gap=5_000))
+
+
+def test_gaps_explained_by_a_host_sync_are_not_launch_bound():
+    t = sf.pipeline("host-sync")
+    view = _RankView(t, FindingParams(), windows_of(t, None, FindingParams().step_pattern))
+    assert launch_bound_gaps(view).empty
+
+
+# --- comm-slowed-by-overlap -----------------------------------------------------------------
+
+def test_collective_slower_when_overlapped_fires():
+    f = only(sf.slowed("contended"), "comm-slowed-by-overlap")
+    c = f.evidence["collectives"][0]
+    assert (c["collective"], c["size"], c["n_alone"], c["n_overlapped"]) == ("AllGather", 1 << 20, 6, 6)
+    assert (c["median_alone_ns"], c["median_overlapped_ns"]) == (100_000, 150_000)
+    assert abs(c["slowdown"] - 0.5) < 1e-12
+
+
+def test_equal_durations_are_silent_but_still_compared():
+    t = sf.slowed("equal")
+    assert "comm-slowed-by-overlap" not in ids(t)
+    view = _RankView(t, FindingParams(), windows_of(t, None, FindingParams().step_pattern))
+    cmp_ = comm_overlap_comparison(view)
+    assert cmp_[["n_alone", "n_overlapped"]].values.tolist() == [[6, 6]] and cmp_["slowdown"].iloc[0] == 0.0
+
+
+def test_too_few_samples_or_other_sizes_are_silent():
+    # both are 50% slower overlapped; 2 alone samples < 3, and another size is another collective
+    assert "comm-slowed-by-overlap" not in ids(sf.slowed("few"))
+    assert "comm-slowed-by-overlap" in ids(sf.slowed("few"), FindingParams(slow_min_samples=2))
+    assert "comm-slowed-by-overlap" not in ids(sf.slowed("mixed-sizes"))
+
+
+def test_waiting_for_a_late_peer_is_not_taken_for_contention():
+    # rank 0 starts its overlapped all-gathers 60 µs before rank 1: raw 160 vs 100 µs alone
+    r0 = sf.slowed("equal", rank=0, peer_lead=60_000)
+    assert "comm-slowed-by-overlap" in ids(r0)  # alone, the wait looks like slowness
+    r1 = sf.slowed("equal", rank=1)
+    assert "comm-slowed-by-overlap" not in ids(sf.trace_set(r0, r1))  # from the last arrival: 100 vs 100
+    off = FindingParams(slow_use_transfer_time=False)
+    assert "comm-slowed-by-overlap" in ids(sf.trace_set(r0, r1), off)
+
+
+# --- the engine -----------------------------------------------------------------------------
+
+def test_findings_are_json_data_with_catalogue_fix():
+    fs = detect_findings(sf.trace_set(sf.pipeline("host-sync")))
+    d = json.loads(json.dumps([f.to_dict() for f in fs]))
+    assert d[0]["id"] == "host-blocking-sync" and d[0]["fix"] == CATALOGUE["host-blocking-sync"][1]
+    assert d[0]["start_ns"] < d[0]["end_ns"] and d[0]["severity"] == "critical"
+
+
+def test_extra_findings_are_merged_and_sorted():
+    late = Finding(id="late-peer", severity="critical", ranks=[1], title="rank 1 is late", explanation="x")
+    fs = detect_findings(sf.trace_set(sf.copies("exposed")), extra=[late])
+    assert [f.id for f in fs] == ["late-peer", "copy-kernels-block-overlap"]  # critical before warning
+
+
+def test_every_detector_id_is_in_the_catalogue_and_covered_here():
+    assert DETECTED_HERE <= set(CATALOGUE)
+    fired = set()
+    for t in (sf.pipeline("host-sync"), sf.pipeline("serialized"), sf.front_loaded("front-loaded"),
+              sf.copies("exposed"), sf.launch_gaps("launch-bound"), sf.slowed("contended")):
+        fired |= set(ids(t))
+    assert fired == DETECTED_HERE
+
+
+def test_metrics_windows_honour_step_selection():
+    t = sf.pipeline("serialized")
+    m = rank_metrics(t, AnalysisOptions(steps=StepSelection.parse("2")))
+    fs = detect_findings(sf.trace_set(t), metrics={0: m})
+    f = [x for x in fs if x.id == "serialized-streams"][0]
+    assert f.evidence["n_iterations"] == 1 and f.evidence["stream_wait_event_calls_per_iteration"] == {"2": 8}
+
+
+def test_fail_on_ids():
+    fs = detect_findings(sf.trace_set(sf.pipeline("host-sync")))
+    assert findings_present(fs, ["host-blocking-sync", "late-peer"]) == ["host-blocking-sync"]
+    assert findings_present(detect_findings(sf.trace_set(sf.pipeline("overlapped"))), ["host-blocking-sync"]) == []
+    with pytest.raises(ValueError, match="unknown finding"):
+        findings_present(fs, ["no-such-finding"])
+
+
+def test_every_threshold_is_documented():
+    docs = FindingParams.field_docs()
+    assert len(docs) >= 20
+    for name, (_default, doc) in docs.items():
+        assert doc, f"FindingParams.{name} has no docstring"
+
+
+def test_thresholds_change_the_decision():
+    t = sf.copies("exposed")  # share 70/170 = 0.41
+    assert "copy-kernels-block-overlap" in ids(t, FindingParams(copy_min_share=0.40))
+    assert "copy-kernels-block-overlap" not in ids(t, FindingParams(copy_min_share=0.42))
+    p = replace(FindingParams(), sync_min_idle_ns=10_001)  # every in-loop sync idles exactly 10 µs
+    f = [x for x in detect_findings(sf.trace_set(sf.pipeline("host-sync")), params=p) if x.id == "host-blocking-sync"]
+    assert f and f[0].evidence["n_syncs"] == 3  # only the 3 end-of-iteration syncs idle longer
+
+
+def test_empty_and_comm_free_traces_have_no_findings():
+    from .synth import rank_trace
+
+    assert detect_rank(rank_trace([])) == []
+    assert ids(rank_trace([(0, 10, 0, GEMM), (20, 30, 0, GEMM)])) == []
+    assert ids(rank_trace([(0, 10, 1, COMM)])) == []
+
+
+# --- rendering ------------------------------------------------------------------------------
+
+def test_findings_render_as_table_and_markdown():
+    from rich.console import Console
+
+    from overlapscope.render_findings import findings_markdown, findings_table, syncs_summary, syncs_table
+
+    ts = sf.trace_set(sf.pipeline("host-sync"), sf.pipeline("serialized", rank=1))
+    fs = detect_findings(ts)
+    assert [f.id for f in fs] == ["host-blocking-sync", "serialized-streams"]
+    table = findings_table(fs)
+    assert table.row_count == 2
+    console = Console(width=200, record=True)
+    console.print(table)
+    text = console.export_text()
+    assert "host-blocking-sync" in text and "serialized-streams" in text
+    md = findings_markdown(fs)
+    assert md.count("**Fix:**") == 2 and "- n_syncs: `12`" in md
+    syncs = trace_set_syncs(ts)
+    summary = syncs_summary(syncs)
+    assert summary[["rank", "api", "n"]].values.tolist() == [[0, "cudaStreamSynchronize", 12]]
+    assert syncs_table(syncs).row_count == 1
+    assert findings_table([]).row_count == 1 and "No cause" in findings_markdown([])
