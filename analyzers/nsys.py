@@ -834,7 +834,8 @@ def _load(ex: _Export, source: str, sqlite_path: Path) -> list[RankTrace]:
             continue
         pid = _pid_expr(ex, table)
         if pid is None:
-            notes.append(f"{table} has no globalPid column: its rows are given to the only CUDA process")
+            notes.append(f"{table} has no globalPid column: its rows are given to the process whose "
+                         "API calls launched them")
             pid = "-1"
         gpu_parts.append(reader(ex, pid))
     runtime = _read_runtime(ex) if ex.has(T_RUNTIME) else None
