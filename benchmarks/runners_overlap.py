@@ -110,8 +110,8 @@ def rank_overlap(events: list[tuple[str, int, int]], rules: list[tuple[re.Patter
 
 def check_dir(d: Path, rules: list[tuple[re.Pattern[str], str]]) -> dict[int, dict[str, float]]:
     res = {}
-    for p in sorted(d.glob("rank*.json.gz")) + sorted(d.glob("rank*.json")) + sorted(d.glob("rank*.sqlite")):
-        m = re.match(r"rank(\d+)", p.name)
+    for p in sorted(d.iterdir()):
+        m = re.fullmatch(r"rank(\d+)\.(json|json\.gz|sqlite)", p.name)
         if not m:
             continue
         events = nsys_events(p) if p.suffix == ".sqlite" else kineto_events(p)

@@ -37,6 +37,7 @@ import torch.distributed as dist
 from runners.specs import AlgorithmSpec, ParamValue
 
 PREFIX = "[overlapscope]"
+TIMING_CHUNK = 5  # iterations per timing chunk; kinds alternate between chunks
 MANIFEST_VERSION = 1
 
 # Relative-error bounds (Frobenius norm) per dtype: a few units of the dtype's rounding
@@ -77,6 +78,7 @@ class Ctx:
     out: Path
     profiler: str
     group: dist.ProcessGroup
+    host_group: dist.ProcessGroup  # gloo: barriers that put no kernel and no CUDA sync in a trace
     status: StatusFile
     notes: list[str] = field(default_factory=list)
 
@@ -283,6 +285,25 @@ def time_ms(ctx: Ctx, fn: Callable[[], Any], iters: int) -> list[float]:
     return times
 
 
+def time_interleaved(ctx: Ctx, fns: dict[str, Callable[[], Any]], iters: int,
+                     chunk: int = TIMING_CHUNK) -> dict[str, list[float]]:
+    """Time several callables in alternating chunks of iterations.
+
+    GPUs slow down as they heat up under sustained GEMMs, so whatever is timed last
+    looks slower; alternating small chunks gives every callable the same conditions.
+    """
+    for f in fns.values():  # one untimed call each (allocator, cuBLAS heuristics)
+        f()
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    done = 0
+    while done < iters:
+        n = min(chunk, iters - done)
+        for k, f in fns.items():
+            samples[k] += time_ms(ctx, f, n)
+        done += n
+    return samples
+
+
 def _stats(samples: Sequence[float]) -> dict[str, float]:
     return {"median": statistics.median(samples), "min": min(samples), "max": max(samples), "n": len(samples)}
 
@@ -302,6 +323,7 @@ def profile(ctx: Ctx, fn: Callable[[], Any], out_dir: Path) -> str | None:
         synchronize(ctx)
         dist.barrier(group=ctx.group)
         torch.cuda.profiler.start()
+        dist.barrier(group=ctx.host_group)  # capture start can take a while on one rank: start steps together
         for i in range(steps):
             torch.cuda.nvtx.range_push(f"ProfilerStep#{i + 1}")
             fn()
@@ -320,7 +342,10 @@ def profile(ctx: Ctx, fn: Callable[[], Any], out_dir: Path) -> str | None:
         experimental_config=config,
         on_trace_ready=lambda p: p.export_chrome_trace(str(out_dir / name)),
     ) as prof:
-        for _ in range(steps + 1):
+        fn()  # the profiler's warm-up step (not recorded)
+        prof.step()  # -> recording; this transition can take a while on one rank only
+        dist.barrier(group=ctx.host_group)  # so all ranks start ProfilerStep#1 together (no GPU sync)
+        for _ in range(steps):
             fn()
             prof.step()
     synchronize(ctx)
@@ -390,9 +415,10 @@ def init(spec: AlgorithmSpec, argv: Sequence[str] | None) -> tuple[Ctx, list[str
     if args.profiler == "nsys" and not cuda:
         raise RuntimeError("--profiler nsys needs GPUs (NCCL backend)")
     torch.manual_seed(int(params["seed"]) + rank)
+    host_group = dist.new_group(backend="gloo") if cuda else dist.group.WORLD
     ctx = Ctx(spec=spec, params=params, rank=rank, world=world, local_rank=local_rank, device=device,
               backend=backend, dtype=DTYPES[dtype_name], out=out, profiler=args.profiler,
-              group=dist.group.WORLD, status=status)
+              group=dist.group.WORLD, host_group=host_group, status=status)
     return ctx, variants
 
 
@@ -419,7 +445,7 @@ def _rank_facts(ctx: Ctx) -> dict[str, Any]:
 # --------------------------------------------------------------------------- one variant
 
 
-def run_variant(ctx: Ctx, wl: Workload, variant: str, out_dir: Path, cache: dict[int, Any]) -> dict[str, Any]:
+def run_variant(ctx: Ctx, wl: Workload, variant: str, out_dir: Path) -> dict[str, Any]:
     """Warm up, check, time and profile one variant; returns this rank's record."""
     p = ctx.params
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -444,15 +470,9 @@ def run_variant(ctx: Ctx, wl: Workload, variant: str, out_dir: Path, cache: dict
         raise PeerError(msg)
 
     ctx.status.set("timing", variant)
-    iters = int(p["iters"])
-    timings: dict[str, list[float]] = {"variant": time_ms(ctx, fn, iters)}
-    for kind, getter in (("baseline", wl.baseline_fn), ("compute_alone", wl.compute_fn),
-                         ("comm_alone", wl.comm_fn)):
-        f = getter(variant)
-        key = id(f)
-        if key not in cache:  # the same callable (same shapes) is timed once per run
-            cache[key] = (f, time_ms(ctx, f, iters))
-        timings[kind] = cache[key][1]
+    timings = time_interleaved(ctx, {"variant": fn, "baseline": wl.baseline_fn(variant),
+                                     "compute_alone": wl.compute_fn(variant), "comm_alone": wl.comm_fn(variant)},
+                               int(p["iters"]))
     med = {k: statistics.median(v) for k, v in timings.items()}
     ctx.log(f"{variant}: {med['variant']:.3f} ms (baseline {med['baseline']:.3f}, compute alone "
             f"{med['compute_alone']:.3f}, comm alone {med['comm_alone']:.3f})")
@@ -492,8 +512,9 @@ def write_manifest(ctx: Ctx, wl: Workload, variant: str, out_dir: Path, records:
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
         "rel_error_bound": REL_ERROR_BOUND[ctx.dtype],
         "timings_ms": _summary(records),
-        "timing_method": ("CUDA events around each iteration, back to back on the current stream; median of "
-                          "iters per rank, then the slowest rank" if ctx.cuda else
+        "timing_method": ("CUDA events around each iteration, back to back on the current stream, in chunks of "
+                          f"{TIMING_CHUNK} alternating variant/baseline/compute/comm; median of iters per rank, "
+                          "then the slowest rank" if ctx.cuda else
                           "host perf_counter per iteration (CPU/gloo: correctness runs, not performance)"),
         "traces": {str(r["rank"]): r["trace"] for r in records if r["trace"]},
         "workload": wl.describe(variant),
@@ -524,10 +545,9 @@ def main(spec: AlgorithmSpec, build: Callable[[Ctx, list[str]], Workload],
         ctx, variants = init(spec, argv)
         ctx.status.set("setup")
         wl = build(ctx, variants)
-        cache: dict[int, Any] = {}
         for variant in variants:
             out_dir = ctx.out if len(variants) == 1 else ctx.out / variant
-            record = run_variant(ctx, wl, variant, out_dir, cache)
+            record = run_variant(ctx, wl, variant, out_dir)
             records: list[Any] = [None] * ctx.world
             dist.all_gather_object(records, record, group=ctx.group)
             if ctx.rank == 0:
