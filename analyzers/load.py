@@ -164,7 +164,7 @@ def assemble(traces: list[RankTrace], label: str = "") -> TraceSet:
     for t in traces:
         if t.rank in by_rank:
             other = by_rank[t.rank]
-            if len(traces) > 1 and {t.rank_source, other.rank_source} <= {"default"}:
+            if len(traces) > 1 and {t.rank_source, other.rank_source} <= {"default", "process order"}:
                 raise MixedRunsError(label, "cannot tell the ranks apart (no distributedInfo and no rank in the "
                                             "file names); name files rank0.json, rank1.json, ...")
             raise MixedRunsError(label, f"rank {t.rank} appears twice ({other.source} and {t.source}): "
