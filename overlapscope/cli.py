@@ -197,3 +197,4 @@ def run() -> None:
 
 
 from . import cmd_diff  # noqa: E402,F401  (registers the diff command)
+from . import cmd_app  # noqa: E402,F401  (registers the app command)

@@ -1,0 +1,341 @@
+"""Where the app's traces come from, and which of them it may read.
+
+Three sources: the bundled sample traces (sample_traces/<algo>/<variant>/manifest.json),
+paths given on the command line, and server paths / uploads chosen in the browser. A
+browser user must not be able to read arbitrary server files, so server paths are only
+accepted under the allowed roots (OVERLAPSCOPE_ALLOWED_ROOTS, else sample_traces plus the
+command-line paths), after resolving symlinks. Uploads are size-capped and extension-checked
+before they touch the loaders.
+
+Plain Python (no streamlit): the Streamlit layer (app/ui.py) adds caching keyed by
+`fingerprint`, i.e. by (path, size, mtime) of every file, so an edited file is re-read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from analyzers.errors import BadInputError
+from analyzers.load import expand_paths, load_traces
+from analyzers.model import TraceSet
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ENV_SAMPLES = "OVERLAPSCOPE_SAMPLES"
+ENV_ALLOWED_ROOTS = "OVERLAPSCOPE_ALLOWED_ROOTS"
+ENV_MAX_UPLOAD_MB = "OVERLAPSCOPE_MAX_UPLOAD_MB"
+ENV_APP_PATHS = "OVERLAPSCOPE_APP_PATHS"  # how `overlapscope app PATH...` hands paths to the script
+DEFAULT_MAX_UPLOAD_MB = 200
+UPLOAD_SUFFIXES = (".json", ".json.gz", ".sqlite")
+# Environment variables can hold secrets; manifests keep the runner's, the app never shows them.
+PRIVATE_MANIFEST_KEYS = ("env",)
+
+Fingerprint = tuple[tuple[str, int, int], ...]
+
+
+class PathNotAllowed(BadInputError):
+    """A server path outside the allowed roots (or escaping them through a symlink)."""
+
+
+class UploadRejected(BadInputError):
+    """An upload that is too large, of the wrong type, or empty."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """One run the app can show: its files, where it came from and a label for the user."""
+
+    key: str  # unique among the app's sources
+    label: str
+    kind: str  # "sample" | "path" | "server" | "upload" | "run"
+    paths: tuple[str, ...]
+    manifest_path: str | None = None
+    group: str = ""  # the algorithm, for samples (how the picker groups them)
+
+    def manifest(self) -> dict[str, Any] | None:
+        return read_manifest(Path(self.manifest_path)) if self.manifest_path else None
+
+
+# --------------------------------------------------------------------------- samples
+
+
+def samples_root() -> Path:
+    """The bundled sample traces (OVERLAPSCOPE_SAMPLES overrides, e.g. for tests)."""
+    env = os.environ.get(ENV_SAMPLES)
+    return Path(env) if env else REPO_ROOT / "sample_traces"
+
+
+def read_manifest(path: Path) -> dict[str, Any] | None:
+    """A runner manifest without its private parts (the process environment); None if unreadable."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    return {k: v for k, v in doc.items() if k not in PRIVATE_MANIFEST_KEYS}
+
+
+def _manifest_traces(directory: Path, manifest: dict[str, Any]) -> list[Path]:
+    """The trace files a manifest names (relative to its folder), else those in the folder."""
+    named = manifest.get("traces")
+    if isinstance(named, dict) and named:
+        files = [directory / str(v) for _, v in sorted(named.items(), key=lambda kv: str(kv[0]))]
+        files = [p for p in files if p.is_file()]
+        if files:
+            return files
+    try:
+        return expand_paths([directory])
+    except BadInputError:
+        return []
+
+
+def discover_samples(root: Path | None = None) -> list[Source]:
+    """Every folder under root with a manifest.json and trace files is one sample run."""
+    root = root or samples_root()
+    if not root.is_dir():
+        return []
+    out: list[Source] = []
+    for mpath in sorted(root.rglob("manifest.json")):
+        manifest = read_manifest(mpath)
+        if manifest is None or manifest.get("status", "ok") != "ok":
+            continue
+        files = _manifest_traces(mpath.parent, manifest)
+        if not files:
+            continue
+        rel = mpath.parent.relative_to(root).as_posix()
+        algo = str(manifest.get("algorithm") or rel.split("/")[0])
+        label = rel if rel != "." else str(manifest.get("variant") or mpath.parent.name)
+        out.append(Source(key=f"sample:{rel}", label=label, kind="sample",
+                          paths=tuple(str(p) for p in files), manifest_path=str(mpath), group=algo))
+    return out
+
+
+# --------------------------------------------------------------------------- command-line paths
+
+
+def command_line_paths(argv: Sequence[str] | None = None) -> list[str]:
+    """Paths the app was started with: after `--` on `streamlit run`, or OVERLAPSCOPE_APP_PATHS."""
+    if argv:
+        return [a for a in argv if a and not a.startswith("-")]
+    env = os.environ.get(ENV_APP_PATHS, "")
+    return [p for p in env.split(os.pathsep) if p]
+
+
+def sources_from_paths(paths: Iterable[str], kind: str = "path") -> list[Source]:
+    """One source per directory given; files given together are grouped by their folder."""
+    out: list[Source] = []
+    by_parent: dict[Path, list[Path]] = {}
+    for raw in paths:
+        p = Path(raw).expanduser()
+        if p.is_dir():
+            mpath = p / "manifest.json"
+            manifest = read_manifest(mpath) if mpath.is_file() else None
+            # A runner's folder also holds manifest.json and status files: read the traces it names.
+            files = _manifest_traces(p, manifest) if manifest is not None else []
+            out.append(Source(key=f"{kind}:{p.resolve()}", label=_short_label(p), kind=kind,
+                              paths=tuple(str(f) for f in files) if files else (str(p),),
+                              manifest_path=str(mpath) if manifest is not None else None))
+        else:
+            by_parent.setdefault(p.parent, []).append(p)
+    for parent, files in by_parent.items():
+        names = ",".join(sorted(f.name for f in files))
+        label = files[0].name if len(files) == 1 else f"{_short_label(parent)} ({len(files)} files)"
+        out.append(Source(key=f"{kind}:{parent.resolve()}:{names}", label=label, kind=kind,
+                          paths=tuple(str(f) for f in files)))
+    return out
+
+
+def _short_label(p: Path) -> str:
+    parts = p.resolve().parts
+    return "/".join(parts[-2:]) if len(parts) >= 2 else str(p)
+
+
+# --------------------------------------------------------------------------- allowed roots
+
+
+def allowed_roots(cli_paths: Iterable[str] = ()) -> list[Path]:
+    """OVERLAPSCOPE_ALLOWED_ROOTS (os.pathsep-separated) if set; else samples + command-line paths."""
+    env = os.environ.get(ENV_ALLOWED_ROOTS)
+    raw = [p for p in env.split(os.pathsep) if p] if env else [str(samples_root()), *cli_paths]
+    roots: list[Path] = []
+    for r in raw:
+        try:
+            resolved = Path(r).expanduser().resolve(strict=True)
+        except (OSError, RuntimeError):
+            continue  # a root that does not exist allows nothing
+        if resolved not in roots:
+            roots.append(resolved)
+    return roots
+
+
+def _within(path: Path, roots: Sequence[Path]) -> bool:
+    return any(path == r or path.is_relative_to(r) for r in roots)
+
+
+def check_allowed(path: str | Path, roots: Sequence[Path]) -> Path:
+    """The resolved path if it (after following every symlink) lies under an allowed root."""
+    text = str(path).strip()
+    if not text:
+        raise PathNotAllowed("(empty)", "give a file or directory path")
+    p = Path(text).expanduser()
+    if not p.is_absolute():
+        raise PathNotAllowed(text, "give an absolute path on the server")
+    try:
+        resolved = p.resolve(strict=True)
+    except (OSError, RuntimeError):
+        if not _within(Path(os.path.normpath(p)), roots):
+            raise PathNotAllowed(text, "outside the allowed roots") from None
+        raise PathNotAllowed(text, "no such file or directory") from None
+    if not _within(resolved, roots):
+        raise PathNotAllowed(text, "outside the allowed roots"
+                             + (f" (it resolves to {resolved})" if resolved != Path(os.path.normpath(p)) else ""))
+    return resolved
+
+
+def server_source(path: str, roots: Sequence[Path]) -> Source:
+    """A source for a server path the user typed, refused unless every file is under a root.
+
+    The directory walk may meet symlinks to files elsewhere; each found file is checked too.
+    """
+    resolved = check_allowed(path, roots)
+    files = expand_paths([resolved])
+    for f in files:
+        check_allowed(f.absolute(), roots)
+    return sources_from_paths([str(resolved)] if resolved.is_dir() else [str(f) for f in files], kind="server")[0]
+
+
+# --------------------------------------------------------------------------- uploads
+
+
+def max_upload_mb() -> int:
+    try:
+        return max(1, int(os.environ.get(ENV_MAX_UPLOAD_MB, DEFAULT_MAX_UPLOAD_MB)))
+    except ValueError:
+        return DEFAULT_MAX_UPLOAD_MB
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def save_uploads(files: Sequence[tuple[str, bytes]], dest_root: Path | None = None,
+                 limit_mb: int | None = None) -> Source:
+    """Check uploaded (name, bytes) pairs and write them to a fresh folder: one run.
+
+    Refused with one clear line: no files, a name that is not .json/.json.gz/.sqlite, a file
+    or a total over the size cap, an empty file. Names are sanitized (no path parts).
+    """
+    limit_mb = limit_mb or max_upload_mb()
+    if not files:
+        raise UploadRejected("upload", "no files")
+    cap = limit_mb * 1024 * 1024
+    total = 0
+    for name, content in files:
+        if not name.lower().endswith(UPLOAD_SUFFIXES):
+            raise UploadRejected(name, "not a trace file: upload .json, .json.gz (PyTorch profiler) or .sqlite "
+                                       "(nsys export --type sqlite)")
+        if len(content) == 0:
+            raise UploadRejected(name, "empty file")
+        total += len(content)
+        if len(content) > cap or total > cap:
+            raise UploadRejected(name, f"upload larger than the {limit_mb} MB limit "
+                                       f"(set {ENV_MAX_UPLOAD_MB} to raise it)")
+    dest = Path(tempfile.mkdtemp(prefix="overlapscope-upload-", dir=dest_root))
+    paths = []
+    for name, content in files:
+        safe = _SAFE.sub("_", Path(name).name).lstrip(".") or "trace.json"
+        target = dest / safe
+        target.write_bytes(content)
+        paths.append(target)
+    label = paths[0].name if len(paths) == 1 else f"upload ({len(paths)} files)"
+    names = ",".join(sorted(p.name for p in paths))
+    return Source(key=f"upload:{dest.name}:{names}", label=label, kind="upload",
+                  paths=tuple(str(p) for p in paths))
+
+
+def discard_upload(source: Source) -> None:
+    """Remove an upload's temporary folder (never anything that is not an upload)."""
+    if source.kind != "upload" or not source.paths:
+        return
+    folder = Path(source.paths[0]).parent
+    if folder.name.startswith("overlapscope-upload-"):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def fingerprint(paths: Iterable[str]) -> Fingerprint:
+    """(path, size, mtime_ns) of every trace file the paths expand to: the cache key."""
+    out = []
+    for f in expand_paths(list(paths)):
+        st = f.stat()
+        out.append((str(f.resolve()), int(st.st_size), int(st.st_mtime_ns)))
+    return tuple(out)
+
+
+def load_fingerprinted(fp: Fingerprint, label: str = "") -> TraceSet:
+    """Load the files a fingerprint names (the Streamlit layer caches this by fp)."""
+    return load_traces([p for p, _, _ in fp], label=label)
+
+
+# --------------------------------------------------------------------------- reproducing a sample
+
+ENV_RUNS_DIR = "OVERLAPSCOPE_RUNS_DIR"
+ENV_ALLOW_RUN = "OVERLAPSCOPE_ALLOW_RUN"
+
+
+def reproduce_command(manifest: dict[str, Any], out: str | Path, python: str = "python") -> list[str]:
+    """The runner command that makes this sample again (one host, one process per GPU).
+
+    Built from the manifest's recorded facts (algorithm, variant, world size, profiler,
+    parameters) rather than its literal command line, which names the original machine's
+    interpreter and output folder.
+    """
+    algo = str(manifest.get("algorithm") or "")
+    variant = str(manifest.get("variant") or "")
+    if not algo or not variant:
+        raise ValueError("manifest names no algorithm/variant")
+    cmd = [python, "-m", "runners.launch", algo, "--variants", variant,
+           "--nproc", str(int(manifest.get("world_size") or 1)),
+           "--profiler", str(manifest.get("profiler") or "torch"), "--out", str(out)]
+    params = manifest.get("params") or {}
+    for name, value in sorted(params.items()) if isinstance(params, dict) else []:
+        cmd += ["--set", f"{name}={str(value).lower() if isinstance(value, bool) else value}"]
+    return cmd
+
+
+def runs_root() -> Path:
+    """Where runs started from the app write (OVERLAPSCOPE_RUNS_DIR, else the user cache dir)."""
+    env = os.environ.get(ENV_RUNS_DIR)
+    if env:
+        return Path(env)
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("overlapscope")) / "runs"
+
+
+def gpu_count() -> int:
+    """NVIDIA GPUs visible here, from `nvidia-smi -L` (the app never imports torch)."""
+    import subprocess
+
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return 0
+    try:
+        done = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU "))
+
+
+def running_allowed() -> bool:
+    """Starting runs from the page can be switched off (OVERLAPSCOPE_ALLOW_RUN=0) on shared servers."""
+    return os.environ.get(ENV_ALLOW_RUN, "1").strip().lower() not in ("0", "false", "no", "off")

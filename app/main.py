@@ -1,0 +1,35 @@
+"""overlapscope dashboard entry: `overlapscope app [PATH...]` or
+`streamlit run app/main.py -- [PATH...]`.
+
+Sets up the sources (sidebar, on every page) and the pages through st.navigation.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# `streamlit run app/main.py` puts app/ on sys.path, not the repository root.
+_ROOT = str(Path(__file__).resolve().parents[1])
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+import streamlit as st  # noqa: E402
+
+from app import ui  # noqa: E402
+
+st.set_page_config(page_title="overlapscope", layout="wide", initial_sidebar_state="expanded")
+
+PAGES = [
+    st.Page(ui.PAGE_FILES["overview"], title="Overview", default=True),
+    st.Page(ui.PAGE_FILES["timeline"], title="Timeline"),
+    st.Page(ui.PAGE_FILES["crossrank"], title="Cross-rank"),
+    st.Page(ui.PAGE_FILES["syncs"], title="Syncs"),
+    st.Page(ui.PAGE_FILES["diff"], title="Diff"),
+    st.Page(ui.PAGE_FILES["run"], title="Run"),
+]
+
+ui.init_state()
+page = st.navigation(PAGES, position="sidebar", expanded=True)
+ui.sidebar()
+page.run()

@@ -1,0 +1,419 @@
+"""The Streamlit layer shared by every page: sources in the sidebar, cached loading.
+
+Parsed traces and their analyses are cached with st.cache_resource keyed by the files'
+fingerprint (path, size, mtime): switching pages or variants never re-parses, and an
+edited file is re-read. Cached objects are shared between sessions and never mutated.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from analyzers.errors import BadInputError
+from analyzers.metrics import AnalysisOptions, OverlapMetrics, window_metrics
+from analyzers.model import TraceSet
+from analyzers.report import AnalysisReport, analyze
+
+from . import data
+from .timeline import SYNC_COLUMNS, TimelineData, normalize_syncs, prepare_timeline
+
+MAIN_SCRIPT = Path(__file__).resolve().parent / "main.py"
+PAGE_FILES = {
+    "overview": "views/overview.py",
+    "timeline": "views/timeline.py",
+    "crossrank": "views/crossrank.py",
+    "syncs": "views/syncs.py",
+    "diff": "views/diff.py",
+    "run": "views/run.py",
+}
+DEFAULT_SELECTED = 2  # variants selected at start (the timeline compares them)
+MAX_DEFAULT_SELECTED = 4
+K_SOURCES, K_SELECTED, K_ROOTS, K_UPLOADS_DONE = "os_sources", "os_selected", "os_roots", "os_uploads_done"
+K_FOCUS, K_MESSAGES, K_PENDING = "os_focus", "os_messages", "os_pending_select"
+
+
+# --------------------------------------------------------------------------- caches
+
+
+@st.cache_resource(max_entries=16, show_spinner="Loading traces…")
+def _trace_set(fp: data.Fingerprint, label: str) -> TraceSet:
+    return data.load_fingerprinted(fp, label)
+
+
+@st.cache_resource(max_entries=32, show_spinner="Analyzing…")
+def _report(fp: data.Fingerprint, label: str) -> AnalysisReport:
+    return analyze(_trace_set(fp, label), AnalysisOptions())
+
+
+@st.cache_resource(max_entries=16, show_spinner="Matching collectives across ranks…")
+def _cross_rank(fp: data.Fingerprint, label: str) -> Any:
+    """analyzers.crossrank's report (None: module missing or a single rank)."""
+    try:
+        from analyzers.crossrank import analyze_cross_rank
+    except ImportError:
+        return None
+    ts = _trace_set(fp, label)
+    return analyze_cross_rank(ts) if len(ts) >= 2 else None
+
+
+@st.cache_resource(max_entries=16, show_spinner="Finding blocking host syncs…")
+def _syncs(fp: data.Fingerprint, label: str) -> dict[int, pd.DataFrame] | None:
+    """analyzers.syncs.blocking_syncs per rank (None: module missing)."""
+    try:
+        from analyzers.syncs import blocking_syncs
+    except ImportError:
+        return None
+    ts = _trace_set(fp, label)
+    return {r: blocking_syncs(ts.ranks[r]) for r in ts.rank_ids()}
+
+
+def _aligned_set(fp: data.Fingerprint, label: str) -> TraceSet:
+    """The trace set on the cross-rank analysis' common clock when it applied offsets."""
+    cross = _cross_rank(fp, label)
+    if cross is not None and cross.clock is not None and cross.clock.applied and cross.aligned is not None:
+        return cross.aligned
+    return _trace_set(fp, label)
+
+
+@st.cache_resource(max_entries=16, show_spinner="Preparing the timeline…")
+def _timeline(fp: data.Fingerprint, label: str) -> TimelineData:
+    syncs = _syncs(fp, label)
+    ts = _aligned_set(fp, label)
+    if syncs is None:
+        frame = None
+    else:
+        parts = [normalize_syncs(df, r) for r, df in syncs.items() if len(df)]
+        frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: [] for c in SYNC_COLUMNS})
+        if ts is not _trace_set(fp, label):  # move host syncs onto the aligned clock too
+            off = ts.clock_offsets_ns or {}
+            frame = frame.assign(start_ns=frame["start_ns"] + frame["rank"].map(off).fillna(0).astype("int64"),
+                                 end_ns=frame["end_ns"] + frame["rank"].map(off).fillna(0).astype("int64"))
+    return prepare_timeline(ts, syncs=frame, label=label)
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def _window_metrics(fp: data.Fingerprint, label: str, rank: int, lo: int, hi: int) -> dict[str, Any]:
+    return window_metrics(_aligned_set(fp, label).ranks[rank].gpu, lo, hi).to_dict()
+
+
+@st.cache_resource(max_entries=32, show_spinner="Diagnosing…")
+def _findings(fp: data.Fingerprint, label: str) -> list | None:
+    """Every finding: per-rank detectors plus the cross-rank ones (None: module missing)."""
+    try:
+        from analyzers.findings import detect_findings
+    except ImportError:
+        return None
+    extra = []
+    cross = _cross_rank(fp, label)
+    if cross is not None:
+        from analyzers.crossrank import cross_rank_findings
+
+        extra = cross_rank_findings(cross)
+    rep = _report(fp, label)
+    return list(detect_findings(_trace_set(fp, label), metrics={m.rank: m for m in rep.ranks}, extra=extra,
+                                syncs=_syncs(fp, label)))
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def _full_report(fp: data.Fingerprint, label: str) -> AnalysisReport:
+    """The report with the findings, cross-rank and sync sections attached (what diff reads).
+
+    A copy: the cached plain report stays as analyze() returned it.
+    """
+    rep = _report(fp, label)
+    extra = dict(rep.extra)
+    found = _findings(fp, label)
+    if found is not None:
+        extra["findings"] = found
+    cross = _cross_rank(fp, label)
+    if cross is not None:
+        extra["cross_rank"] = cross
+    syncs = _syncs(fp, label)
+    if syncs is not None:
+        extra["syncs"] = {"host_blocked_ns": int(sum(int(df["host_blocked_ns"].sum()) for df in syncs.values()
+                                                     if len(df)))}
+    return replace(rep, extra=extra)
+
+
+@st.cache_resource(max_entries=16, show_spinner="Comparing…")
+def _diff(fp_a: data.Fingerprint, label_a: str, fp_b: data.Fingerprint, label_b: str,
+          names: tuple[str, str]) -> Any:
+    from analyzers.diff import diff_reports
+
+    return diff_reports(_full_report(fp_a, label_a), _full_report(fp_b, label_b), _trace_set(fp_a, label_a),
+                        _trace_set(fp_b, label_b), names)
+
+
+@dataclass
+class Loaded:
+    """A selected source and its fingerprint (the key of every cached result)."""
+
+    source: data.Source
+    fp: data.Fingerprint
+
+    @property
+    def label(self) -> str:
+        return self.source.label
+
+    def traces(self) -> TraceSet:
+        return _trace_set(self.fp, self.label)
+
+    def report(self) -> AnalysisReport:
+        return _report(self.fp, self.label)
+
+    def timeline(self) -> TimelineData:
+        return _timeline(self.fp, self.label)
+
+    def findings(self) -> list | None:
+        return _findings(self.fp, self.label)
+
+    def cross_rank(self) -> Any:
+        return _cross_rank(self.fp, self.label)
+
+    def full_report(self) -> AnalysisReport:
+        return _full_report(self.fp, self.label)
+
+    def window_metrics(self, rank: int, lo: int, hi: int) -> OverlapMetrics:
+        return OverlapMetrics(**_window_metrics(self.fp, self.label, rank, int(lo), int(hi)))
+
+
+# --------------------------------------------------------------------------- sources
+
+
+def app_paths() -> list[str]:
+    """Paths given to `overlapscope app` / `streamlit run app/main.py -- PATH...`.
+
+    sys.argv holds them only when this script is what `streamlit run` started (under a test
+    runner sys.argv belongs to the runner); OVERLAPSCOPE_APP_PATHS is the other channel.
+    """
+    argv = sys.argv
+    if argv and Path(argv[0]).resolve() == MAIN_SCRIPT and len(argv) > 1:
+        return data.command_line_paths(argv[1:])
+    return data.command_line_paths(None)
+
+
+def init_state() -> None:
+    """First run of a session: the sample traces and the command-line paths."""
+    if K_SOURCES in st.session_state:
+        return
+    cli = app_paths()
+    sources: dict[str, data.Source] = {}
+    cli_sources = data.sources_from_paths(cli) if cli else []
+    for s in cli_sources + data.discover_samples():
+        sources.setdefault(s.key, s)
+    st.session_state[K_SOURCES] = sources
+    st.session_state[K_ROOTS] = [str(r) for r in data.allowed_roots(cli)]
+    st.session_state[K_UPLOADS_DONE] = {}
+    st.session_state[K_MESSAGES] = []
+    if cli_sources:
+        default = [s.key for s in cli_sources[:MAX_DEFAULT_SELECTED]]
+    else:
+        samples = [s for s in sources.values() if s.kind == "sample"]
+        first_group = [s for s in samples if s.group == samples[0].group] if samples else []
+        default = [s.key for s in (first_group or samples)[:DEFAULT_SELECTED]]
+    st.session_state[K_SELECTED] = default
+
+
+def sources() -> dict[str, data.Source]:
+    return st.session_state.get(K_SOURCES, {})
+
+
+def add_source(src: data.Source, select: bool = True) -> None:
+    """Make a source available; selecting it waits for the next run's sidebar (a widget's
+    state cannot change after the widget was drawn in this run)."""
+    st.session_state[K_SOURCES][src.key] = src
+    if select:
+        st.session_state.setdefault(K_PENDING, []).append(src.key)
+
+
+def roots() -> list[Path]:
+    return [Path(r) for r in st.session_state.get(K_ROOTS, [])]
+
+
+def _add_server_path() -> None:
+    text = st.session_state.get("os_server_path", "")
+    try:
+        src = data.server_source(text, roots())
+        data.fingerprint(src.paths)
+    except BadInputError as exc:
+        st.session_state[K_MESSAGES].append(("error", f"Server path refused: {exc}"))
+        return
+    add_source(src)
+    st.session_state[K_MESSAGES].append(("success", f"Added {src.label}"))
+
+
+def _on_upload() -> None:
+    """Callback of the uploader (callbacks run before the script, so the selection may change)."""
+    _handle_uploads(st.session_state.get("os_upload") or [])
+
+
+def _handle_uploads(files: Sequence[Any]) -> None:
+    """Each new upload batch becomes one source, after it loads cleanly; else one clear error."""
+    if not files:
+        return
+    batch_id = tuple(sorted(getattr(f, "file_id", f.name) for f in files))
+    done = st.session_state[K_UPLOADS_DONE]
+    if batch_id in done:
+        return
+    done[batch_id] = True
+    try:
+        src = data.save_uploads([(f.name, f.getvalue()) for f in files])
+    except BadInputError as exc:
+        st.session_state[K_MESSAGES].append(("error", f"Upload refused: {exc}"))
+        return
+    try:
+        _trace_set(data.fingerprint(src.paths), src.label)
+    except BadInputError as exc:
+        data.discard_upload(src)
+        st.session_state[K_MESSAGES].append(("error", f"Upload could not be read: {_strip_tmp(str(exc))}"))
+        return
+    add_source(src)
+    st.session_state[K_MESSAGES].append(("success", f"Uploaded {src.label}"))
+
+
+def _strip_tmp(text: str) -> str:
+    """Upload errors name the user's file, not our temporary folder."""
+    import re
+
+    return re.sub(r"\S*/overlapscope-upload-[^/\s]+/", "", text)
+
+
+def sidebar() -> None:
+    """The source picker (every page): which runs to show, plus server paths and uploads."""
+    srcs = sources()
+    with st.sidebar:
+        st.markdown("### Trace sets")
+        if not srcs:
+            st.info("No sample traces found and no paths given. Add a server path or upload traces below, "
+                    "or start `overlapscope app PATH...`.")
+        current = [k for k in st.session_state[K_SELECTED] if k in srcs]
+        pending = [k for k in st.session_state.pop(K_PENDING, []) if k in srcs and k not in current]
+        st.session_state[K_SELECTED] = current + pending
+        st.multiselect(
+            "Runs to show (the first is A in comparisons)", options=list(srcs),
+            format_func=lambda k: f"{srcs[k].label}  [{srcs[k].kind}]", key=K_SELECTED,
+            help="Each entry is one run (all its ranks). Several runs appear side by side.",
+        )
+        with st.expander("Add traces", expanded=not srcs):
+            st.text_input("Server path (file or run folder)", key="os_server_path",
+                          placeholder="/data/traces/run1", help="Only under the allowed roots: "
+                          + ", ".join(str(r) for r in roots()))
+            st.button("Add path", on_click=_add_server_path)
+            limit = data.max_upload_mb()
+            st.file_uploader(
+                f"Upload traces of one run (.json, .json.gz, .sqlite; up to {limit} MB)",
+                type=["json", "gz", "sqlite"], accept_multiple_files=True, key="os_upload", on_change=_on_upload,
+            )
+        for kind, msg in st.session_state.get(K_MESSAGES, []):
+            (st.error if kind == "error" else st.success)(msg)
+        st.session_state[K_MESSAGES] = []
+
+
+def selected() -> list[data.Source]:
+    srcs = sources()
+    return [srcs[k] for k in st.session_state.get(K_SELECTED, []) if k in srcs]
+
+
+def load(src: data.Source) -> Loaded | None:
+    """One source, loaded (cached); an error line and None when it cannot be read."""
+    try:
+        fp = data.fingerprint(src.paths)
+        _trace_set(fp, src.label)
+    except BadInputError as exc:
+        st.error(f"{src.label}: {_strip_tmp(str(exc))}")
+        return None
+    return Loaded(source=src, fp=fp)
+
+
+def diff(a: Loaded, b: Loaded, names: tuple[str, str]) -> Any:
+    """analyzers.diff.diff_reports of two runs, with findings / cross-rank / syncs attached."""
+    return _diff(a.fp, a.label, b.fp, b.label, names)
+
+
+def load_selected(limit: int | None = None) -> list[Loaded]:
+    """The selected sources, loaded (cached); one error line per source that fails."""
+    out = [r for r in (load(src) for src in selected()[:limit]) if r is not None]
+    if not out and not selected():
+        st.info("Pick one or more runs in the sidebar.")
+    return out
+
+
+# --------------------------------------------------------------------------- cross-page links
+
+
+def focus_timeline(source_key: str, lo_ns: int, hi_ns: int) -> None:
+    """Open the Timeline on [lo, hi) of one run (a finding, a collective, a sync)."""
+    st.session_state[K_FOCUS] = {"source": source_key, "lo": int(lo_ns), "hi": int(hi_ns)}
+    if source_key not in st.session_state.get(K_SELECTED, []):
+        st.session_state[K_SELECTED] = [source_key, *st.session_state.get(K_SELECTED, [])]
+    st.switch_page(PAGE_FILES["timeline"])
+
+
+def timeline_button(label: str, source_key: str, lo_ns: int | None, hi_ns: int | None, key: str,
+                    pad: float = 0.1) -> None:
+    """A button that jumps to the time range in the Timeline (padded so context shows)."""
+    if lo_ns is None or hi_ns is None:
+        return
+    width = max(int(hi_ns) - int(lo_ns), 1000)
+    if st.button(label, key=key):
+        focus_timeline(source_key, int(lo_ns - pad * width), int(hi_ns + pad * width))
+
+
+def pop_focus() -> dict[str, int | str] | None:
+    return st.session_state.pop(K_FOCUS, None)
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def ms(ns: float | int | None) -> str:
+    """A duration for people: 4 significant digits, in s above 10 s."""
+    if ns is None or pd.isna(ns):
+        return "–"
+    v = float(ns) / 1e6
+    if abs(v) >= 10_000:
+        return f"{v / 1e3:,.2f} s"
+    digits = 1 if abs(v) >= 100 else 2 if abs(v) >= 10 else 3
+    return f"{v:,.{digits}f} ms"
+
+
+def pct(x: float | None) -> str:
+    return "–" if x is None or pd.isna(x) else f"{100 * x:.1f} %"
+
+
+def show_evidence(evidence: dict[str, Any], key: str) -> None:
+    """A finding's evidence: scalars in one table (times in ms), lists of records as tables."""
+    scalars = {k: v for k, v in evidence.items() if not isinstance(v, (list, tuple, dict))}
+    if scalars:
+        st.dataframe(pd.DataFrame({"evidence": list(scalars), "value": [_fmt(k, v) for k, v in scalars.items()]}),
+                     hide_index=True, key=f"{key}-scalars")
+    for k, v in evidence.items():
+        if isinstance(v, dict):
+            st.caption(k)
+            st.json(v, expanded=False)
+        elif isinstance(v, (list, tuple)) and v:
+            st.caption(k)
+            if all(isinstance(x, dict) for x in v):
+                st.dataframe(pd.DataFrame(list(v)), hide_index=True, key=f"{key}-{k}")
+            else:
+                st.write(", ".join(map(str, v[:50])) + (f", … ({len(v)} in all)" if len(v) > 50 else ""))
+
+
+def _fmt(k: str, v: Any) -> str:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and k.endswith("_ns"):
+        return ms(v)
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def not_available(what: str, module: str) -> None:
+    """The message a page shows while an analysis it needs has not landed."""
+    st.info(f"{what} is not available yet: this build of overlapscope has no `{module}`.")

@@ -1,0 +1,114 @@
+"""Cross-rank: when each rank reached each collective, who waited for whom, and order mismatches.
+
+A collective cannot move data before its last rank arrives; the time the early ranks spend
+spinning inside it is not communication that compute could hide. Everything shown comes
+from analyzers.crossrank; rows link to their time range in the Timeline.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app import ui
+from app.figures import peer_wait_bars, skew_heatmap
+
+st.title("Cross-rank")
+runs = ui.load_selected()
+if not runs:
+    st.stop()
+try:
+    import analyzers.crossrank  # noqa: F401
+except ImportError:
+    ui.not_available("Cross-rank analysis", "analyzers.crossrank")
+    st.stop()
+
+
+def _pick_row(frame: pd.DataFrame, key: str, caption: str) -> int | None:
+    """A selectable table; the position of the selected row (or None) so the page can offer a jump."""
+    st.dataframe(frame, hide_index=True, key=key, on_select="rerun", selection_mode="single-row")
+    state = st.session_state.get(key)
+    rows = state["selection"]["rows"] if state else []
+    if not rows or rows[0] >= len(frame):
+        st.caption(caption)
+        return None
+    return int(rows[0])
+
+
+for run in runs:
+    st.header(run.label)
+    rep = run.cross_rank()
+    if rep is None:
+        st.info("Cross-rank analysis needs two or more ranks; this run has one.")
+        continue
+    c = st.columns(4)
+    c[0].metric("Matched collectives", f"{rep.n_matched:,}")
+    total_wait = sum(int(v.get("wait_ns") or 0) for v in rep.peer_wait.values())
+    c[1].metric("Waiting for peers (all ranks)", ui.ms(total_wait))
+    c[2].metric("Order mismatches", f"{len(rep.mismatches):,}")
+    clock = rep.clock
+    c[3].metric("Clock alignment", clock.method if clock else "–",
+                help=clock.reason if clock else "no clock alignment (single rank)")
+    if clock is not None:
+        offs = ", ".join(f"rank {r}: {ui.ms(v)}" for r, v in clock.offsets_ns.items())
+        st.caption(f"Offsets {'applied' if clock.applied else 'not applied'} ({offs}); residual skew of "
+                   f"matched ends {ui.ms(clock.residual_skew_ns)}. {clock.reason}")
+
+    colls = rep.collectives
+    st.subheader("Arrival skew")
+    st.plotly_chart(skew_heatmap(colls, rep.ranks), theme=None, key=f"xr-heat-{run.source.key}")
+    if not colls.empty:
+        end_cols = [c for c in colls.columns if c.startswith("end_ns_r")]
+        ends = colls[end_cols].max(axis=1).astype("int64") if end_cols else colls["arrival_ns"]
+        view = pd.DataFrame({
+            "collective": colls["coll_id"], "group": colls.get("group", ""), "name": colls.get("coll_name", ""),
+            "ranks": colls.get("n_ranks", 0), "skew (ms)": colls["skew_ns"] / 1e6,
+            "late rank": colls["late_rank"], "max wait (ms)": colls["max_wait_ns"] / 1e6,
+            "total wait (ms)": colls["total_wait_ns"] / 1e6,
+            "start_ns": colls["first_start_ns"], "end_ns": ends,
+        })
+        pos = _pick_row(view.drop(columns=["start_ns", "end_ns"]), f"xr-colls-{run.source.key}",
+                        "Select a collective to see it in the timeline.")
+        if pos is not None:
+            row = view.iloc[pos]
+            ui.timeline_button(f"Show collective #{int(row['collective'])} in the timeline", run.source.key,
+                               int(row["start_ns"]), int(row["end_ns"]), key=f"xr-go-c-{run.source.key}", pad=0.5)
+
+    st.subheader("Peer wait per rank")
+    pw = pd.DataFrame([{"rank": r, **{k: v for k, v in d.items() if not isinstance(v, dict)}}
+                       for r, d in rep.peer_wait.items()])
+    if pw.empty or pw["n_collectives"].sum() == 0:
+        st.caption("No peer wait measured (no collective whose peers are all in these traces).")
+    else:
+        st.plotly_chart(peer_wait_bars(pw), theme=None, key=f"xr-pw-{run.source.key}")
+        st.dataframe(pw.assign(**{"wait (ms)": pw["wait_ns"] / 1e6, "transfer (ms)": pw["transfer_ns"] / 1e6})[
+            ["rank", "n_collectives", "wait (ms)", "transfer (ms)", "wait_fraction", "overlap_ratio",
+             "effective_overlap_ratio", "n_late"]], hide_index=True, column_config={
+            "wait_fraction": st.column_config.NumberColumn("waiting share", format="percent"),
+            "overlap_ratio": st.column_config.NumberColumn("overlap ratio", format="percent"),
+            "effective_overlap_ratio": st.column_config.NumberColumn(
+                "effective overlap (transfer only)", format="percent")})
+    if rep.late_ranks:
+        st.markdown("**Late ranks** (the last to arrive, and the wait they caused)")
+        st.dataframe(pd.DataFrame(rep.late_ranks), hide_index=True)
+
+    st.subheader("Scheduling-order mismatches")
+    mm = rep.mismatches
+    if mm.empty:
+        summary = rep.mismatch_summary or {}
+        st.caption(f"None: {summary.get('kernels_compared', 0):,} kernels compared across "
+                   f"{summary.get('role_pairs', 0)} stream-role pair(s).")
+    else:
+        starts = mm[["x_start_ns_a", "y_start_ns_a", "x_start_ns_b", "y_start_ns_b"]].min(axis=1)
+        ends = mm["dependency_start_ns"].astype("int64") + mm["max_wait_ns"].fillna(0).astype("int64")
+        view = mm.assign(**{"wait caused (ms)": mm["wait_caused_ns"] / 1e6})
+        shown = view[["rank_a", "rank_b", "step", "coll_name", "kernel_x", "stream_x", "kernel_y", "stream_y",
+                      "first_on_a", "first_on_b", "waiting_rank", "late_rank", "wait caused (ms)"]]
+        pos = _pick_row(shown, f"xr-mm-{run.source.key}", "Select a mismatch to see it in the timeline.")
+        if pos is not None:
+            ui.timeline_button("Show this mismatch in the timeline", run.source.key, int(starts.iloc[pos]),
+                               int(ends.iloc[pos]), key=f"xr-go-m-{run.source.key}", pad=0.3)
+    if rep.notes:
+        with st.expander("Notes from the cross-rank analysis"):
+            for n in rep.notes:
+                st.caption(n)

@@ -1,0 +1,107 @@
+"""Timeline: ranks x streams lanes of every selected run in one figure with a shared x axis.
+
+The step selector and the time-window slider pick what is sent to the browser; each change
+re-aggregates (level of detail) so the figure stays under the segment budget however large
+the trace. Box-selecting a range on the chart makes it the new window, at full detail.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app import ui
+from app.figures import figure_payload_bytes, timeline_figure
+from app.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
+from app.timeline import lod_for_windows
+
+st.title("Timeline")
+runs = ui.load_selected()
+if not runs:
+    st.stop()
+datas = [r.timeline() for r in runs]
+focus = ui.pop_focus()
+
+WHOLE = "whole trace"
+steps = sorted({int(s) for d in datas for s in d.steps["step"].tolist()})
+options = [WHOLE, *steps]
+if focus is not None:
+    st.session_state["tl_step"] = WHOLE
+if st.session_state.get("tl_step") not in options:
+    st.session_state["tl_step"] = steps[len(steps) // 2] if steps else WHOLE  # a middle step: warmed up
+
+with st.expander("Display and level of detail"):
+    c = st.columns(3)
+    width_px = int(c[0].number_input("Pixels across (merge intervals closer than one)", 200, 8000,
+                                     DEFAULT_WIDTH_PX, step=100, key="tl_width"))
+    max_segments = int(c[1].number_input("Segment budget (all runs)", 1000, 400_000, DEFAULT_MAX_SEGMENTS,
+                                         step=10_000, key="tl_budget"))
+    lane_px = int(c[2].number_input("Lane height (px)", 10, 60, 22, step=2, key="tl_lane_px"))
+
+cols = st.columns([1, 3])
+step = cols[0].selectbox("Step", options, key="tl_step",
+                         format_func=lambda s: s if s == WHOLE else f"step {s}",
+                         help="Runs are aligned at the start of this step (ProfilerStep#N).")
+bounds = [d.step_window(None if step == WHOLE else int(step)) for d in datas]
+dur_ns = max(max(t1 - t0 for t0, t1 in bounds), 1)
+dur_ms = dur_ns / 1e6
+slider_key = f"tl_window:{step}:{dur_ns}"
+
+# A focus (a link from another page) or a box selection on the chart sets the window.
+if focus is not None:
+    idx = next((i for i, r in enumerate(runs) if r.source.key == focus["source"]), 0)
+    t0 = bounds[idx][0]
+    a = min(max((int(focus["lo"]) - t0) / 1e6, 0.0), dur_ms)
+    b = min(max((int(focus["hi"]) - t0) / 1e6, a), dur_ms)
+    st.session_state[slider_key] = (a, b)
+chart_state = st.session_state.get("tl_chart")
+try:
+    boxes = chart_state["selection"]["box"] if chart_state else []
+except (KeyError, TypeError):
+    boxes = []
+if boxes:
+    xs = boxes[-1].get("x") or []
+    sig = (slider_key, tuple(round(float(v), 9) for v in xs))
+    if len(xs) == 2 and st.session_state.get("tl_last_box") != sig:
+        st.session_state["tl_last_box"] = sig
+        lo_ms, hi_ms = sorted(float(v) for v in xs)
+        st.session_state[slider_key] = (max(lo_ms, 0.0), min(hi_ms, dur_ms))
+
+kwargs = {} if slider_key in st.session_state else {"value": (0.0, dur_ms)}
+a_ms, b_ms = cols[1].slider("Time window (ms from the step start)", 0.0, dur_ms, key=slider_key,
+                            step=max(dur_ms / 2000, 1e-6), format="%.3f", **kwargs)
+if b_ms <= a_ms:
+    b_ms = min(a_ms + dur_ms / 2000, dur_ms)
+
+windows = [(t0, t0 + int(a_ms * 1e6), t0 + int(b_ms * 1e6)) for t0, _ in bounds]
+segments = lod_for_windows(datas, windows, width_px=width_px, max_segments=max_segments)
+fig = timeline_figure(segments, width_px=width_px, lane_px=lane_px)
+st.plotly_chart(fig, theme=None, key="tl_chart", on_select="rerun", selection_mode="box",
+                config={"scrollZoom": True, "displaylogo": False})
+
+n_seg = sum(len(s.segments) for s in segments)
+n_in = sum(int(((d.ends > lo) & (d.starts < hi)).sum()) for d, (_, lo, hi) in zip(datas, windows, strict=True))
+threshold_us = max(s.segments.threshold_ns for s in segments) / 1e3
+st.caption(f"{n_seg:,} segments drawn for {n_in:,} intervals in the window "
+           f"(intervals closer than {threshold_us:,.2f} µs merged; payload "
+           f"{figure_payload_bytes(fig) / 1e6:.2f} MB). Zoom: drag on the chart; box-select (toolbar) "
+           "re-aggregates that range at full detail.")
+missing = [r.label for r, d in zip(runs, datas, strict=True) if step != WHOLE and int(step) not in set(
+    d.steps["step"].tolist())]
+if missing:
+    st.warning(f"Step {step} is not in {', '.join(missing)}: shown from its trace start instead.")
+for d in datas:
+    for n in d.notes:
+        st.caption(n)
+
+st.subheader("Metrics in this window")
+rows = []
+for run, (_, lo, hi) in zip(runs, windows, strict=True):
+    for rank in run.traces().rank_ids():
+        m = run.window_metrics(rank, lo, hi)
+        rows.append({"run": run.label, "rank": rank, "overlap ratio": m.overlap_ratio,
+                     "comm (ms)": m.comm_ns / 1e6, "compute (ms)": m.compute_ns / 1e6,
+                     "overlap (ms)": m.overlap_ns / 1e6, "exposed comm (ms)": m.exposed_comm_ns / 1e6,
+                     "idle (ms)": m.idle_ns / 1e6, "activities": m.n_gpu})
+st.dataframe(pd.DataFrame(rows), hide_index=True, column_config={
+    "overlap ratio": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="percent")})

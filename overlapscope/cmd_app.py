@@ -1,0 +1,89 @@
+"""`overlapscope app [PATH...]`: start the Streamlit dashboard (app/main.py) in a subprocess.
+
+Streamlit is never imported here: the CLI stays importable without the [app] extra, and
+the dashboard runs in its own process as `python -m streamlit run app/main.py -- PATH...`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from analyzers.errors import BadInputError
+
+from .cli import EXIT_USAGE, app, err_console
+
+APP_SCRIPT = Path(__file__).resolve().parents[1] / "app" / "main.py"
+
+
+def streamlit_command(paths: list[Path], *, port: int, address: str, max_upload_mb: int) -> list[str]:
+    """The `streamlit run` command line (headless: the user opens the printed URL)."""
+    return [
+        sys.executable, "-m", "streamlit", "run", str(APP_SCRIPT),
+        "--server.headless", "true",
+        "--server.port", str(port),
+        "--server.address", address,
+        "--server.maxUploadSize", str(max_upload_mb),
+        "--browser.gatherUsageStats", "false",
+        "--",
+        *[str(p) for p in paths],
+    ]
+
+
+@app.command("app")
+def app_cmd(
+    paths: Annotated[list[str] | None, typer.Argument(
+        help="Runs to open: run folders or trace files (files of one folder form one run). "
+             "Without paths: the bundled sample traces.", show_default=False)] = None,
+    port: Annotated[int, typer.Option("--port", help="Port to serve on.")] = 8501,
+    address: Annotated[str, typer.Option(
+        "--address", help="Address to bind (0.0.0.0 to serve other machines: mind OVERLAPSCOPE_ALLOWED_ROOTS).")
+    ] = "localhost",
+    allowed_root: Annotated[list[Path] | None, typer.Option(
+        "--allowed-root", help="Server folder the browser may open paths under (repeatable; default: the "
+                               "sample traces and the given paths).")] = None,
+    max_upload_mb: Annotated[int | None, typer.Option(
+        "--max-upload-mb", help="Upload size cap in MB (default $OVERLAPSCOPE_MAX_UPLOAD_MB or 200).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the command instead of starting it.")] = False,
+) -> None:
+    """Open the dashboard: overview, timelines, cross-rank, syncs, diff, run."""
+    if importlib.util.find_spec("streamlit") is None or importlib.util.find_spec("plotly") is None:
+        err_console.print("overlapscope: error: the dashboard needs streamlit and plotly: "
+                          "pip install 'overlapscope[app]'", markup=False, highlight=False)
+        raise typer.Exit(EXIT_USAGE)
+    resolved = []
+    for raw in paths or []:
+        p = Path(raw).expanduser()
+        if not p.exists():
+            raise BadInputError(p, "no such file or directory")
+        resolved.append(p.resolve())
+    env = dict(os.environ)
+    limit = max_upload_mb or int(env.get("OVERLAPSCOPE_MAX_UPLOAD_MB") or 200)
+    if limit < 1:
+        err_console.print("overlapscope: usage error: --max-upload-mb must be >= 1", markup=False)
+        raise typer.Exit(EXIT_USAGE)
+    env["OVERLAPSCOPE_MAX_UPLOAD_MB"] = str(limit)
+    env["OVERLAPSCOPE_APP_PATHS"] = os.pathsep.join(str(p) for p in resolved)
+    if allowed_root:
+        env["OVERLAPSCOPE_ALLOWED_ROOTS"] = os.pathsep.join(str(p.expanduser().resolve()) for p in allowed_root)
+    repo = str(APP_SCRIPT.parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [repo, env.get("PYTHONPATH")]))
+    cmd = streamlit_command(resolved, port=port, address=address, max_upload_mb=limit)
+    if dry_run:
+        sys.stdout.write(shlex.join(cmd) + "\n")
+        return
+    err_console.print(f"overlapscope app: http://{address}:{port}  (Ctrl-C stops it)", markup=False,
+                      highlight=False)
+    try:
+        rc = subprocess.call(cmd, env=env)
+    except KeyboardInterrupt:
+        rc = 0
+    if rc not in (0, -2, 130):
+        raise typer.Exit(rc)
