@@ -65,7 +65,7 @@ class TraceDiff:
     iterations: dict[str, Any]  # per side: n, steps, median/worst/min/p25/p75/spread, kernels per step
     kernels: pd.DataFrame  # per normalized name: count/total/mean per side, deltas; largest |total delta| first
     kernel_names: str  # normalization mode used for `kernels`
-    findings: dict[str, Any]  # status, only_a, only_b, both
+    findings: dict[str, Any]  # status, only_a, only_b, both, ranks_differ
     not_analyzed: list[str]  # sections neither report carries (peer wait, blocking syncs, findings)
     alignment: dict[str, Any]  # the iteration at which aligned_timelines puts both variants' time zero
     notes: list[str]
@@ -306,27 +306,35 @@ def report_findings(report: AnalysisReport) -> list[dict[str, Any]] | None:
     return [f.to_dict() if hasattr(f, "to_dict") else dict(f) for f in found]
 
 
-def _finding_key(f: dict[str, Any], rank_map: dict[int, int]) -> tuple[str, tuple[int, ...]]:
-    return str(f.get("id")), tuple(sorted(rank_map.get(int(r), int(r)) for r in (f.get("ranks") or [])))
+def _finding_ranks(findings: list[dict[str, Any]], rank_map: dict[int, int]) -> dict[str, set[int]]:
+    """id -> the ranks it was found on (mapped to A's rank ids)."""
+    out: dict[str, set[int]] = {}
+    for f in findings:
+        out.setdefault(str(f.get("id")), set()).update(rank_map.get(int(r), int(r)) for r in (f.get("ranks") or []))
+    return out
 
 
 def diff_findings(a: AnalysisReport, b: AnalysisReport, pairs: list[tuple[int, int]]) -> dict[str, Any]:
-    """Findings present on one side only, matched by (id, ranks); B's ranks mapped to A's by the pairing."""
+    """Findings present on one side only (by id), and ids found on both sides but on other ranks.
+
+    B's ranks are mapped to A's through the rank pairing, so "rank 1" means the same GPU slot.
+    """
     fa, fb = report_findings(a), report_findings(b)
     if fa is None and fb is None:
-        return {"status": "not analyzed", "only_a": [], "only_b": [], "both": []}
+        return {"status": "not analyzed", "only_a": [], "only_b": [], "both": [], "ranks_differ": []}
     status = "analyzed" if fa is not None and fb is not None else \
         f"analyzed on {'A' if fa is not None else 'B'} only"
     fa, fb = fa or [], fb or []
     b_to_a = {rb: ra for ra, rb in pairs}
-    keys_a = {_finding_key(f, {}) for f in fa}
-    keys_b = {_finding_key(f, b_to_a) for f in fb}
+    ids_a, ids_b = _finding_ranks(fa, {}), _finding_ranks(fb, b_to_a)
     slim = ("id", "severity", "ranks", "title")
     return {
         "status": status,
-        "only_a": [{k: f.get(k) for k in slim} for f in fa if _finding_key(f, {}) not in keys_b],
-        "only_b": [{k: f.get(k) for k in slim} for f in fb if _finding_key(f, b_to_a) not in keys_a],
-        "both": sorted({k[0] for k in keys_a & keys_b}),
+        "only_a": [{k: f.get(k) for k in slim} for f in fa if str(f.get("id")) not in ids_b],
+        "only_b": [{k: f.get(k) for k in slim} for f in fb if str(f.get("id")) not in ids_a],
+        "both": sorted(set(ids_a) & set(ids_b)),
+        "ranks_differ": [{"id": i, "ranks_a": sorted(ids_a[i]), "ranks_b": sorted(ids_b[i])}
+                         for i in sorted(set(ids_a) & set(ids_b)) if ids_a[i] != ids_b[i]],
     }
 
 
@@ -375,6 +383,33 @@ def section_total(section: Any, paths: tuple[tuple[str, ...], ...]) -> float | N
         if found is not None:
             return found
     return None
+
+
+def complete_report(report: AnalysisReport, traces: TraceSet) -> AnalysisReport:
+    """Attach what the diff compares but `analyze` may not have attached: peer wait
+    (analyzers.crossrank, two ranks or more), blocking host syncs (analyzers.syncs) and
+    findings (analyzers.findings). A section the report already carries is never recomputed.
+    Returns the same report, for chaining.
+    """
+    from .crossrank import analyze_cross_rank, cross_rank_findings
+    from .findings import detect_findings
+    from .syncs import blocking_syncs
+
+    xr_findings = []
+    if _section(report, "cross_rank") is None and len(traces) >= 2:
+        xr = analyze_cross_rank(traces)
+        report.extra["cross_rank"] = {"peer_wait": xr.peer_wait, "notes": list(xr.notes)}
+        xr_findings = cross_rank_findings(xr)
+    per_rank = None
+    if _section(report, "syncs") is None:
+        per_rank = {r: blocking_syncs(traces.ranks[r]) for r in traces.rank_ids()}
+        frames = [f for f in per_rank.values() if not f.empty]
+        report.extra["syncs"] = {"blocking_syncs": pd.concat(frames, ignore_index=True) if frames else [],
+                                 "blocking_sync_ns": float(sum(f["host_blocked_ns"].sum() for f in frames))}
+    if report_findings(report) is None:
+        metrics = {m.rank: m for m in report.ranks}
+        report.extra["findings"] = detect_findings(traces, metrics, extra=xr_findings, syncs=per_rank)
+    return report
 
 
 # ---------------------------------------------------------------- structure notes
@@ -587,6 +622,8 @@ def diff_reports(a: AnalysisReport, b: AnalysisReport, traces_a: TraceSet, trace
         xa, xb = section_total(_section(a, name), keys), section_total(_section(b, name), keys)
         if xa is None and xb is None:
             not_analyzed.append(metric)
+            if metric == "peer_wait_ns" and min(len(a.ranks), len(b.ranks)) < 2:
+                notes.append("peer wait needs two or more ranks on each side")
             continue
         va[metric] = np.nan if xa is None else xa
         vb[metric] = np.nan if xb is None else xb
@@ -613,7 +650,7 @@ def diff_reports(a: AnalysisReport, b: AnalysisReport, traces_a: TraceSet, trace
         and _same(ranks["a"], ranks["b"]) and _same(aggregate["a"], aggregate["b"])
         and _same(kernels[["count_a", "total_ns_a"]], kernels[["count_b", "total_ns_b"]])
         and ia.get("durations_ns") == ib.get("durations_ns") and ia.get("steps") == ib.get("steps")
-        and not findings["only_a"] and not findings["only_b"] and not structure
+        and not findings["only_a"] and not findings["only_b"] and not findings["ranks_differ"] and not structure
     )
     line = verdict(labels, aggregate, ia, ib, identical, different_jobs=any(job for _, job in structure))
     return TraceDiff(
@@ -678,5 +715,5 @@ def compare_many(reports: dict[str, AnalysisReport], baseline: str) -> pd.DataFr
     return df
 
 
-__all__ = ["TraceDiff", "diff_reports", "aligned_timelines", "alignment_step", "compare_many", "kernel_stats",
-           "kernel_deltas", "iteration_stats", "iteration_table", "pair_ranks"]
+__all__ = ["TraceDiff", "diff_reports", "complete_report", "aligned_timelines", "alignment_step", "compare_many",
+           "kernel_stats", "kernel_deltas", "iteration_stats", "iteration_table", "pair_ranks"]

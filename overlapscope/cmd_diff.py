@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from analyzers.diff import TraceDiff, aligned_timelines, diff_reports
+from analyzers.diff import TraceDiff, aligned_timelines, complete_report, diff_reports
 from analyzers.iterations import DEFAULT_STEP_PATTERN
 from analyzers.kernel_names import KERNEL_NAME_MODES
 from analyzers.load import TRACE_SUFFIXES
@@ -106,6 +106,10 @@ def diff_cmd(
                                "arguments, argument lists and counters dropped), coarse (also tile sizes), "
                                "or raw.")] = KernelNames.normalized,
     top: Annotated[int, typer.Option("--top", min=1, help="Kernel rows to show (table and md).")] = 15,
+    diagnose: Annotated[bool, typer.Option(
+        "--diagnose/--no-diagnose", help="Also run the cross-rank, host-sync and findings analyses where the "
+                                         "reports lack them (peer wait, blocking-sync time, findings on one side "
+                                         "only).")] = True,
     timeline: Annotated[Path | None, typer.Option(
         "--timeline", help="Also write both sides' GPU intervals, aligned at a common iteration start, "
                            "to this CSV file (for plotting A over B).")] = None,
@@ -119,6 +123,9 @@ def diff_cmd(
     names = names or default_labels(ta, tb)
     ra, rb = analyze(ta, options), analyze(tb, options)
     ra.label, rb.label = names
+    if diagnose:
+        complete_report(ra, ta)
+        complete_report(rb, tb)
     d = diff_reports(ra, rb, ta, tb, names, options=options, kernel_names=str(kernel_names))
     emit_diff(d, format, top)
     if timeline is not None:

@@ -145,9 +145,12 @@ def _us(ns: Any) -> str:
     return UNDEFINED if _nan(ns) else f"{ns / 1e3:,.1f} µs"
 
 
+def _rank_list(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks) if ranks else "no rank"
+
+
 def _finding_line(f: dict[str, Any]) -> str:
-    ranks = ", ".join(str(r) for r in (f.get("ranks") or []))
-    return f"{f.get('id')} [{f.get('severity', '')}] ranks {ranks}: {f.get('title', '')}"
+    return f"{f.get('id')} [{f.get('severity', '')}]: {f.get('title', '')}"
 
 
 def _iteration_line(d: TraceDiff) -> str:
@@ -182,7 +185,10 @@ def _sections_text(d: TraceDiff) -> list[str]:
             for f in items:
                 out.append(f"only in {side}: {_finding_line(f)}")
         if d.findings["both"]:
-            out.append(f"findings in both: {', '.join(d.findings['both'])}")
+            out.append(f"findings on both sides: {', '.join(d.findings['both'])}")
+        for x in d.findings.get("ranks_differ", []):
+            out.append(f"{x['id']} on other ranks: {_rank_list(x['ranks_a'])} in {d.labels[0]}, "
+                       f"{_rank_list(x['ranks_b'])} in {d.labels[1]}")
     names = {"peer_wait_ns": "peer wait", "blocking_sync_ns": "blocking-sync time", "findings": None}
     missing = [names[m] for m in d.not_analyzed if names.get(m)]
     if missing:

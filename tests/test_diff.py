@@ -18,6 +18,7 @@ from analyzers.diff import (
     IDENTICAL,
     aligned_timelines,
     compare_many,
+    complete_report,
     diff_reports,
     iteration_stats,
     pair_ranks,
@@ -39,27 +40,32 @@ ADD2 = ADD4.replace("kernel<4,", "kernel<2,")
 
 
 def schedule(overlapped: bool, gaps: list[int], ranks: int = 2, add_kernel: str = ADD4, first_step: int = 1,
-             rank_offset: int = 0, extra_gemms: int = 0) -> TraceSet:
+             rank_offset: int = 0, extra_gemms: int = 0, host_sync: bool = False) -> TraceSet:
     """One step per entry of `gaps`: comm [t, t+10U) on stream 1, gemm of 10U on stream 0
     starting at t+2U (overlapped: 8U of the 10U comm hidden) or t+10U (serialized, as
-    behind a host sync), then a 1U add kernel; the next step starts `gap` after that."""
+    behind a host sync), then a 1U add kernel; the next step starts `gap` after that.
+    host_sync: the host blocks in cudaStreamSynchronize from t-U/4 until the comm ends
+    (10.25U), then launches the gemm, which starts U/10 later (the GPU idles meanwhile), as
+    in the ag-gemm host-sync variant."""
     traces = {}
     for r in range(ranks):
-        kernels, steps, launches = [], [], []
+        kernels, steps, launches, runtime = [], [], [], []
         t, corr = 10 * U + r * rank_offset, 0  # launches at t - U/2 must be >= 0 (negative = unknown)
         for i, gap in enumerate(gaps):
-            off = 2 * U if overlapped else 10 * U
+            off = 2 * U if overlapped else 10 * U + (U // 10 if host_sync else 0)  # + launch latency after a sync
             body = [(t, t + 10 * U, 1, COMM), (t + off, t + off + 10 * U, 0, GEMM),
                     (t + off + 10 * U, t + off + 11 * U, 0, add_kernel)]
             body += [(t + off + 11 * U + j * U, t + off + 12 * U + j * U, 0, GEMM) for j in range(extra_gemms)]
-            for s, e, stream, name in body:
+            if host_sync:
+                runtime.append(("cudaStreamSynchronize", t - U // 4, t + 10 * U, 10_000 + corr))
+            for j, (s, e, stream, name) in enumerate(body):
                 kernels.append((s, e, stream, name, "kernel", corr))
-                launches.append((corr, t - U // 2))
+                launches.append((corr, t + 10 * U + 10 if host_sync and j > 0 else t - U // 2))
                 corr += 1
             end = body[-1][1]
             steps.append((first_step + i, t - U, end + gap - U))
             t = end + gap
-        traces[r] = rank_trace(kernels, rank=r, steps=steps, launches=launches, world_size=ranks)
+        traces[r] = rank_trace(kernels, rank=r, steps=steps, launches=launches, runtime=runtime, world_size=ranks)
     return TraceSet(ranks=traces, label="overlapped" if overlapped else "serialized", fmt="synthetic",
                     world_size=ranks)
 
@@ -119,24 +125,47 @@ def test_findings_peer_wait_and_blocking_sync_from_other_analyses():
     d = diff_reports(ra, rb, a, b)
     assert d.findings["status"] == "not analyzed"
     assert {"findings", "peer_wait_ns", "blocking_sync_ns"} <= set(d.not_analyzed)
-    ra.extra["findings"] = [{"id": "host-blocking-sync", "severity": "critical", "ranks": [0, 1],
-                             "title": "2 host syncs per step"},
-                            {"id": "launch-bound-gaps", "severity": "info", "ranks": [1], "title": "gaps"}]
+    ra.extra["findings"] = [{"id": "host-blocking-sync", "severity": "critical", "ranks": [0], "title": "r0 syncs"},
+                            {"id": "host-blocking-sync", "severity": "critical", "ranks": [1], "title": "r1 syncs"},
+                            {"id": "launch-bound-gaps", "severity": "info", "ranks": [1], "title": "gaps"},
+                            {"id": "serialized-streams", "severity": "info", "ranks": [0, 1], "title": "serial"}]
     rb.extra["findings"] = [{"id": "launch-bound-gaps", "severity": "info", "ranks": [1], "title": "gaps"},
-                            {"id": "late-peer", "severity": "warning", "ranks": [0], "title": "rank 1 late"}]
+                            {"id": "serialized-streams", "severity": "info", "ranks": [1], "title": "serial"},
+                            {"id": "late-peer", "severity": "warning", "ranks": [1, 0], "title": "rank 1 late"}]
     ra.extra["syncs"] = pd.DataFrame({"api": ["cudaStreamSynchronize"] * 2, "host_blocked_ns": [2 * U, 3 * U]})
     rb.extra["syncs"] = {"blocking_sync_ns": 0}
     # as analyzers.crossrank reports it: per rank totals
     rb.extra["cross_rank"] = {"collectives": [{"total_wait_ns": 9 * U}],
                               "peer_wait": {"0": {"wait_ns": U, "transfer_ns": 5 * U}, "1": {"wait_ns": 2 * U}}}
     d = diff_reports(ra, rb, a, b)
-    assert [f["id"] for f in d.findings["only_a"]] == ["host-blocking-sync"]
-    assert [f["id"] for f in d.findings["only_b"]] == ["late-peer"] and d.findings["both"] == ["launch-bound-gaps"]
+    assert [f["title"] for f in d.findings["only_a"]] == ["r0 syncs", "r1 syncs"]
+    assert [f["id"] for f in d.findings["only_b"]] == ["late-peer"]
+    assert d.findings["both"] == ["launch-bound-gaps", "serialized-streams"]
+    assert d.findings["ranks_differ"] == [{"id": "serialized-streams", "ranks_a": [0, 1], "ranks_b": [1]}]
     bs = agg(d, "blocking_sync_ns")
     assert (bs["a"], bs["b"], bs["delta"], bs["rel"]) == (5 * U, 0, -5 * U, -1.0)
     pw = agg(d, "peer_wait_ns")
     assert math.isnan(pw["a"]) and pw["b"] == 3 * U
     assert d.not_analyzed == []
+
+
+def test_complete_report_runs_the_other_analyses_once():
+    # the host-sync variant: a cudaStreamSynchronize per step blocks 10.25U and leaves the GPU idle U/10
+    a, b = schedule(False, [0, 0, 0], host_sync=True), schedule(True, [0, 0, 0])
+    ra, rb = analyze(a), analyze(b)
+    complete_report(ra, a)
+    complete_report(rb, b)
+    kept = ra.extra["findings"]
+    assert complete_report(ra, a).extra["findings"] is kept  # present sections are not recomputed
+    d = diff_reports(ra, rb, a, b, ("host-sync", "sync-before-loop"))
+    assert d.findings["status"] == "analyzed" and d.not_analyzed == []
+    assert {f["id"] for f in d.findings["only_a"]} == {"host-blocking-sync"}
+    assert {r for f in d.findings["only_a"] for r in f["ranks"]} == {0, 1}
+    bs = agg(d, "blocking_sync_ns")  # 2 ranks x 3 steps x 10.25U
+    assert (bs["a"], bs["b"]) == (61.5 * U, 0)
+    assert agg(d, "peer_wait_ns")["delta"] == 0  # both ranks start every collective together
+    assert d.verdict == ("sync-before-loop hides 80.0 points more communication (overlap 0.0% -> 80.0%) and is "
+                         "38.4% faster per iteration (2.11 -> 1.3 ms), beyond the iteration spread (±0 ms)")
 
 
 def test_section_total_shapes():
@@ -279,6 +308,8 @@ def test_cli_diff_formats_and_errors(hta_dir, tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["labels"] == ["control", "test"] and doc["verdict"].startswith("test hides")
+    assert doc["findings"]["status"] == "analyzed" and "blocking_sync_ns" not in doc["not_analyzed"]
+    assert "peer wait needs two or more ranks on each side" in doc["notes"]
     with timeline.open() as fh:
         rows = list(csv.DictReader(fh))
     assert {row["variant"] for row in rows} == {"control", "test"} and "written to" in r.stderr
@@ -287,6 +318,8 @@ def test_cli_diff_formats_and_errors(hta_dir, tmp_path):
     assert "GPU models differ" in md.stdout
     table = cli("diff", a, a)
     assert table.returncode == 0 and "verdict: identical" in table.stdout
+    quick = json.loads(cli("diff", a, b, "--no-diagnose", "-f", "json").stdout)
+    assert quick["findings"]["status"] == "not analyzed" and "blocking_sync_ns" in quick["not_analyzed"]
     assert cli("diff", a, b, "--labels", "onlyone").returncode == 2
     bad = cli("diff", a, str(tmp_path / "missing.json"))
     assert bad.returncode == 3 and "no such file" in bad.stderr and "Traceback" not in bad.stderr
@@ -305,7 +338,7 @@ def test_ag_gemm_host_sync_vs_sync_before_loop():
     assert rows["overlap_ratio"]["delta"] > 0  # overlap gained
     assert rows["iteration_ns_median"]["delta"] < 0  # time saved
     assert doc["verdict"].startswith("sync-before-loop hides")
-    if doc["findings"]["status"] == "analyzed":
-        assert "host-blocking-sync" in {f["id"] for f in doc["findings"]["only_a"]}
+    assert "host-blocking-sync" in {f["id"] for f in doc["findings"]["only_a"]}
+    assert rows["blocking_sync_ns"]["a"] > 0 and rows["blocking_sync_ns"]["delta"] < 0
     same = cli("diff", str(AG_GEMM / "host-sync"), str(AG_GEMM / "host-sync"), "-f", "json")
     assert json.loads(same.stdout)["verdict"] == IDENTICAL
