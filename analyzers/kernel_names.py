@@ -113,6 +113,11 @@ def _is_literal(arg: str) -> bool:
     return bool(_LITERAL.match(bare))
 
 
+def _without_counter(s: str) -> str:
+    """'triton_poi_fused_add_0' -> 'triton_poi_fused_add'; a name that is only a counter stays."""
+    return _TRAILING_COUNTER.sub("", s) or s
+
+
 def _without_return_type(s: str) -> str:
     """Drop a return type written before the name (``std::enable_if<...>::type ns::kernel``)."""
     depth, cut = 0, -1
@@ -139,7 +144,7 @@ def _normalize(name: str, coarse: bool) -> str:
         if s[i] != "<":
             i += 1
             continue
-        parts.append(_TRAILING_COUNTER.sub("", s[plain_from:i]))  # kernel_1<float> -> kernel<float>
+        parts.append(_without_counter(s[plain_from:i]))  # kernel_1<float> -> kernel<float>
         j = _matching(s, i, "<", ">")
         if j < 0:  # a truncated name: drop the unfinished tail
             plain_from = i = len(s)
@@ -152,7 +157,7 @@ def _normalize(name: str, coarse: bool) -> str:
     parts.append(s[plain_from:i])
     s = _HEX.sub("", _without_return_type("".join(parts).strip()))
     if not s.endswith(">"):
-        s = _TRAILING_COUNTER.sub("", s)
+        s = _without_counter(s)
     if coarse:
         s = _ALIGN.sub("align#", _TILE.sub("#", s))
     return s or _WS.sub(" ", name).strip()
