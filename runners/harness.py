@@ -320,8 +320,8 @@ def profile(ctx: Ctx, fn: Callable[[], Any], out_dir: Path) -> str | None:
     synchronize(ctx)
     if ctx.profiler == "nsys":
         fn()  # the warm-up step, outside the capture range
-        synchronize(ctx)
-        dist.barrier(group=ctx.group)
+        synchronize(ctx)  # nothing in flight when the capture starts
+        dist.barrier(group=ctx.host_group)
         torch.cuda.profiler.start()
         dist.barrier(group=ctx.host_group)  # capture start can take a while on one rank: start steps together
         for i in range(steps):
@@ -343,7 +343,9 @@ def profile(ctx: Ctx, fn: Callable[[], Any], out_dir: Path) -> str | None:
         on_trace_ready=lambda p: p.export_chrome_trace(str(out_dir / name)),
     ) as prof:
         fn()  # the profiler's warm-up step (not recorded)
-        prof.step()  # -> recording; this transition can take a while on one rank only
+        synchronize(ctx)  # still in warm-up: no kernel of this step may leak into the recording
+        dist.barrier(group=ctx.host_group)
+        prof.step()  # -> recording; this transition can take a while (seen: 1 s) on one rank only
         dist.barrier(group=ctx.host_group)  # so all ranks start ProfilerStep#1 together (no GPU sync)
         for _ in range(steps):
             fn()
