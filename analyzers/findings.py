@@ -23,6 +23,7 @@ import pandas as pd
 from . import intervals as iv
 from .finding import Finding, Severity, sort_findings
 from .iterations import DEFAULT_STEP_PATTERN, gpu_step_windows, host_steps, launch_times
+from .kernel_names import normalize_kernel_name
 from .metrics import RankMetrics
 from .model import RankTrace, TraceSet
 from .syncs import SyncParams, api_base_name, blocking_syncs, busy_before
@@ -250,6 +251,26 @@ class _RankView:
         return sorted(np.unique(self.device).tolist())
 
 
+def _per_name(view: _RankView, rows: np.ndarray, fn: Callable[[str], str]) -> np.ndarray:
+    """fn of each selected row's name, computed once per distinct name (rows: mask or indices)."""
+    ids = view.trace.gpu["name_id"].to_numpy()[rows]
+    if ids.size == 0:
+        return np.zeros(0, dtype=object)
+    uniq, inv = np.unique(ids, return_inverse=True)
+    return np.array([fn(view.trace.name_of(int(u))) for u in uniq], dtype=object)[inv]
+
+
+def _copy_label(pattern: str) -> Callable[[str], str]:
+    """Name -> the part of it the copy pattern matched ("CatArrayBatchedCopy", "direct_copy_kernel")."""
+    rx = re.compile(pattern)
+
+    def label(name: str) -> str:
+        m = rx.search(name)
+        return m.group(0) if m else normalize_kernel_name(name)
+
+    return label
+
+
 def _severity(cost_ns: float, span_ns: int, params: FindingParams) -> Severity:
     return Severity.critical if span_ns > 0 and cost_ns >= params.critical_share * span_ns else Severity.warning
 
@@ -454,9 +475,10 @@ def detect_serialized_streams(view: _RankView, syncs: pd.DataFrame | None = None
     title = (f"rank {t.rank}: streams {', '.join(map(str, streams))} interleave but never run concurrently "
              f"({len(hits)}/{n_windows} iterations)")
     explanation = (
-        f"Work alternates between streams {', '.join(map(str, streams))} ({busy_txt}) yet only "
-        f"{_us(evidence['concurrent_ns'])} of it ran concurrently: each stream's work waits for the other "
-        f"stream's, so the multi-stream schedule runs as one serial chain"
+        f"Work alternates between streams {', '.join(map(str, streams))} ({busy_txt}) yet "
+        + (f"only {_us(evidence['concurrent_ns'])}" if evidence["concurrent_ns"] else "none")
+        + " of it ran concurrently: each stream's work waits for the other "
+        "stream's, so the multi-stream schedule runs as one serial chain"
         + (" and its communication is never hidden." if comm_streams else ".") + waits_txt
     )
     return [Finding(
@@ -593,19 +615,19 @@ def detect_copy_kernels(view: _RankView) -> list[Finding]:
         share = exposed_copy / window if window else 0.0
         if share < p.copy_min_share or exposed_copy < p.copy_min_span_share * view.span_ns():
             continue
-        names = pd.Series(view.names[adjacent], dtype=object)
+        labels = _per_name(view, adjacent, _copy_label(p.copy_kernel_pattern))
         durs = pd.Series(view.e[adjacent] - view.s[adjacent])
-        top = durs.groupby(names.to_numpy()).agg(["size", "sum"]).sort_values("sum", ascending=False).head(5)
+        top = durs.groupby(labels).agg(["size", "sum"]).sort_values("sum", ascending=False).head(5)
         findings_ev.append({
             "device": d, "n_copies": int(adjacent.sum()), "copy_ns": iv.length(copies),
             "exposed_copy_ns": exposed_copy, "exposed_comm_ns": exposed_comm, "share_of_exposed_window": share,
             "streams": sorted(np.unique(view.stream[adjacent]).tolist()),
-            "top_copies": [{"name": str(n), "n": int(r["size"]), "ns": int(r["sum"])} for n, r in top.iterrows()],
+            "top_copies": [{"copy": str(n), "n": int(r["size"]), "ns": int(r["sum"])} for n, r in top.iterrows()],
             "start_ns": int(view.s[adjacent].min()), "end_ns": int(view.e[adjacent].max()),
         })
     out = []
     for ev in findings_ev:
-        short = ev["top_copies"][0]["name"][:60]
+        short = ev["top_copies"][0]["copy"]
         title = (f"rank {t.rank}: copy kernels next to collectives take {ev['share_of_exposed_window']:.0%} of the "
                  f"exposed communication window ({_ms(ev['exposed_copy_ns'])})")
         explanation = (
@@ -665,7 +687,7 @@ def launch_bound_gaps(view: _RankView, syncs: pd.DataFrame | None = None) -> pd.
             bound &= ~has_sync
         parts.append(pd.DataFrame({"device": d, "start_ns": gs[bound], "end_ns": ge[bound],
                                    "gap_ns": (ge - gs)[bound], "next_launch_ns": nl[bound],
-                                   "next_name": view.names[nxt[bound]]}))
+                                   "next_name": _per_name(view, nxt[bound], normalize_kernel_name)}))
     if not parts:
         return pd.DataFrame({c: [] for c in cols})
     return pd.concat(parts, ignore_index=True)[cols]
@@ -692,9 +714,9 @@ def detect_launch_bound(view: _RankView, syncs: pd.DataFrame | None = None) -> l
         "gap_ns_total": total,
         "gap_ns_median": float(gaps["gap_ns"].median()),
         "share_of_span": total / span,
-        "largest": [{"start_ns": int(r.start_ns), "gap_ns": int(r.gap_ns), "next": str(r.next_name)[:80]}
+        "largest": [{"start_ns": int(r.start_ns), "gap_ns": int(r.gap_ns), "next": str(r.next_name)}
                     for r in biggest.itertuples(index=False)],
-        "next_kernels": [{"name": str(n)[:80], "n": int(r["size"]), "gap_ns": int(r["sum"])}
+        "next_kernels": [{"name": str(n), "n": int(r["size"]), "gap_ns": int(r["sum"])}
                          for n, r in nxt.iterrows()],
     }
     title = f"rank {t.rank}: {len(gaps)} launch-bound GPU gaps, {_ms(total)} idle ({total / span:.0%} of the span)"

@@ -160,7 +160,7 @@ def test_exposed_copy_kernels_next_to_collectives_fire():
     assert ev["exposed_copy_ns"] == 3 * 70_000 and ev["exposed_comm_ns"] == 3 * 100_000
     assert abs(ev["share_of_exposed_window"] - 70 / 170) < 1e-12
     assert ev["n_copies"] == 6 and ev["streams"] == [sf.NCCL_STREAM]
-    assert {c["name"] for c in ev["top_copies"]} == {sf.COPY_IN, sf.COPY_OUT}
+    assert {c["copy"] for c in ev["top_copies"]} == {"CatArrayBatchedCopy", "split_with_sizes_copy"}
 
 
 def test_copy_kernels_hidden_under_compute_are_silent():
