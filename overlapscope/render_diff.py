@@ -268,3 +268,52 @@ def to_markdown(d: TraceDiff, top: int = 15) -> str:
         lines += ["", f"#### kernels ({d.kernel_names} names, per rank) — {len(rows)} of {len(changed)} changed", ""]
         lines += _md_table(header, rows)
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- n variants (overlapscope sweep)
+
+SWEEP_COLUMNS: list[tuple[str, str, str]] = [  # (column of compare_many, header, kind)
+    ("overlap_ratio", "overlap", "ratio"),
+    ("exposed_comm_ns", "exposed comm", "time"),
+    ("iteration_ns_median", "iteration median", "time"),
+    ("iteration_ns_worst", "worst", "time"),
+    ("spread_ns", "spread ±", "time"),
+    ("overlap_points_vs_baseline", "Δ overlap", "points"),
+    ("speedup_vs_baseline", "speed-up", "speedup"),
+]
+
+
+def sweep_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """analyzers.diff.compare_many's table, formatted: one row per variant, baseline marked."""
+    header = ["variant"] + [h for _, h, _ in SWEEP_COLUMNS]
+    rows = []
+    for r in df.to_dict(orient="records"):
+        cells = [f"{r['variant']} (baseline)" if r.get("is_baseline") else str(r["variant"])]
+        for col, _, kind in SWEEP_COLUMNS:
+            v = r.get(col)
+            if kind == "points":
+                cells.append(UNDEFINED if _nan(v) else ("0" if v == 0 else f"{v:+.1f} pt"))
+            elif kind == "speedup":
+                cells.append(UNDEFINED if _nan(v) else f"{v:.2f}×")
+            else:
+                cells.append(value(v, kind))
+        rows.append(cells)
+    return header, rows
+
+
+def print_sweep(df: pd.DataFrame, console: Console) -> None:
+    header, rows = sweep_rows(df)
+    basis = str(df["speed_basis"].iloc[0]) if len(df) else ""
+    agg = str(df["aggregation"].iloc[0]) if len(df) else ""
+    t = Table(title=f"variants ({agg}; speed-up of {basis.replace('_ns', '').replace('_', ' ')})",
+              title_justify="left", header_style="bold")
+    for i, c in enumerate(header):
+        t.add_column(c, justify="left" if i == 0 else "right")
+    for row in rows:
+        t.add_row(*[escape(x) for x in row])
+    console.print(t)
+
+
+def sweep_markdown(df: pd.DataFrame) -> str:
+    header, rows = sweep_rows(df)
+    return "\n".join(_md_table(header, rows)) + "\n"

@@ -29,6 +29,7 @@ from analyzers.load import load_traces
 from analyzers.metrics import AnalysisOptions
 from analyzers.model import TraceSet
 from analyzers.report import analyze
+from overlapscope import render_diff
 
 from .synth import COMM, GEMM, rank_trace
 
@@ -256,6 +257,9 @@ def test_compare_many_for_sweep():
     assert list(df.index) == ["serialized", "overlapped", "gappy"]
     with pytest.raises(KeyError):
         compare_many(reports, "nope")
+    md = render_diff.sweep_markdown(compare_many(reports, "serialized"))
+    assert "| serialized (baseline) | 0.0% |" in md and "| overlapped | 80.0% |" in md
+    assert f"{21 / 13:.2f}×" in md and "+80.0 pt" in md
 
 
 def test_options_restrict_the_kernel_table_to_the_chosen_steps():
