@@ -329,6 +329,22 @@ def test_cli_diff_formats_and_errors(hta_dir, tmp_path):
     assert bad.returncode == 3 and "no such file" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_cli_run_directories_with_manifest(hta_dir, tmp_path):
+    import shutil
+
+    for variant in ("host-sync", "sync-before-loop"):
+        d = tmp_path / variant
+        d.mkdir()
+        for r in (0, 1):
+            shutil.copy(hta_dir / f"trace_filter_sampled_rank-{r}.json.gz", d / f"rank{r}.json.gz")
+        (d / "manifest.json").write_text(json.dumps({"algo": "ag-gemm", "variant": variant}))
+    r = cli("diff", str(tmp_path / "host-sync"), str(tmp_path / "sync-before-loop"), "-f", "json", "--no-diagnose")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["labels"] == ["host-sync", "sync-before-loop"] and doc["verdict"] == IDENTICAL
+    assert [Path(s).name for s in doc["sources"]["host-sync"]] == ["rank0.json.gz", "rank1.json.gz"]
+
+
 AG_GEMM = ROOT / "sample_traces" / "ag-gemm"
 
 
