@@ -80,6 +80,11 @@ class CrossRankParams:
     mismatch_min_wait_ns: int = 5_000
     # ... critical when that wait is at least this fraction of the waiting ranks' matched comm time.
     mismatch_critical_wait_fraction: float = 0.25
+    # A rank's profile may start or stop this many collectives (per group) before or after the
+    # others'; with a trusted clock such groups are matched where their ends coincide.
+    max_edge_trim: int = 3
+    # Kernel categories whose start order is compared: the ones that occupy SMs or move data.
+    order_categories: tuple[str, ...] = ("compute", "comm")
     # Iteration windows (ProfilerStep#N): order mismatches count only before a dependency in
     # the same iteration.
     step_pattern: str = DEFAULT_STEP_PATTERN
@@ -103,6 +108,7 @@ class ClockAlignment:
     unaligned_skew_ns: int | None  # the same median before alignment (the evidence for a shared clock)
     n_collectives_used: int
     reference_rank: int
+    trusted: bool = False  # the clocks are known: shared, or the estimated offsets made ends coincide
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -341,8 +347,13 @@ class _Matching:
 
 
 def match_collectives(traces: TraceSet, frames: _Frames, role_labels: dict[int, str],
-                      params: CrossRankParams) -> _Matching:
-    """The n-th collective of a group on each rank is the same collective (seq when known)."""
+                      params: CrossRankParams, expected_offsets: dict[int, int] | None = None) -> _Matching:
+    """The n-th collective of a group on each rank is the same collective (seq when known).
+
+    A group whose ranks ran different numbers of collectives (no seq) is inconsistent, unless
+    expected_offsets (a trusted clock) are given and trimming a few collectives at the trace
+    edges makes every rank's ends coincide with the reference's (see _trim_at_edges).
+    """
     parts = []
     for r in frames.ranks:
         df = frames.by_rank[r]
@@ -387,14 +398,22 @@ def match_collectives(traces: TraceSet, frames: _Frames, role_labels: dict[int, 
         unmatched.append({"group": g, "rank": int(who[0]), "count": int(counts.loc[g, who[0]]),
                           "reason": "only this rank runs this communication"})
     order_groups = counts.index[~counts.index.isin(lonely) & ~seq_ok.reindex(counts.index).to_numpy()]
-    for g in order_groups:
+    trimmed: set[str] = set()
+    for g in order_groups:  # over groups, not events
         row = counts.loc[g]
         present = row[row > 0]
-        if present.nunique() > 1:
-            inconsistent.append({"group": g, "count": int(present.sum()),
-                                 "reason": "ranks ran different numbers of these collectives and the trace has "
-                                           "no sequence numbers: matching by order would guess",
-                                 "counts": {str(k): int(v) for k, v in present.items()}})
+        if present.nunique() <= 1:
+            continue
+        shifts = _trim_at_edges(allc[allc["group"] == g], expected_offsets, params) if expected_offsets else None
+        if shifts is not None:
+            sel = (allc["group"] == g).to_numpy()
+            allc.loc[sel, "key"] = allc.loc[sel, "key"].to_numpy() - allc.loc[sel, "rank"].map(shifts).to_numpy()
+            trimmed.add(g)
+            continue
+        inconsistent.append({"group": g, "count": int(present.sum()),
+                             "reason": "ranks ran different numbers of these collectives and the trace has "
+                                       "no sequence numbers: matching by order would guess",
+                             "counts": {str(k): int(v) for k, v in present.items()}})
     bad_groups = set(lonely) | {d["group"] for d in inconsistent}
     allc = allc[~allc["group"].isin(bad_groups)]
 
@@ -405,8 +424,10 @@ def match_collectives(traces: TraceSet, frames: _Frames, role_labels: dict[int, 
     if not partial.empty:
         agg = partial.groupby(["group", "rank"]).size()
         for (g, r), n in agg.items():
-            unmatched.append({"group": g, "rank": int(r), "count": int(n),
-                              "reason": "sequence numbers not seen on every rank of the group"})
+            why = ("at a trace edge: the other ranks' profiles do not cover it (edges found where the "
+                   "collective ends coincide)") if g in trimmed else \
+                "sequence numbers not seen on every rank of the group"
+            unmatched.append({"group": g, "rank": int(r), "count": int(n), "reason": why})
     allc = allc[have.to_numpy() == n_need.to_numpy()]
 
     # Inconsistent = matched rows whose collective names differ across ranks.
@@ -438,6 +459,38 @@ def match_collectives(traces: TraceSet, frames: _Frames, role_labels: dict[int, 
         notes.append("some communication could not be matched across ranks (see unmatched / inconsistent); "
                      "it is left out of peer wait")
     return _Matching(members, colls, unmatched, inconsistent, notes)
+
+
+def _trim_at_edges(g: pd.DataFrame, offsets: dict[int, int], params: CrossRankParams) -> dict[int, int] | None:
+    """Per rank the index shift that pairs its collectives of this group with the reference's.
+
+    Profilers start and stop at slightly different times on each rank, so one rank may hold a
+    collective or two more at either end. On a trusted clock, the right shift is the one where
+    the ends coincide: median |aligned end_ref[i] - aligned end_r[i + s]| <= tolerance, for
+    |s| <= max_edge_trim, and no other shift comes close (a period shorter than the tolerance
+    would make it ambiguous). None when any rank cannot be placed that way.
+    """
+    ranks = sorted(g["rank"].unique().tolist())
+    ref = ranks[0]
+    tol, cap = params.shared_clock_tolerance_ns, params.max_edge_trim
+    e_ref = g.loc[g["rank"] == ref, "end"].to_numpy(dtype=np.int64) + offsets.get(ref, 0)
+    shifts = {ref: 0}
+    for r in ranks[1:]:  # over ranks
+        e_r = g.loc[g["rank"] == r, "end"].to_numpy(dtype=np.int64) + offsets.get(r, 0)
+        if abs(len(e_r) - len(e_ref)) > 2 * cap:
+            return None
+        scores = []
+        for sh in range(-cap, cap + 1):  # a handful of candidate shifts
+            i0, i1 = max(0, -sh), min(len(e_ref), len(e_r) - sh)
+            if i1 - i0 < max(1, min(len(e_ref), len(e_r)) - cap):
+                continue
+            d = np.abs(e_ref[i0:i1] - e_r[i0 + sh:i1 + sh])
+            scores.append((float(np.median(d)), sh))
+        scores.sort()
+        if not scores or scores[0][0] > tol or (len(scores) > 1 and scores[1][0] <= tol):
+            return None
+        shifts[r] = scores[0][1]
+    return shifts
 
 
 # --------------------------------------------------------------------------- clock alignment
@@ -509,6 +562,21 @@ def _span_overlap(traces: TraceSet) -> float:
     return max(min(hi) - max(lo), 0) / min(lens)
 
 
+def _clock_from_metadata(traces: TraceSet) -> tuple[bool, str, str] | None:
+    """(shared, method, reason) when the files say it; None when only the events can tell."""
+    all_traces = list(traces)
+    hosts = {t.hostname for t in all_traces}
+    sources = {t.source for t in all_traces}
+    sessions = {t.meta.get("session_start_utc_ns") for t in all_traces}
+    if len(sources) == 1 and len(all_traces) > 1:
+        return True, "same-file", "all ranks come from one report, recorded on one clock"
+    if "" not in hosts and len(hosts) == 1 and (traces.fmt != "nsys" or len(sessions) == 1):
+        return True, "same-host", f"all ranks ran on host {next(iter(hosts))!r}"
+    if "" not in hosts and len(hosts) > 1:
+        return False, "matched-collective-ends", f"ranks ran on {len(hosts)} hosts"
+    return None
+
+
 def align_clocks(traces: TraceSet, m: _Matching, align: bool, params: CrossRankParams) -> tuple[ClockAlignment,
                                                                                                list[str]]:
     """Decide whether the ranks share a clock; otherwise estimate offsets from collective ends."""
@@ -517,9 +585,11 @@ def align_clocks(traces: TraceSet, m: _Matching, align: bool, params: CrossRankP
     notes: list[str] = []
     zero = {r: 0 for r in ranks}
     if m.colls.empty:
-        method = "disabled" if not align else "none"
-        return ClockAlignment(False, method, "no collective matched across ranks: clocks left as recorded",
-                              False, zero, zero, None, None, None, 0, ref), notes
+        known = _clock_from_metadata(traces)
+        shared, method, reason = known if known else (False, "none", "")
+        reason = (reason + "; " if reason else "") + "no collective matched across ranks to check it"
+        return ClockAlignment(shared, "disabled" if not align else method, reason, False, zero, zero, None, None,
+                              None, 0, ref, trusted=shared), notes
     refmask = _reference_mask(m.colls, params)
     ids = m.colls["coll_id"].to_numpy()
     used = ids[refmask] if refmask.any() else ids
@@ -534,16 +604,10 @@ def align_clocks(traces: TraceSet, m: _Matching, align: bool, params: CrossRankP
     tol = params.shared_clock_tolerance_ns
     ends_agree = before_med is not None and before_med <= tol
 
-    all_traces = list(traces)
-    hosts = {t.hostname for t in all_traces}
-    sources = {t.source for t in all_traces}
-    sessions = {t.meta.get("session_start_utc_ns") for t in all_traces}
-    if len(sources) == 1 and len(all_traces) > 1:
-        shared, method, reason = True, "same-file", "all ranks come from one report, recorded on one clock"
-    elif "" not in hosts and len(hosts) == 1 and (traces.fmt != "nsys" or len(sessions) == 1):
-        shared, method, reason = True, "same-host", f"all ranks ran on host {hosts.pop()!r}"
-    elif "" not in hosts and len(hosts) > 1:
-        shared, method, reason = False, "matched-collective-ends", f"ranks ran on {len(hosts)} hosts"
+    hosts = {t.hostname for t in traces}
+    known = _clock_from_metadata(traces)
+    if known is not None:
+        shared, method, reason = known
     else:
         overlap = _span_overlap(traces)
         why = "host unknown" if "" in hosts else "one host, but separate profiling sessions"
@@ -560,7 +624,8 @@ def align_clocks(traces: TraceSet, m: _Matching, align: bool, params: CrossRankP
                      "(median): the order-matched collectives may not be the same ones")
     offsets = zero if shared else estimated
     est_med, _ = _skew(ends, estimated)
-    if not shared and (est_med is None or est_med > params.max_alignment_residual_ns):
+    trusted = shared or (est_med is not None and est_med <= params.max_alignment_residual_ns)
+    if not trusted:
         notes.append(f"clock offsets not applied: even the best offsets leave matched collective ends "
                      f"{est_med} ns apart (median), so these collectives do not pin the clocks down")
         offsets, method = zero, "none"
@@ -574,7 +639,7 @@ def align_clocks(traces: TraceSet, m: _Matching, align: bool, params: CrossRankP
         shared_clock=shared, method=method, reason=reason, applied=any(offsets.values()),
         offsets_ns=dict(offsets), estimated_offsets_ns=dict(estimated),
         residual_skew_ns=res_med, residual_skew_max_ns=res_max, unaligned_skew_ns=before_med,
-        n_collectives_used=int(len(ends)), reference_rank=ref), notes
+        n_collectives_used=int(len(ends)), reference_rank=ref, trusted=trusted), notes
 
 
 def aligned_copy(traces: TraceSet, offsets_ns: dict[int, int]) -> TraceSet:
@@ -741,10 +806,12 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
     in the other order on rank b, followed (on either stream, same iteration) by a matched
     collective: that collective's peer wait is the cost.
 
-    "Same kernel" = (stream role, name, k-th occurrence on that role). Vectorized per stream-role
-    pair: for each kernel x on role X, the Y kernels definitely after x on rank a (start > x +
-    gap) and definitely before x on rank b (start < x - gap) are a suffix and a prefix of Y's
-    FIFO order, so two searchsorted calls find them all.
+    "Same kernel" = same stream role, same name, same position counted from the last matched
+    collective on that stream (see _kernel_keys). Only compute and comm kernels take part
+    (params.order_categories): a memset or the ordering sleep kernel itself occupies no SMs.
+    Vectorized per stream-role pair: for each kernel x on role X, the Y kernels definitely after
+    x on rank a (start > x + gap) and definitely before x on rank b (start < x - gap) are a suffix
+    and a prefix of Y's FIFO order, so two searchsorted calls find them all.
     """
     ref = frames.ref
     gap = params.min_order_gap_ns
@@ -752,15 +819,11 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
     empty = pd.DataFrame(columns=_MISMATCH_COLUMNS)
     summary: dict[str, Any] = {"n_mismatches": 0, "n_swapped_pairs": 0, "n_swaps_without_dependency": 0,
                                "wait_caused_ns": 0, "kernels_compared": 0, "role_pairs": 0}
-    a = frames.by_rank[ref].copy()
-    if a.empty or len(frames.ranks) < 2:
+    if frames.by_rank[ref].empty or len(frames.ranks) < 2:
         return empty, summary, notes
-    a["k"] = a.groupby(["role", "gname"]).cumcount()
+    keyed = {r: _kernel_keys(traces.ranks[r], frames.by_rank[r], members, r, params) for r in frames.ranks}
+    a = keyed[ref]
     a["step"] = _steps_of(traces.ranks[ref], a["start"].to_numpy(), params)
-    ref_mem = members[members["rank"] == ref] if len(members) else members
-    coll_of_row = pd.Series(ref_mem["coll_id"].to_numpy(), index=ref_mem["row"].to_numpy()) if len(ref_mem) \
-        else pd.Series(dtype=np.int64)
-    a["coll_id"] = coll_of_row.reindex(a["row"].to_numpy()).fillna(-1).to_numpy(dtype=np.int64)
     deps = a[a["coll_id"] >= 0].sort_values("start", kind="stable")
     dep_by_role = {int(r): (g["start"].to_numpy(), g["coll_id"].to_numpy(), g["step"].to_numpy())
                    for r, g in deps.groupby("role")}
@@ -771,14 +834,15 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
     summary["order_checks"] = checks
     skipped_roles: set[tuple[int, int]] = set()
     for rb in frames.ranks[1:]:
-        b = frames.by_rank[rb].copy()
+        b = keyed[rb]
         if b.empty:
             continue
-        b["k"] = b.groupby(["role", "gname"]).cumcount()
-        both = a.merge(b[["role", "gname", "k", "start"]], on=["role", "gname", "k"], suffixes=("_a", "_b"))
+        both = a.merge(b[["role", "anchor", "gname", "k", "start"]], on=["role", "anchor", "gname", "k"],
+                       suffixes=("_a", "_b"))
         roles = sorted(both["role"].unique().tolist())
         by_role = {r: g.sort_values("start_a", kind="stable") for r, g in both.groupby("role")}
-        firsts = both.groupby(["role", "step"])[["start_a", "start_b"]].min()
+        prod = both[both["compute"].to_numpy()]
+        firsts = prod.groupby(["role", "step"])[["start_a", "start_b"]].min()
         for i, rx in enumerate(roles):
             for ry in roles[i + 1:]:
                 xs, ys = by_role[rx], by_role[ry]
@@ -853,12 +917,47 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
     return out, summary, notes
 
 
+def _kernel_keys(trace: RankTrace, df: pd.DataFrame, members: pd.DataFrame, rank: int,
+                 params: CrossRankParams) -> pd.DataFrame:
+    """The kernels of one rank that take part in order comparison, with a key that names the
+    same kernel on every rank: (role, anchor, gname, k).
+
+    anchor = the matched collective last issued on the same stream (FIFO, so the relation is the
+    same on every rank whatever the timing); k = occurrence of that name since the anchor. Kernels
+    before a stream's first matched collective count backwards from it, so a profiler window
+    that opens a few kernels later on one rank shifts nothing. Streams without matched
+    collectives fall back to occurrence since the trace start (anchor -1).
+    """
+    cat = trace.gpu["category"]
+    keep = cat.isin(list(params.order_categories)).to_numpy()
+    d = df[keep[df["row"].to_numpy()]].sort_values(["role", "start"], kind="stable").copy()
+    d["compute"] = (cat.to_numpy() == "compute")[d["row"].to_numpy()]
+    mine = members[members["rank"] == rank] if len(members) else members
+    coll_of_row = pd.Series(mine["coll_id"].to_numpy(), index=mine["row"].to_numpy()) if len(mine) else \
+        pd.Series(dtype=np.int64)
+    d["coll_id"] = coll_of_row.reindex(d["row"].to_numpy()).fillna(-1).to_numpy(dtype=np.int64)
+    marks = d["coll_id"].where(d["coll_id"] >= 0)
+    after = marks.groupby(d["role"]).ffill()
+    before = marks.groupby(d["role"]).bfill()
+    head = after.isna().to_numpy()
+    d["anchor"] = np.where(~head, after.fillna(-1).to_numpy(),
+                           np.where(before.notna().to_numpy(), -2 - before.fillna(0).to_numpy(), -1)).astype(np.int64)
+    fwd = d.groupby(["role", "anchor", "gname"]).cumcount().to_numpy()
+    back = d.groupby(["role", "anchor", "gname"]).cumcount(ascending=False).to_numpy()
+    d["k"] = np.where(head & (d["anchor"].to_numpy() <= -2), -1 - back, fwd)
+    return d
+
+
 def _order_check(ra: int, rb: int, sx: str, sy: str, xs: pd.DataFrame, ys: pd.DataFrame, ties: np.ndarray,
                  hit: np.ndarray, firsts: pd.DataFrame, rx: int, ry: int) -> dict[str, Any]:
     """The evidence behind a verdict for one rank pair and stream-role pair, also when nothing
     was found: how many kernels were compared, how many started too close to judge, and per
-    iteration which stream started first on each rank (lead = first Y start - first X start)."""
-    fx, fy = firsts.loc[rx], firsts.loc[ry]
+    iteration which stream's first compute kernel started first on each rank
+    (lead = first Y compute start - first X compute start; steps where a stream computes nothing
+    are left out)."""
+    roles = firsts.index.get_level_values("role")
+    fx = firsts.loc[rx] if rx in roles else firsts.iloc[:0].droplevel("role")
+    fy = firsts.loc[ry] if ry in roles else firsts.iloc[:0].droplevel("role")
     steps = fx.index.intersection(fy.index)
     lead_a = (fy.loc[steps, "start_a"] - fx.loc[steps, "start_a"]).to_numpy()
     lead_b = (fy.loc[steps, "start_b"] - fx.loc[steps, "start_b"]).to_numpy()
@@ -910,9 +1009,11 @@ def analyze_cross_rank(traces: TraceSet, *, align: bool = True,
     _attach_roles(frames, roles)
     labels = _role_labels(roles, frames.ref)
     matching = match_collectives(traces, frames, labels, params)
-    notes = list(matching.notes)
     clock, clock_notes = align_clocks(traces, matching, align, params)
-    notes += clock_notes
+    if clock.trusted and any("counts" in d for d in matching.inconsistent):
+        expected = {r: 0 for r in ranks} if clock.shared_clock else clock.estimated_offsets_ns
+        matching = match_collectives(traces, frames, labels, params, expected_offsets=expected)
+    notes = list(matching.notes) + clock_notes
     offsets = clock.offsets_ns
     colls, members, pw_notes = peer_wait(matching, ranks, offsets, params, traces.world_size)
     notes += pw_notes

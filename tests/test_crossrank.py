@@ -167,6 +167,31 @@ def test_different_counts_without_sequence_numbers_are_not_guessed():
     assert rep.clock.method == "none" and not cross_rank_findings(rep)
 
 
+def test_profiler_edges_are_trimmed_where_ends_coincide():
+    # rank 1 has 7 all-reduces, rank 0 the last 6 of them; one host: the ends place the edge
+    specs = {r: RankSpec([K(2_000 * US + i * 1_000 * US + r * 4 * US, 2_000 * US + i * 1_000 * US + 100 * US, 1,
+                            ALLREDUCE) for i in range(-r, 6)], hostname="h") for r in range(2)}
+    rep = analyze_cross_rank(trace_set(specs, world_size=2))
+    assert rep.n_matched == 6 and not rep.inconsistent
+    assert (rep.collectives["end_ns_r0"] == rep.collectives["end_ns_r1"]).all()
+    assert [(u["rank"], u["count"]) for u in rep.unmatched] == [(1, 1)]
+    assert "trace edge" in rep.unmatched[0]["reason"]
+    assert (rep.collectives["late_rank"] == 1).all()
+
+
+def test_edges_are_not_trimmed_without_a_trusted_clock_or_when_ambiguous():
+    # unknown hosts and nothing else matched: the clock is unknown, so no trimming
+    specs = {r: RankSpec([K(2_000 * US + i * 1_000 * US, 2_000 * US + i * 1_000 * US + 100 * US, 1, ALLREDUCE)
+                          for i in range(-r, 6)]) for r in range(2)}
+    rep = analyze_cross_rank(trace_set(specs, world_size=2))
+    assert rep.n_matched == 0 and rep.inconsistent[0]["counts"] == {"0": 6, "1": 7}
+    # one host, but collectives 10 µs apart (< tolerance): two shifts fit, so none is chosen
+    dense = {r: RankSpec([K(2_000 * US + i * 10 * US, 2_000 * US + i * 10 * US + 5 * US, 1, ALLREDUCE)
+                          for i in range(-r, 6)], hostname="h") for r in range(2)}
+    rep = analyze_cross_rank(trace_set(dense, world_size=2))
+    assert rep.n_matched == 0 and rep.inconsistent
+
+
 def test_non_nccl_communication_is_matched_per_stream():
     # barriers on two streams; rank 1 runs the stream-9 barrier first: order per stream still pairs them
     specs = {
