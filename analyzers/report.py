@@ -7,8 +7,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
+
+from .crossrank import CrossRankParams, CrossRankReport, analyze_cross_rank, cross_rank_findings
+from .finding import Finding
+from .findings import FindingParams, detect_findings
 from .metrics import AnalysisOptions, RankMetrics, rank_metrics
 from .model import TraceSet
+from .syncs import SyncParams, blocking_syncs, sync_records
 
 
 @dataclass
@@ -20,7 +26,20 @@ class AnalysisReport:
     ranks: list[RankMetrics]
     notes: list[str] = field(default_factory=list)
     clock_offsets_ns: dict[int, int] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)  # sections added by later analyses
+    cross_rank: CrossRankReport | None = None  # two ranks or more
+    syncs: dict[int, pd.DataFrame] = field(default_factory=dict)  # blocking host syncs per rank
+    findings: list[Finding] | None = None  # None: not diagnosed (--no-diagnose)
+    extra: dict[str, Any] = field(default_factory=dict)  # further sections (e.g. a run's timings)
+
+    @property
+    def diagnosed(self) -> bool:
+        return self.findings is not None
+
+    def finding_ids(self) -> list[str]:
+        return sorted({f.id for f in self.findings or []})
+
+    def blocking_sync_ns(self) -> int:
+        return int(sum(int(df["host_blocked_ns"].sum()) for df in self.syncs.values() if len(df)))
 
     def rank(self, r: int) -> RankMetrics:
         for m in self.ranks:
@@ -41,6 +60,13 @@ class AnalysisReport:
             "clock_offsets_ns": {str(k): v for k, v in self.clock_offsets_ns.items()},
             "notes": self.notes,
             "ranks": [m.to_dict() for m in self.ranks],
+            "cross_rank": self.cross_rank.to_dict() if self.cross_rank is not None else None,
+            "syncs": {
+                "n": int(sum(len(df) for df in self.syncs.values())),
+                "host_blocked_ns": self.blocking_sync_ns(),
+                "per_rank": {str(r): sync_records(df) for r, df in self.syncs.items()},
+            } if self.diagnosed else None,
+            "findings": [f.to_dict() for f in self.findings] if self.findings is not None else None,
             **self.extra,
         })
 
@@ -61,22 +87,49 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def analyze(traces: TraceSet, options: AnalysisOptions | None = None,
-            progress: Callable[[int, int], None] | None = None) -> AnalysisReport:
-    """Metrics for every rank of a trace set."""
+def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
+            diagnose: bool = True, cross_rank: bool = True, align: bool = True,
+            cross_rank_params: CrossRankParams | None = None, finding_params: FindingParams | None = None,
+            sync_params: SyncParams | None = None,
+            progress: Callable[[str, int, int], None] | None = None) -> AnalysisReport:
+    """The one place every analysis runs, so the CLI, diff, sweep and the app agree.
+
+    Per-rank metrics always; with two ranks or more the cross-rank analysis (collective
+    matching, clock alignment unless align=False, peer wait, order mismatches); with
+    diagnose, blocking host syncs and the findings engine (cross-rank findings included).
+    progress(stage, done, total) reports each stage.
+    """
     options = options or AnalysisOptions()
-    out = []
     ids = traces.rank_ids()
-    for i, r in enumerate(ids):
-        out.append(rank_metrics(traces.ranks[r], options))
+    stages = 1 + int(cross_rank and len(ids) > 1) + int(diagnose)
+    done = 0
+
+    def tick(stage: str) -> None:
+        nonlocal done
+        done += 1
         if progress:
-            progress(i + 1, len(ids))
-    return AnalysisReport(
+            progress(stage, done, stages)
+
+    metrics = [rank_metrics(traces.ranks[r], options) for r in ids]
+    tick("metrics")
+    report = AnalysisReport(
         label=traces.label,
         fmt=traces.fmt,
         world_size=traces.world_size,
         sources=traces.sources,
-        ranks=out,
+        ranks=metrics,
         notes=list(traces.notes),
         clock_offsets_ns=dict(traces.clock_offsets_ns),
     )
+    if cross_rank and len(ids) > 1:
+        report.cross_rank = analyze_cross_rank(traces, align=align, params=cross_rank_params)
+        if report.cross_rank.clock is not None:
+            report.clock_offsets_ns = dict(report.cross_rank.clock.offsets_ns)
+        tick("cross-rank")
+    if diagnose:
+        report.syncs = {r: blocking_syncs(traces.ranks[r], sync_params) for r in ids}
+        extra = cross_rank_findings(report.cross_rank) if report.cross_rank is not None else []
+        report.findings = detect_findings(traces, {m.rank: m for m in metrics}, finding_params,
+                                          extra=extra, syncs=report.syncs)
+        tick("findings")
+    return report

@@ -18,6 +18,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from analyzers.classify import load_rules
 from analyzers.errors import BadInputError
+from analyzers.finding import CATALOGUE
+from analyzers.findings import findings_present
 from analyzers.iterations import DEFAULT_STEP_PATTERN, StepSelection
 from analyzers.load import load_traces
 from analyzers.metrics import AnalysisOptions
@@ -149,6 +151,14 @@ def analyze_cmd(
     ] = None,
     streams: Annotated[bool, typer.Option("--streams", help="Also print per-stream busy time (table format).")
                        ] = False,
+    no_align: Annotated[bool, typer.Option(
+        "--no-align", help="Do not align rank clocks (cross-rank analysis uses the clocks as recorded).")] = False,
+    no_diagnose: Annotated[bool, typer.Option(
+        "--no-diagnose", help="Metrics only: skip blocking-sync analysis and findings.")] = False,
+    fail_on: Annotated[list[str] | None, typer.Option(
+        "--fail-on", metavar="FINDING",
+        help="Exit 1 when this finding is present (repeatable), e.g. --fail-on host-blocking-sync. "
+             "Ids: " + ", ".join(CATALOGUE) + ".")] = None,
     fail_under_overlap: Annotated[float | None, typer.Option(
         "--fail-under-overlap", metavar="R",
         help="Exit 1 when any rank's overlap ratio is below R (0.8 or 80 both mean 80 %). "
@@ -157,15 +167,50 @@ def analyze_cmd(
     """Measure comm/compute overlap per rank, stream and iteration."""
     options = options_from(steps, like_hta, step_pattern)
     threshold = gate_threshold(fail_under_overlap) if fail_under_overlap is not None else None
+    fail_ids = check_finding_ids(fail_on or [], no_diagnose)
     traces = load_set(paths, rank=rank, rules=rules, comm_kernel=comm_kernel)
-    report = analyze(traces, options)
+    with stage_progress(err_console.is_terminal) as progress:
+        report = analyze(traces, options, diagnose=not no_diagnose, align=not no_align, progress=progress)
     emit(report, format, streams=streams)
+    failed = False
     if threshold is not None:
         failing = report.ranks_below(threshold)
         if failing:
             detail = ", ".join(f"rank {m.rank} {render.pct(m.overlap_ratio)}" for m in failing)
             err_console.print(f"[red]gate failed:[/red] overlap ratio below {render.pct(threshold)}: {detail}")
-            raise typer.Exit(EXIT_GATE)
+            failed = True
+    present = findings_present(report.findings or [], fail_ids)
+    if present:
+        err_console.print(f"[red]gate failed:[/red] finding(s) present: {', '.join(present)}")
+        failed = True
+    if failed:
+        raise typer.Exit(EXIT_GATE)
+
+
+def check_finding_ids(ids: list[str], no_diagnose: bool) -> list[str]:
+    """--fail-on ids must be known finding ids, and need the diagnosis."""
+    unknown = [i for i in ids if i not in CATALOGUE]
+    if unknown:
+        raise UsageFailure(f"--fail-on: unknown finding {', '.join(unknown)} (known: {', '.join(CATALOGUE)})")
+    if ids and no_diagnose:
+        raise UsageFailure("--fail-on needs the findings: drop --no-diagnose")
+    return ids
+
+
+@contextmanager
+def stage_progress(enabled: bool):
+    """A spinner on stderr naming the analysis stage (metrics, cross-rank, findings)."""
+    if not enabled:
+        yield None
+        return
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True) as bar:
+        task = bar.add_task("analyzing", total=None)
+
+        def update(stage: str, done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total, description=f"analyzed {stage}")
+
+        yield update
 
 
 
@@ -196,5 +241,5 @@ def run() -> None:
     sys.exit(main())
 
 
-from . import cmd_diff  # noqa: E402,F401  (registers the diff command)
-from . import cmd_app  # noqa: E402,F401  (registers the app command)
+from . import cmd_app  # noqa: E402,F401,I001  (registers the app command)
+from . import cmd_diff  # noqa: E402,F401,I001  (registers the diff command)

@@ -83,11 +83,30 @@ def stream_tables(report: AnalysisReport) -> list[Table]:
     return out
 
 
+def _all_syncs(report: AnalysisReport):
+    import pandas as pd
+
+    frames = [df for df in report.syncs.values() if len(df)]
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
 def print_table(report: AnalysisReport, console: Console, streams: bool = False) -> None:
+    # The section renderers import this module's formatters, so they are imported here.
+    from .render_crossrank import cross_rank_table
+    from .render_findings import findings_table, syncs_table
+
     console.print(report_table(report))
     if streams:
         for t in stream_tables(report):
             console.print(t)
+    if report.cross_rank is not None:
+        for t in cross_rank_table(report.cross_rank):
+            console.print(t)
+    syncs = _all_syncs(report)
+    if syncs is not None:
+        console.print(syncs_table(syncs))
+    if report.findings is not None:
+        console.print(findings_table(report.findings))
     for note in report.notes:
         console.print(f"[dim]note: {note}[/dim]")
     for m in report.ranks:
@@ -96,6 +115,9 @@ def print_table(report: AnalysisReport, console: Console, streams: bool = False)
 
 
 def to_markdown(report: AnalysisReport) -> str:
+    from .render_crossrank import cross_rank_markdown
+    from .render_findings import findings_markdown
+
     lines = [f"### overlap — {report.label}", ""]
     lines.append("| " + " | ".join(n for n, _ in RANK_COLUMNS) + " |")
     lines.append("|" + "---|" * len(RANK_COLUMNS))
@@ -104,6 +126,10 @@ def to_markdown(report: AnalysisReport) -> str:
     notes = list(report.notes) + [f"rank {m.rank}: {n}" for m in report.ranks for n in dict.fromkeys(m.notes)]
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
+    if report.cross_rank is not None:
+        lines += ["", cross_rank_markdown(report.cross_rank)]
+    if report.findings is not None:
+        lines += ["", findings_markdown(report.findings)]
     return "\n".join(lines) + "\n"
 
 
