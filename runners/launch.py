@@ -287,6 +287,20 @@ def _nsys_version(nsys: str) -> str:
         return "unknown"
 
 
+def _git_commit() -> str | None:
+    """The commit the runners came from (+"-dirty" if runners/ has local changes), for the manifest."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+                              timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "runners"], cwd=REPO_ROOT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return head.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def _export_nsys(nsys: str, out: Path, keep_rep: bool, env: dict[str, str]) -> dict[int, Path]:
     """Turn each rank{R}.nsys-rep into rank{R}.sqlite with the user's own nsys."""
     reps = sorted(out.glob("rank*.nsys-rep"))
@@ -328,7 +342,7 @@ def _launch(algo: str, variants: list[str], *, nproc: int, profiler: str, out: P
     nsys = find_nsys() if profiler == "nsys" else None
     cmd = build_command(algo, variants, nproc=nproc, profiler=profiler, out=out, params=params, nsys=nsys)
     env = _env()
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"git_commit": _git_commit()}
     if nsys:
         extra["nsys"] = nsys
         extra["nsys_version"] = env["OVERLAPSCOPE_NSYS_VERSION"] = _nsys_version(nsys)
