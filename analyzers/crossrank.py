@@ -30,7 +30,7 @@ import pandas as pd
 
 from . import intervals as iv
 from .finding import Finding, Severity
-from .iterations import DEFAULT_STEP_PATTERN, gpu_step_windows
+from .iterations import DEFAULT_STEP_PATTERN, assign_steps, gpu_step_windows, host_steps
 from .model import RankTrace, TraceSet
 
 _TIME_COLUMNS = ("start_ns", "end_ns")
@@ -76,9 +76,13 @@ class CrossRankParams:
     # Two kernels are "in an order" on a rank only when their starts differ by more than this;
     # closer starts are simultaneous within launch jitter.
     min_order_gap_ns: int = 1_000
-    # cross-rank-order-mismatch finding: the mismatches caused at least this downstream wait ...
-    mismatch_min_wait_ns: int = 5_000
-    # ... critical when that wait is at least this fraction of the waiting ranks' matched comm time.
+    # cross-rank-order-mismatch finding: the swaps that explain a wait (the rank that ran the other
+    # stream's kernel first was the late one at the next collective) add up to at least this ...
+    mismatch_min_wait_ns: int = 50_000
+    # ... and to at least this fraction of the two ranks' matched collective kernel time (a few
+    # µs of jitter-level swaps in a millisecond schedule are not worth a finding) ...
+    mismatch_min_wait_fraction: float = 0.05
+    # ... critical from this fraction on.
     mismatch_critical_wait_fraction: float = 0.25
     # A rank's profile may start or stop this many collectives (per group) before or after the
     # others'; with a trusted clock such groups are matched where their ends coincide.
@@ -779,23 +783,12 @@ def peer_wait_totals(traces: TraceSet, colls: pd.DataFrame, members: pd.DataFram
 
 # --------------------------------------------------------------------------- scheduling-order mismatch
 
-def _steps_of(trace: RankTrace, starts: np.ndarray, params: CrossRankParams) -> np.ndarray:
-    """Iteration number of each start (by the rank's GPU step windows); 0 when there are none."""
-    w = gpu_step_windows(trace, params.step_pattern)
-    if w.empty:
-        return np.zeros(starts.size, dtype=np.int64)
-    w = w.sort_values("gpu_start_ns")
-    lo = w["gpu_start_ns"].to_numpy(dtype=np.int64)
-    idx = np.searchsorted(lo, starts, side="right") - 1
-    steps = w["step"].to_numpy(dtype=np.int64)
-    return np.where(idx >= 0, steps[np.clip(idx, 0, len(steps) - 1)], -1)
-
-
 _MISMATCH_COLUMNS = [
     "rank_a", "rank_b", "step", "coll_id", "coll_name", "n_swapped_pairs",
     "kernel_x", "stream_x", "kernel_y", "stream_y",
     "x_start_ns_a", "y_start_ns_a", "x_start_ns_b", "y_start_ns_b", "first_on_a", "first_on_b",
-    "dependency_start_ns", "wait_caused_ns", "max_wait_ns", "waiting_rank", "late_rank",
+    "dependency_start_ns", "dependency_stream", "wait_caused_ns", "max_wait_ns", "waiting_rank", "late_rank",
+    "delaying_rank", "explains_wait",
 ]
 
 
@@ -818,12 +811,17 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
     notes: list[str] = []
     empty = pd.DataFrame(columns=_MISMATCH_COLUMNS)
     summary: dict[str, Any] = {"n_mismatches": 0, "n_swapped_pairs": 0, "n_swaps_without_dependency": 0,
-                               "wait_caused_ns": 0, "kernels_compared": 0, "role_pairs": 0}
+                               "wait_caused_ns": 0, "n_explaining_wait": 0, "kernels_compared": 0,
+                               "role_pairs": 0}
     if frames.by_rank[ref].empty or len(frames.ranks) < 2:
         return empty, summary, notes
     keyed = {r: _kernel_keys(traces.ranks[r], frames.by_rank[r], members, r, params) for r in frames.ranks}
     a = keyed[ref]
-    a["step"] = _steps_of(traces.ranks[ref], a["start"].to_numpy(), params)
+    loose = a[(a["seg"] == -2) & (a["anchor"] == -1)]["role"].unique()
+    if len(loose):
+        notes.append(f"no step ranges and no collective on {', '.join(role_labels.get(int(x), str(x)) for x in loose)}"
+                     ": its kernels are paired by occurrence since the trace start, which a profiler window opening "
+                     "at a different kernel on each rank would shift")
     deps = a[a["coll_id"] >= 0].sort_values("start", kind="stable")
     dep_by_role = {int(r): (g["start"].to_numpy(), g["coll_id"].to_numpy(), g["step"].to_numpy())
                    for r, g in deps.groupby("role")}
@@ -837,7 +835,7 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
         b = keyed[rb]
         if b.empty:
             continue
-        both = a.merge(b[["role", "anchor", "gname", "k", "start"]], on=["role", "anchor", "gname", "k"],
+        both = a.merge(b[["role", "seg", "anchor", "gname", "k", "start"]], on=["role", "seg", "anchor", "gname", "k"],
                        suffixes=("_a", "_b"))
         roles = sorted(both["role"].unique().tolist())
         by_role = {r: g.sort_values("start_a", kind="stable") for r, g in both.groupby("role")}
@@ -869,7 +867,11 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
                 yh = ys.iloc[j]
                 t0 = np.minimum(xh["start_a"].to_numpy(), yh["start_a"].to_numpy())
                 step0 = np.minimum(xh["step"].to_numpy(), yh["step"].to_numpy())
-                dep_t, dep_id = _next_dependency(t0, step0, [dep_by_role.get(rx), dep_by_role.get(ry)])
+                dep_t, dep_id, on_y = _next_dependency(t0, step0, [dep_by_role.get(rx), dep_by_role.get(ry)])
+                # The rank that ran the kernel of the stream *without* the dependency first delays
+                # the dependency; if the swap explains the wait, that rank is the late one there.
+                x_first_a = sw1[hit]
+                delayer = np.where(on_y == x_first_a, ref, rb)
                 rows.append(pd.DataFrame({
                     "rank_a": ref, "rank_b": rb, "step": step0, "coll_id": dep_id, "n_swapped_pairs": n_pairs,
                     "kernel_x": frames.names[xh["gname"].to_numpy()], "stream_x": role_labels.get(rx, str(rx)),
@@ -880,6 +882,8 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
                     "y_start_ns_b": yh["start_b"].to_numpy() + offsets.get(rb, 0),
                     "first_on_a": np.where(sw1[hit], "x", "y"), "first_on_b": np.where(sw1[hit], "y", "x"),
                     "dependency_start_ns": dep_t + offsets.get(ref, 0),
+                    "dependency_stream": np.where(on_y, role_labels.get(ry, str(ry)), role_labels.get(rx, str(rx))),
+                    "delaying_rank": delayer,
                 }))
     if skipped_roles:
         notes.append(f"{len(skipped_roles)} stream-role pairs skipped: the same stream runs its kernels in a "
@@ -911,22 +915,29 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
     out["waiting_rank"] = np.where(pair_wait > 0, waiting, -1)
     out["max_wait_ns"] = ci["max_wait_ns"].to_numpy() if ci is not None else 0
     out["late_rank"] = ci["late_rank"].to_numpy() if ci is not None else -1
+    out["explains_wait"] = (out["late_rank"].to_numpy() == out["delaying_rank"].to_numpy()) & (pair_wait > 0)
     out = out[_MISMATCH_COLUMNS].sort_values(["dependency_start_ns", "rank_b"], kind="stable").reset_index(drop=True)
+    explains = out["explains_wait"].to_numpy(dtype=bool)
     summary.update({"n_mismatches": int(len(out)), "n_swapped_pairs": int(out["n_swapped_pairs"].sum()),
-                    "wait_caused_ns": int(out["wait_caused_ns"].sum())})
+                    "wait_caused_ns": int(out["wait_caused_ns"].to_numpy()[explains].sum()),
+                    "n_explaining_wait": int(explains.sum())})
     return out, summary, notes
 
 
 def _kernel_keys(trace: RankTrace, df: pd.DataFrame, members: pd.DataFrame, rank: int,
                  params: CrossRankParams) -> pd.DataFrame:
     """The kernels of one rank that take part in order comparison, with a key that names the
-    same kernel on every rank: (role, anchor, gname, k).
+    same kernel on every rank: (role, seg, anchor, gname, k).
 
-    anchor = the matched collective last issued on the same stream (FIFO, so the relation is the
-    same on every rank whatever the timing); k = occurrence of that name since the anchor. Kernels
-    before a stream's first matched collective count backwards from it, so a profiler window
-    that opens a few kernels later on one rank shifts nothing. Streams without matched
-    collectives fall back to occurrence since the trace start (anchor -1).
+    Profilers open and close at slightly different moments on each rank, so "the k-th kernel of
+    this name on this stream" must be counted from something every rank has:
+    - seg: the iteration whose host step launched the kernel (ProfilerStep#N carries the same N
+      on every rank); -1 for kernels before the first step, -2 after the last or without steps;
+    - anchor: the matched collective last issued on the same stream (FIFO: the same on every
+      rank, whatever the timing);
+    - k: occurrence of that name since (seg, anchor). Where the trace may be cut at the front
+      (before the first step, or before a stream's first collective when there are no steps),
+      k counts backwards instead.
     """
     cat = trace.gpu["category"]
     keep = cat.isin(list(params.order_categories)).to_numpy()
@@ -936,15 +947,27 @@ def _kernel_keys(trace: RankTrace, df: pd.DataFrame, members: pd.DataFrame, rank
     coll_of_row = pd.Series(mine["coll_id"].to_numpy(), index=mine["row"].to_numpy()) if len(mine) else \
         pd.Series(dtype=np.int64)
     d["coll_id"] = coll_of_row.reindex(d["row"].to_numpy()).fillna(-1).to_numpy(dtype=np.int64)
+    steps = host_steps(trace, params.step_pattern)
+    has_steps = not steps.empty
+    if has_steps:
+        step = assign_steps(trace, steps)[d["row"].to_numpy()]
+        windows = gpu_step_windows(trace, params.step_pattern)
+        first = int(windows["gpu_start_ns"].min()) if len(windows) else np.iinfo(np.int64).max
+        d["seg"] = np.where(step >= 0, step, np.where(d["start"].to_numpy() < first, -1, -2))
+    else:
+        d["seg"] = -2
     marks = d["coll_id"].where(d["coll_id"] >= 0)
     after = marks.groupby(d["role"]).ffill()
     before = marks.groupby(d["role"]).bfill()
     head = after.isna().to_numpy()
     d["anchor"] = np.where(~head, after.fillna(-1).to_numpy(),
                            np.where(before.notna().to_numpy(), -2 - before.fillna(0).to_numpy(), -1)).astype(np.int64)
-    fwd = d.groupby(["role", "anchor", "gname"]).cumcount().to_numpy()
-    back = d.groupby(["role", "anchor", "gname"]).cumcount(ascending=False).to_numpy()
-    d["k"] = np.where(head & (d["anchor"].to_numpy() <= -2), -1 - back, fwd)
+    by = ["role", "seg", "anchor", "gname"]
+    fwd = d.groupby(by).cumcount().to_numpy()
+    back = d.groupby(by).cumcount(ascending=False).to_numpy()
+    cut_front = (d["seg"].to_numpy() == -1) if has_steps else (head & (d["anchor"].to_numpy() <= -2))
+    d["k"] = np.where(cut_front, -1 - back, fwd)
+    d["step"] = np.maximum(d["seg"].to_numpy(), -1)
     return d
 
 
@@ -971,12 +994,14 @@ def _order_check(ra: int, rb: int, sx: str, sy: str, xs: pd.DataFrame, ys: pd.Da
     }
 
 
-def _next_dependency(t0: np.ndarray, step0: np.ndarray,
-                     cands: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None]) -> tuple[np.ndarray, np.ndarray]:
-    """First matched collective at or after t0 on either stream, in the same iteration (-1: none)."""
+def _next_dependency(t0: np.ndarray, step0: np.ndarray, cands: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None]
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """First matched collective at or after t0 on either stream (cands: X's, Y's), in the same
+    iteration: its start (-1: none), its id (-1) and whether it is on the second stream (Y)."""
     best_t = np.full(t0.size, np.iinfo(np.int64).max, dtype=np.int64)
     best_id = np.full(t0.size, -1, dtype=np.int64)
-    for c in cands:
+    on_second = np.zeros(t0.size, dtype=bool)
+    for i, c in enumerate(cands):
         if c is None or c[0].size == 0:
             continue
         starts, ids, steps = c
@@ -987,7 +1012,8 @@ def _next_dependency(t0: np.ndarray, step0: np.ndarray,
         better = ok & (starts[kc] < best_t)
         best_t = np.where(better, starts[kc], best_t)
         best_id = np.where(better, ids[kc], best_id)
-    return np.where(best_id >= 0, best_t, -1), best_id
+        on_second = np.where(better, i == 1, on_second)
+    return np.where(best_id >= 0, best_t, -1), best_id, on_second
 
 
 # --------------------------------------------------------------------------- entry points
@@ -1010,9 +1036,19 @@ def analyze_cross_rank(traces: TraceSet, *, align: bool = True,
     labels = _role_labels(roles, frames.ref)
     matching = match_collectives(traces, frames, labels, params)
     clock, clock_notes = align_clocks(traces, matching, align, params)
-    if clock.trusted and any("counts" in d for d in matching.inconsistent):
-        expected = {r: 0 for r in ranks} if clock.shared_clock else clock.estimated_offsets_ns
-        matching = match_collectives(traces, frames, labels, params, expected_offsets=expected)
+    if any("counts" in d for d in matching.inconsistent):
+        zero = {r: 0 for r in ranks}
+        if clock.trusted:
+            expected = zero if clock.shared_clock else clock.estimated_offsets_ns
+            matching = match_collectives(traces, frames, labels, params, expected_offsets=expected)
+        elif (matching.colls.empty and _clock_from_metadata(traces) is None
+              and _span_overlap(traces) >= params.min_span_overlap):
+            # Nothing matched and nothing says whose clock is whose: try the shared clock. Edges
+            # are trimmed only where ends then coincide, which is the evidence for that clock.
+            trial = match_collectives(traces, frames, labels, params, expected_offsets=zero)
+            if not trial.colls.empty:
+                matching = trial
+                clock, clock_notes = align_clocks(traces, matching, align, params)
     notes = list(matching.notes) + clock_notes
     offsets = clock.offsets_ns
     colls, members, pw_notes = peer_wait(matching, ranks, offsets, params, traces.world_size)
@@ -1080,13 +1116,15 @@ def cross_rank_findings(report: CrossRankReport) -> list[Finding]:
         ))
     mm = report.mismatches
     if len(mm):
+        mm = mm[mm["explains_wait"].to_numpy(dtype=bool)]  # swaps whose delaying rank was the late one
         for rb, grp in mm.groupby("rank_b"):
             wait = int(grp["wait_caused_ns"].sum())
-            if wait < p.mismatch_min_wait_ns:
-                continue
             ra = int(grp["rank_a"].iloc[0])
             comm = sum(report.peer_wait.get(r, {}).get("kernel_ns", 0) for r in (ra, int(rb)))
-            sev = Severity.critical if comm and wait / comm >= p.mismatch_critical_wait_fraction else Severity.warning
+            share = wait / comm if comm else 0.0
+            if wait < p.mismatch_min_wait_ns or share < p.mismatch_min_wait_fraction:
+                continue
+            sev = Severity.critical if share >= p.mismatch_critical_wait_fraction else Severity.warning
             ex = grp.sort_values("wait_caused_ns", ascending=False).iloc[0]
             fa = (ex["kernel_x"], ex["kernel_y"]) if ex["first_on_a"] == "x" else (ex["kernel_y"], ex["kernel_x"])
             findings.append(Finding(
@@ -1095,12 +1133,16 @@ def cross_rank_findings(report: CrossRankReport) -> list[Finding]:
                       f"{_plural(len(grp), 'collective')}, which then waited {_us(wait)}",
                 explanation=(f"e.g. in step {int(ex['step'])}: rank {ra} started {normalized_name(fa[0])} before "
                              f"{normalized_name(fa[1])} ({ex['stream_x']} / {ex['stream_y']}), rank {int(rb)} the "
-                             f"other way round; at the next cross-rank dependency ({normalized_name(ex['coll_name'])})"
-                             f" rank {int(ex['waiting_rank'])} then waited {_us(int(ex['wait_caused_ns']))} for its "
-                             "peer, which was still running the kernel it had started first."),
+                             f"other way round. The next cross-rank dependency ({normalized_name(ex['coll_name'])} on "
+                             f"{ex['dependency_stream']}) started late on rank {int(ex['delaying_rank'])}, which had "
+                             f"run the other stream's kernel first, and rank {int(ex['waiting_rank'])} waited "
+                             f"{_us(int(ex['wait_caused_ns']))} for it."),
                 start_ns=int(min(ex["x_start_ns_a"], ex["y_start_ns_a"])),
                 end_ns=int(ex["dependency_start_ns"]),
-                evidence={"n_mismatches": int(len(grp)), "n_swapped_pairs": int(grp["n_swapped_pairs"].sum()),
-                          "wait_caused_ns": wait, "example": _plain(ex.to_dict())},
+                evidence={"n_mismatches_explaining_wait": int(len(grp)),
+                          "n_mismatches": int((report.mismatches["rank_b"] == rb).sum()),
+                          "n_swapped_pairs": int(grp["n_swapped_pairs"].sum()),
+                          "wait_caused_ns": wait, "share_of_collective_kernel_time": share,
+                          "example": _plain(ex.to_dict())},
             ))
     return findings

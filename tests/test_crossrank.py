@@ -159,8 +159,9 @@ def test_different_collective_names_are_inconsistent_not_matched():
 
 
 def test_different_counts_without_sequence_numbers_are_not_guessed():
-    specs = {r: RankSpec([K(i * 1_000 * US, i * 1_000 * US + 100 * US, 1, ALLREDUCE) for i in range(4 + r)])
-             for r in range(2)}
+    # rank 1 ran one more all-reduce, and its ends never coincide with rank 0's at any shift
+    specs = {0: RankSpec([K(i * 1_000 * US, i * 1_000 * US + 100 * US, 1, ALLREDUCE) for i in range(4)]),
+             1: RankSpec([K(i * 700 * US, i * 700 * US + 100 * US, 1, ALLREDUCE) for i in range(5)])}
     rep = analyze_cross_rank(trace_set(specs))
     assert rep.n_matched == 0
     assert rep.inconsistent[0]["counts"] == {"0": 4, "1": 5}
@@ -179,10 +180,18 @@ def test_profiler_edges_are_trimmed_where_ends_coincide():
     assert (rep.collectives["late_rank"] == 1).all()
 
 
-def test_edges_are_not_trimmed_without_a_trusted_clock_or_when_ambiguous():
-    # unknown hosts and nothing else matched: the clock is unknown, so no trimming
+def test_unknown_host_edges_trimmed_where_ends_coincide_without_offset():
+    # no hostnames, nothing else to match: ends coinciding at offset 0 verify the clock and the edge
     specs = {r: RankSpec([K(2_000 * US + i * 1_000 * US, 2_000 * US + i * 1_000 * US + 100 * US, 1, ALLREDUCE)
                           for i in range(-r, 6)]) for r in range(2)}
+    rep = analyze_cross_rank(trace_set(specs, world_size=2))
+    assert rep.n_matched == 6 and rep.clock.method == "verified-by-collective-ends"
+
+
+def test_edges_are_not_trimmed_without_a_trusted_clock_or_when_ambiguous():
+    # two hosts, nothing else matched: no clock to place the edge with, so no trimming
+    specs = {r: RankSpec([K(2_000 * US + i * 1_000 * US, 2_000 * US + i * 1_000 * US + 100 * US, 1, ALLREDUCE)
+                          for i in range(-r, 6)], hostname=f"node{r}") for r in range(2)}
     rep = analyze_cross_rank(trace_set(specs, world_size=2))
     assert rep.n_matched == 0 and rep.inconsistent[0]["counts"] == {"0": 6, "1": 7}
     # one host, but collectives 10 µs apart (< tolerance): two shifts fit, so none is chosen
@@ -322,6 +331,57 @@ def test_streams_matched_by_role_not_by_id():
     assert {m["kernel_x"], m["kernel_y"]} == {GEMM, GEMM_B} and m["step"] == 1
     same = analyze_cross_rank(two_stream_run(swap_ranks=[], stream_ids={1: (9, 7)}))
     assert same.mismatches.empty
+
+
+def _swap_then_allreduce(c_start_r0: int, c_start_r1: int):
+    """x = GEMM on stream 7 then an all-reduce C on stream 7; y = GEMM_B on stream 9.
+    Rank 0 starts x first, rank 1 starts y first (a swap). C's start per rank is given."""
+    end = max(c_start_r0, c_start_r1) + 100 * US
+    specs = {
+        0: RankSpec([K(0, 100 * US, 7, GEMM), K(10 * US, 300 * US, 9, GEMM_B), K(c_start_r0, end, 7, ALLREDUCE)],
+                    hostname="h"),
+        1: RankSpec([K(10 * US, 100 * US, 7, GEMM), K(0, 300 * US, 9, GEMM_B), K(c_start_r1, end, 7, ALLREDUCE)],
+                    hostname="h"),
+    }
+    return analyze_cross_rank(trace_set(specs, world_size=2))
+
+
+def test_swap_explains_the_wait_only_when_the_delaying_rank_is_late():
+    # C is on x's stream, so the rank that ran y first (rank 1) is the one the swap delays
+    explained = _swap_then_allreduce(c_start_r0=120 * US, c_start_r1=800 * US)
+    m = _only_mismatch(explained)
+    assert m["delaying_rank"] == 1 and m["late_rank"] == 1 and m["explains_wait"]
+    assert m["wait_caused_ns"] == 680 * US and m["waiting_rank"] == 0
+    assert _ids(cross_rank_findings(explained), "cross-rank-order-mismatch")
+    # same swap, but rank 0 reached C late: the swap does not explain that wait
+    unexplained = _swap_then_allreduce(c_start_r0=800 * US, c_start_r1=120 * US)
+    m = _only_mismatch(unexplained)
+    assert m["delaying_rank"] == 1 and m["late_rank"] == 0 and not m["explains_wait"]
+    assert not _ids(cross_rank_findings(unexplained), "cross-rank-order-mismatch")
+    assert unexplained.mismatch_summary["wait_caused_ns"] == 0
+
+
+def test_profiler_opening_earlier_on_one_rank_creates_no_swap():
+    # stream 7 computes only (no collective to count from); stream 9: GEMM_B then an all-reduce.
+    # Same order on both ranks, but rank 1's profile also caught a GEMM launched before step 1.
+    period, base = 1_000 * US, 2_000 * US
+    specs = {}
+    for r in range(2):
+        ks = []
+        for s_ in range(3):
+            t0 = base + s_ * period
+            ks += [K(t0, t0 + 100 * US, 7, GEMM), K(t0 + 150 * US, t0 + 250 * US, 9, GEMM_B),
+                   K(t0 + 300 * US, t0 + 400 * US, 9, ALLREDUCE)]
+        if r == 1:
+            ks.append(K(base - 600 * US, base - 500 * US, 7, GEMM))
+        specs[r] = RankSpec(ks, hostname="h",
+                            steps=[(s_ + 1, base + s_ * period - 10 * US, base + (s_ + 1) * period - 10 * US)
+                                   for s_ in range(3)])
+    rep = analyze_cross_rank(trace_set(specs, world_size=2))
+    assert rep.n_matched == 3
+    assert rep.mismatches.empty and rep.mismatch_summary["n_swaps_without_dependency"] == 0
+    check = rep.mismatch_summary["order_checks"][0]
+    assert check["steps"] == 3 and check["steps_same_first_stream"] == 3
 
 
 def test_four_ranks_only_the_swapped_rank_is_reported():
