@@ -52,6 +52,9 @@ class AlgorithmSpec:
         for p in self.params:
             if p.name == name:
                 return p
+        folded = [p for p in self.params if p.name.lower() == name.lower()]  # "m" finds "M"
+        if len(folded) == 1:
+            return folded[0]
         raise KeyError(f"{self.name}: unknown parameter {name!r} (known: {', '.join(self.param_names)})")
 
     @property

@@ -35,7 +35,7 @@ def test_defaults_are_small_on_cpu() -> None:
 
 def test_coerce_converts_cli_strings() -> None:
     spec = ALGORITHMS["ag-gemm"]
-    assert spec.coerce({"M": "64", "tuned-comm": "nccl", "comm_priority": "0"}) == {
+    assert spec.coerce({"m": "64", "tuned-comm": "nccl", "comm_priority": "0"}) == {
         "M": 64, "tuned_comm": "nccl", "comm_priority": 0}
     with pytest.raises(ValueError, match="not one of"):
         spec.coerce({"tuned_comm": "carrier-pigeon"})
