@@ -102,7 +102,8 @@ class ClockAlignment:
     """How the ranks' clocks were put on one timeline."""
 
     shared_clock: bool
-    method: str  # same-file | same-host | verified-by-collective-ends | matched-collective-ends | disabled | none
+    method: str  # same-file | same-host | verified-by-collective-ends | session-start | matched-collective-ends
+    #              | disabled | none
     reason: str
     applied: bool  # offsets were applied to the tables (False with --no-align)
     offsets_ns: dict[int, int]  # aligned = own + offset
@@ -574,11 +575,28 @@ def _clock_from_metadata(traces: TraceSet) -> tuple[bool, str, str] | None:
     sessions = {t.meta.get("session_start_utc_ns") for t in all_traces}
     if len(sources) == 1 and len(all_traces) > 1:
         return True, "same-file", "all ranks come from one report, recorded on one clock"
-    if "" not in hosts and len(hosts) == 1 and (traces.fmt != "nsys" or len(sessions) == 1):
+    if "" not in hosts and len(hosts) == 1 and (traces.fmt != "nsys" or (len(sessions) == 1 and None not in sessions)):
         return True, "same-host", f"all ranks ran on host {next(iter(hosts))!r}"
     if "" not in hosts and len(hosts) > 1:
         return False, "matched-collective-ends", f"ranks ran on {len(hosts)} hosts"
     return None
+
+
+def _session_offsets(traces: TraceSet) -> dict[int, int] | None:
+    """Offsets of separate Nsight Systems sessions on one host, from their start times.
+
+    nsys counts from each session's start, which it records in UTC (utcEpochNs); on one host
+    those come from one clock, so offset_r = start_r - start_ref places every rank on the
+    reference's timeline without relying on collective ends (which carry a systematic
+    end-time asymmetry of a few µs between ranks).
+    """
+    all_traces = list(traces)
+    hosts = {t.hostname for t in all_traces}
+    starts = {t.rank: t.meta.get("session_start_utc_ns") for t in all_traces}
+    if traces.fmt != "nsys" or "" in hosts or len(hosts) != 1 or any(v is None for v in starts.values()):
+        return None
+    ref = min(starts)
+    return {r: int(v) - int(starts[ref]) for r, v in starts.items()}
 
 
 def align_clocks(traces: TraceSet, m: _Matching, align: bool, params: CrossRankParams) -> tuple[ClockAlignment,
@@ -588,12 +606,17 @@ def align_clocks(traces: TraceSet, m: _Matching, align: bool, params: CrossRankP
     ref = ranks[0]
     notes: list[str] = []
     zero = {r: 0 for r in ranks}
+    session = _session_offsets(traces)
     if m.colls.empty:
         known = _clock_from_metadata(traces)
         shared, method, reason = known if known else (False, "none", "")
+        offs = session if (known is None and session is not None and align) else zero
+        if offs is session:
+            method, reason = "session-start", "one host, separate nsys sessions: offsets from their start times"
         reason = (reason + "; " if reason else "") + "no collective matched across ranks to check it"
-        return ClockAlignment(shared, "disabled" if not align else method, reason, False, zero, zero, None, None,
-                              None, 0, ref, trusted=shared), notes
+        return ClockAlignment(shared, "disabled" if not align else method, reason, any(offs.values()), offs,
+                              session or zero, None, None, None, 0, ref,
+                              trusted=shared or session is not None), notes
     refmask = _reference_mask(m.colls, params)
     ids = m.colls["coll_id"].to_numpy()
     used = ids[refmask] if refmask.any() else ids
@@ -612,6 +635,12 @@ def align_clocks(traces: TraceSet, m: _Matching, align: bool, params: CrossRankP
     known = _clock_from_metadata(traces)
     if known is not None:
         shared, method, reason = known
+    elif session is not None:
+        shared, method = False, "session-start"
+        est_res, _ = _skew(ends, estimated)
+        reason = ("one host, separate nsys sessions: offsets from the sessions' start times; matched collective "
+                  f"ends leave {_skew(ends, session)[0]} ns (median) with them and {est_res} ns with their own "
+                  "best offsets")
     else:
         overlap = _span_overlap(traces)
         why = "host unknown" if "" in hosts else "one host, but separate profiling sessions"
@@ -626,9 +655,10 @@ def align_clocks(traces: TraceSet, m: _Matching, align: bool, params: CrossRankP
     if shared and not ends_agree and before_med is not None:
         notes.append(f"the ranks share a clock ({method}) but matched collective ends differ by {before_med} ns "
                      "(median): the order-matched collectives may not be the same ones")
-    offsets = zero if shared else estimated
+    offsets = zero if shared else (session if method == "session-start" else estimated)
     est_med, _ = _skew(ends, estimated)
-    trusted = shared or (est_med is not None and est_med <= params.max_alignment_residual_ns)
+    trusted = shared or method == "session-start" or (est_med is not None
+                                                       and est_med <= params.max_alignment_residual_ns)
     if not trusted:
         notes.append(f"clock offsets not applied: even the best offsets leave matched collective ends "
                      f"{est_med} ns apart (median), so these collectives do not pin the clocks down")
@@ -1126,16 +1156,18 @@ def cross_rank_findings(report: CrossRankReport) -> list[Finding]:
                 continue
             sev = Severity.critical if share >= p.mismatch_critical_wait_fraction else Severity.warning
             ex = grp.sort_values("wait_caused_ns", ascending=False).iloc[0]
-            fa = (ex["kernel_x"], ex["kernel_y"]) if ex["first_on_a"] == "x" else (ex["kernel_y"], ex["kernel_x"])
+            kx = f"{normalized_name(ex['kernel_x'])} ({ex['stream_x']})"
+            ky = f"{normalized_name(ex['kernel_y'])} ({ex['stream_y']})"
+            fa = (kx, ky) if ex["first_on_a"] == "x" else (ky, kx)
             findings.append(Finding(
                 id="cross-rank-order-mismatch", severity=sev, ranks=[ra, int(rb)],
                 title=f"ranks {ra} and {int(rb)} start kernels of two streams in different orders before "
                       f"{_plural(len(grp), 'collective')}, which then waited {_us(wait)}",
-                explanation=(f"e.g. in step {int(ex['step'])}: rank {ra} started {normalized_name(fa[0])} before "
-                             f"{normalized_name(fa[1])} ({ex['stream_x']} / {ex['stream_y']}), rank {int(rb)} the "
-                             f"other way round. The next cross-rank dependency ({normalized_name(ex['coll_name'])} on "
-                             f"{ex['dependency_stream']}) started late on rank {int(ex['delaying_rank'])}, which had "
-                             f"run the other stream's kernel first, and rank {int(ex['waiting_rank'])} waited "
+                explanation=(f"e.g. in step {int(ex['step'])}: rank {ra} started {fa[0]} before {fa[1]}, rank "
+                             f"{int(rb)} the other way round. The next cross-rank dependency "
+                             f"({normalized_name(ex['coll_name'])} on {ex['dependency_stream']}) started late on "
+                             f"rank {int(ex['delaying_rank'])}, which had run the other stream's kernel first, and "
+                             f"rank {int(ex['waiting_rank'])} waited "
                              f"{_us(int(ex['wait_caused_ns']))} for it."),
                 start_ns=int(min(ex["x_start_ns_a"], ex["y_start_ns_a"])),
                 end_ns=int(ex["dependency_start_ns"]),

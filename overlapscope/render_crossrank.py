@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from rich.markup import escape
 from rich.table import Table
 
 from analyzers.crossrank import CrossRankReport, normalized_name
@@ -107,14 +108,16 @@ def _mismatches(rep: CrossRankReport) -> Section:
     if len(m):
         top = m.sort_values("wait_caused_ns", ascending=False, kind="stable").head(TOP_MISMATCHES)
         for rec in top.to_dict(orient="records"):
-            x, y = _short(rec["kernel_x"]), _short(rec["kernel_y"])
+            x = f"[{rec['stream_x']}] {_short(rec['kernel_x'])}"
+            y = f"[{rec['stream_y']}] {_short(rec['kernel_y'])}"
             on_a = f"{x} → {y}" if rec["first_on_a"] == "x" else f"{y} → {x}"
             on_b = f"{x} → {y}" if rec["first_on_b"] == "x" else f"{y} → {x}"
-            rows.append([f"{int(rec['rank_a'])} vs {int(rec['rank_b'])}", str(int(rec["step"])),
-                         f"{rec['stream_x']} / {rec['stream_y']}", on_a, on_b, _short(rec["coll_name"]),
-                         dur(rec["wait_caused_ns"]), str(int(rec["n_swapped_pairs"]))])
+            rows.append([f"{int(rec['rank_a'])} vs {int(rec['rank_b'])}", str(int(rec["step"])), on_a, on_b,
+                         f"[{rec['dependency_stream']}] {_short(rec['coll_name'])}", dur(rec["wait_caused_ns"]),
+                         "yes" if rec["explains_wait"] else "no", str(int(rec["n_swapped_pairs"]))])
     s = rep.mismatch_summary or {}
-    cap = (f"{_plural(s.get('n_mismatches', 0), 'mismatch', 'mismatches')} before a cross-rank dependency, "
+    cap = (f"{_plural(s.get('n_mismatches', 0), 'mismatch', 'mismatches')} before a cross-rank dependency "
+           f"({s.get('n_explaining_wait', 0)} explaining {dur(s.get('wait_caused_ns', 0))} of wait), "
            f"{_plural(s.get('n_swaps_without_dependency', 0), 'order swap')} with no dependency after it "
            f"(harmless); {_plural(s.get('role_pairs', 0), 'stream-role pair')} compared.")
     for c in s.get("order_checks", [])[:TOP_MISMATCHES]:
@@ -122,8 +125,10 @@ def _mismatches(rep: CrossRankReport) -> Section:
                 f"{c['kernels_x'] + c['kernels_y']} kernels, {c['near_ties']} too close to order, "
                 f"{c['swapped']} swapped; the same stream started first in {c['steps_same_first_stream']} of "
                 f"{c['steps']} steps.")
-    return Section("Scheduling-order mismatches", ["ranks", "step", "streams", "order on first rank",
-                                                   "order on second rank", "next collective", "wait caused",
+    cap += (" 'explains wait': the rank that ran the other stream's kernel first was the late one at the "
+            "next collective.")
+    return Section("Scheduling-order mismatches", ["ranks", "step", "order on first rank", "order on second rank",
+                                                   "next collective", "wait there", "explains wait",
                                                    "swapped pairs"], rows, cap)
 
 
@@ -145,11 +150,11 @@ def cross_rank_table(report: CrossRankReport) -> list[Table]:
         t = Table(title=s.title, title_justify="left", header_style="bold", caption=s.caption or None,
                   caption_justify="left")
         for i, h in enumerate(s.header):
-            t.add_column(h, justify="left" if i == 0 or h in ("collective", "group", "streams", "note") or
+            t.add_column(h, justify="left" if i == 0 or h in ("collective", "group", "note", "explains wait") or
                          h.startswith("order") or h in ("next collective", "waited for", "wait per rank")
                          else "right")
         for row in s.rows:
-            t.add_row(*row)
+            t.add_row(*(escape(c) for c in row))  # cells are data: "[stream 7]" is not markup
         tables.append(t)
     return tables
 

@@ -98,13 +98,22 @@ def test_same_host_keeps_offset_zero():
     assert c.shared_clock and c.method == "same-host" and c.offsets_ns == {0: 0, 1: 0}
 
 
-def test_separate_nsys_sessions_on_one_host_are_estimated():
-    # nsys counts from each session's start: one hostname does not make one time base
+def test_separate_nsys_sessions_on_one_host_use_their_start_times():
+    # nsys counts from each session's start: one hostname does not make one time base. The
+    # sessions' UTC starts (one host clock) give the offset; here they say 3 µs more than the
+    # collective ends do, and the start times win.
     ts, _ = collective_run(2, arrivals={0: [0] * 6, 1: [0] * 6}, offsets={1: 2_500 * US},
                            hostnames={0: "h", 1: "h"})
     ts.fmt = "nsys"
     for r, t in ts.ranks.items():
-        t.meta["session_start_utc_ns"] = 1_700_000_000_000_000_000 + r * 2_500 * US
+        t.meta["session_start_utc_ns"] = 1_700_000_000_000_000_000 + r * 2_503 * US
+    c = analyze_cross_rank(ts).clock
+    assert not c.shared_clock and c.method == "session-start" and c.trusted
+    assert c.offsets_ns[1] == 2_503 * US and c.estimated_offsets_ns[1] == 2_500 * US
+    assert c.residual_skew_ns == 3 * US
+    # without the start times: estimated from the collective ends, never assumed shared
+    for t in ts:
+        t.meta.pop("session_start_utc_ns")
     c = analyze_cross_rank(ts).clock
     assert not c.shared_clock and "separate profiling sessions" in c.reason
     assert c.offsets_ns[1] == 2_500 * US
