@@ -7,6 +7,7 @@ must agree on world size, carry distinct ranks and be of one format.
 from __future__ import annotations
 
 import glob
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -16,6 +17,9 @@ from .kineto import load_kineto
 from .model import RankTrace, TraceSet
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
+# Files the runners write beside a run's traces (runners/harness.py, runners/launch.py): a run
+# folder is analyzed as it is, so directory search leaves these out.
+RUN_METADATA = re.compile(r"^(?:manifest(?:\.failed)?|rank\d+\.(?:status|error)|.*\.partial)\.json$")
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 Progress = Callable[[str, int, int], None]  # (file, index, total)
@@ -43,7 +47,8 @@ def sniff_format(path: Path) -> str:
 
 
 def _is_trace_name(p: Path) -> bool:
-    return any(p.name.endswith(s) for s in TRACE_SUFFIXES) and not p.name.startswith(".")
+    return (any(p.name.endswith(s) for s in TRACE_SUFFIXES) and not p.name.startswith(".")
+            and not RUN_METADATA.match(p.name))
 
 
 def expand_paths(inputs: Iterable[str | Path]) -> list[Path]:
