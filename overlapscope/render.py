@@ -99,9 +99,12 @@ def print_table(report: AnalysisReport, console: Console, streams: bool = False)
     if streams:
         for t in stream_tables(report):
             console.print(t)
-    if report.cross_rank is not None:
+    if report.cross_rank is not None and report.cross_rank.n_matched:
         for t in cross_rank_table(report.cross_rank):
             console.print(t)
+    elif report.cross_rank is not None:
+        for note in report.cross_rank.notes:
+            console.print(f"[dim]cross-rank: {note}[/dim]")
     syncs = _all_syncs(report)
     if syncs is not None:
         console.print(syncs_table(syncs))

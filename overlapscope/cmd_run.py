@@ -1,0 +1,212 @@
+"""`overlapscope run` and `overlapscope sweep`: run runner variants under torchrun, then analyze.
+
+The runners (runners.launch) start torchrun as a subprocess; torch is imported there, not here,
+so this module loads without torch. A failed run exits 4 naming the rank; its partial outputs
+stay in --out.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from analyzers.report import AnalysisReport, analyze
+
+from . import render
+from .cli import EXIT_RUN_FAILED, OutputFormat, UsageFailure, app, emit, err_console, load_set, out_console
+
+PROFILERS = ("torch", "nsys", "none")
+
+
+def parse_params(items: list[str]) -> dict[str, str]:
+    """NAME=VALUE words -> dict (values are converted by the algorithm's parameter specs)."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageFailure(f"parameter {item!r}: write NAME=VALUE, e.g. M=16384")
+        out[name.lstrip("-")] = value
+    return out
+
+
+def _launch_module():
+    """runners.launch, imported lazily: it pulls in nothing heavy, but keep `analyze` lean."""
+    from runners import launch
+
+    return launch
+
+
+def _check(algo: str, variants: list[str], params: dict[str, str], profiler: str) -> None:
+    launch = _launch_module()
+    if algo not in launch.ALGORITHMS:
+        raise UsageFailure(f"unknown algorithm {algo!r} (known: {', '.join(sorted(launch.ALGORITHMS))})")
+    spec = launch.ALGORITHMS[algo]
+    unknown = [v for v in variants if v not in spec.variants]
+    if unknown:
+        raise UsageFailure(f"{algo}: unknown variant {', '.join(unknown)} (known: {', '.join(spec.variants)})")
+    try:
+        spec.coerce(params)
+    except (KeyError, ValueError) as exc:
+        raise UsageFailure(str(exc).strip("'\"")) from None
+    if profiler not in PROFILERS:
+        raise UsageFailure(f"--profiler must be one of {', '.join(PROFILERS)}")
+
+
+def _progress(line: str) -> None:
+    err_console.print(f"[dim]{line}[/dim]", highlight=False, markup=False) if line else None
+
+
+def _run_failed(exc: Exception, out: Path) -> typer.Exit:
+    err_console.print(f"overlapscope: run failed: {exc} (partial outputs kept in {out})", markup=False,
+                      highlight=False)
+    return typer.Exit(EXIT_RUN_FAILED)
+
+
+def timings_table(results: dict[str, Any]) -> Table:
+    """CUDA-event timings of each variant (medians), with the standalone compute and comm times."""
+    table = Table(title="timings (CUDA events, median)", title_justify="left", header_style="bold")
+    for col in ("variant", "time ms", "baseline ms", "speed-up", "compute alone ms", "comm alone ms",
+                "ideal ms", "max rel. error"):
+        table.add_column(col, justify="left" if col == "variant" else "right")
+    for name, r in results.items():
+        t = r.timings
+        steps = r.manifest.get("params", {}).get("steps")
+        ideal = t.compute_ms + t.comm_ms / steps if steps else None
+        err = max((x.get("rel_error", 0.0) for x in r.manifest.get("ranks", [])), default=float("nan"))
+        table.add_row(name, f"{t.variant_ms:.3f}", f"{t.baseline_ms:.3f}",
+                      f"{t.baseline_ms / t.variant_ms:.2f}x" if t.variant_ms > 0 else "n/a",
+                      f"{t.compute_ms:.3f}", f"{t.comm_ms:.3f}", f"{ideal:.3f}" if ideal else "n/a", f"{err:.2g}")
+    return table
+
+
+def _analyze_out(out_dir: Path, label: str) -> AnalysisReport | None:
+    files = [p for p in out_dir.iterdir() if p.is_file()] if out_dir.is_dir() else []
+    if not any(p.name.endswith((".json.gz", ".json", ".sqlite")) and not p.name.startswith("manifest")
+               for p in files):
+        return None
+    return analyze(load_set([str(out_dir)], label=label))
+
+
+AlgoArg = Annotated[str, typer.Argument(help="ag-gemm, gemm-rs, symm-mem or fsdp.", show_default=False)]
+ParamsArg = Annotated[list[str] | None, typer.Argument(
+    help="Algorithm parameters as NAME=VALUE (e.g. M=16384 K=8192 N=8192 S=4 dtype=bf16); "
+         "`overlapscope algorithms` lists them.", show_default=False)]
+NprocOpt = Annotated[int, typer.Option("--nproc", help="Processes (GPUs) on this host, one per rank.")]
+ProfilerOpt = Annotated[str, typer.Option(
+    "--profiler", help="torch (torch.profiler with CUDA sync events), nsys (Nsight Systems, exported to "
+                       ".sqlite) or none (timings only).")]
+TimeoutOpt = Annotated[float, typer.Option(
+    "--timeout", help="Seconds before a hanging run is brought down (the hung rank is named).")]
+
+
+@app.command("run")
+def run_cmd(
+    algo: AlgoArg,
+    params: ParamsArg = None,
+    variant: Annotated[str, typer.Option("--variant", "-v", help="Schedule variant to run.")] = "baseline",
+    nproc: NprocOpt = 2,
+    profiler: ProfilerOpt = "torch",
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder: per-rank traces + manifest.json.")
+                   ] = Path("runs/latest"),
+    timeout: TimeoutOpt = 1800.0,
+    format: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format of the analysis.")
+                      ] = OutputFormat.table,
+) -> None:
+    """Run one schedule variant under torchrun and the profiler, then print its overlap analysis.
+
+    Without GPUs the algorithms run with gloo on CPU at small sizes (correctness only).
+    For several hosts, start `python -m runners.<algo>` with torchrun or Slurm yourself
+    (runners/README.md) and analyze the folder.
+    """
+    values = parse_params(params or [])
+    _check(algo, [variant], values, profiler)
+    launch = _launch_module()
+    try:
+        result = launch.run(algo, variant, nproc=nproc, profiler=profiler, out=out, params=values,
+                            timeout_s=timeout, on_progress=_progress)
+    except launch.RunFailed as exc:
+        raise _run_failed(exc, out) from None
+    if format is OutputFormat.table:
+        out_console.print(timings_table({variant: result}))
+    report = _analyze_out(result.out_dir, f"{algo} {variant}")
+    if report is None:
+        if format is not OutputFormat.table:
+            sys.stdout.write(render.to_json({"timings": vars(result.timings)}) + "\n")
+        return
+    report.extra["timings_ms"] = vars(result.timings)
+    emit(report, format)
+
+
+@app.command("sweep")
+def sweep_cmd(
+    algo: AlgoArg,
+    params: ParamsArg = None,
+    variants: Annotated[str | None, typer.Option(
+        "--variants", help="Comma-separated variants (default: all of the algorithm's).")] = None,
+    baseline: Annotated[str | None, typer.Option(
+        "--baseline", help="Variant the others are compared with (default: baseline, else the first).")] = None,
+    nproc: NprocOpt = 2,
+    profiler: ProfilerOpt = "torch",
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder: one sub-folder per variant.")
+                   ] = Path("runs/sweep"),
+    timeout: TimeoutOpt = 3600.0,
+    format: Annotated[OutputFormat, typer.Option("--format", "-f", help="table, json or md.")
+                      ] = OutputFormat.table,
+) -> None:
+    """Run several variants, then compare them in one table: every metric, time and speed-up."""
+    launch = _launch_module()
+    values = parse_params(params or [])
+    if algo not in launch.ALGORITHMS:
+        raise UsageFailure(f"unknown algorithm {algo!r} (known: {', '.join(sorted(launch.ALGORITHMS))})")
+    chosen = [v.strip() for v in variants.split(",") if v.strip()] if variants else list(
+        launch.ALGORITHMS[algo].variants)
+    _check(algo, chosen, values, profiler)
+    base = baseline or ("baseline" if "baseline" in chosen else chosen[0])
+    if base not in chosen:
+        raise UsageFailure(f"--baseline {base!r} is not among the variants run")
+    try:
+        results = launch.sweep(algo, chosen, nproc=nproc, profiler=profiler, out=out, params=values,
+                               timeout_s=timeout, on_progress=_progress)
+    except launch.RunFailed as exc:
+        raise _run_failed(exc, out) from None
+    reports = {v: rep for v, r in results.items() if (rep := _analyze_out(r.out_dir, v)) is not None}
+    emit_sweep(results, reports, base, format)
+
+
+def emit_sweep(results: dict[str, Any], reports: dict[str, AnalysisReport], base: str,
+               fmt: OutputFormat) -> None:
+    """One comparison: trace metrics per variant (compare_many) joined with the CUDA-event timings."""
+    from analyzers.diff import compare_many
+
+    from .render_diff import print_sweep, sweep_markdown
+
+    table = compare_many(reports, base) if reports and base in reports else None
+    timings = {v: vars(r.timings) for v, r in results.items()}
+    if fmt is OutputFormat.json:
+        doc = {"baseline": base, "timings_ms": timings,
+               "variants": table.to_dict(orient="records") if table is not None else []}
+        sys.stdout.write(render.to_json(doc) + "\n")
+        return
+    if fmt is OutputFormat.md:
+        sys.stdout.write((sweep_markdown(table) if table is not None else "") + "\n")
+        return
+    out_console.print(timings_table(results))
+    if table is not None:
+        print_sweep(table, out_console)
+
+
+@app.command("algorithms")
+def algorithms_cmd() -> None:
+    """List the runner algorithms, their schedule variants and parameters."""
+    launch = _launch_module()
+    for name, spec in sorted(launch.ALGORITHMS.items()):
+        out_console.print(f"[bold]{name}[/bold] — {spec.summary}")
+        for v, text in spec.variants.items():
+            cpu = f" [dim](CPU: {spec.cuda_only[v]})[/dim]" if v in spec.cuda_only else ""
+            out_console.print(f"  variant [cyan]{v}[/cyan]: {text}{cpu}")
+        for p in spec.params:
+            out_console.print(f"  {p.name}={p.default} [dim]{p.help}[/dim]")
