@@ -888,7 +888,8 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
                 sw1, sw2 = lo_b > hi_a, lo_a > hi_b  # x first on a / y first on a
                 hit = sw1 | sw2
                 checks.append(_order_check(ref, rb, role_labels.get(rx, str(rx)), role_labels.get(ry, str(ry)),
-                                           xs, ys, (hi_a > lo_a) | (hi_b > lo_b), hit, firsts, rx, ry))
+                                           xs, ys, (hi_a > lo_a) | (hi_b > lo_b), hit, firsts, rx, ry,
+                                           params.max_listed))
                 if not hit.any():
                     continue
                 j = np.where(sw1, hi_a, hi_b)[hit]
@@ -1002,12 +1003,12 @@ def _kernel_keys(trace: RankTrace, df: pd.DataFrame, members: pd.DataFrame, rank
 
 
 def _order_check(ra: int, rb: int, sx: str, sy: str, xs: pd.DataFrame, ys: pd.DataFrame, ties: np.ndarray,
-                 hit: np.ndarray, firsts: pd.DataFrame, rx: int, ry: int) -> dict[str, Any]:
+                 hit: np.ndarray, firsts: pd.DataFrame, rx: int, ry: int, cap: int) -> dict[str, Any]:
     """The evidence behind a verdict for one rank pair and stream-role pair, also when nothing
     was found: how many kernels were compared, how many started too close to judge, and per
     iteration which stream's first compute kernel started first on each rank
     (lead = first Y compute start - first X compute start; steps where a stream computes nothing
-    are left out)."""
+    are left out; the per-step lists are cut at cap)."""
     roles = firsts.index.get_level_values("role")
     fx = firsts.loc[rx] if rx in roles else firsts.iloc[:0].droplevel("role")
     fy = firsts.loc[ry] if ry in roles else firsts.iloc[:0].droplevel("role")
@@ -1020,7 +1021,7 @@ def _order_check(ra: int, rb: int, sx: str, sy: str, xs: pd.DataFrame, ys: pd.Da
         "kernels_x": int(len(xs)), "kernels_y": int(len(ys)),
         "near_ties": int(ties.sum()), "swapped": int(hit.sum()),
         "steps": int(len(steps)), "steps_same_first_stream": int(agree.sum()),
-        "first_lead_ns_a": [int(v) for v in lead_a], "first_lead_ns_b": [int(v) for v in lead_b],
+        "first_lead_ns_a": [int(v) for v in lead_a[:cap]], "first_lead_ns_b": [int(v) for v in lead_b[:cap]],
     }
 
 
