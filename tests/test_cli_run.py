@@ -1,0 +1,44 @@
+"""`overlapscope run` / `sweep` on CPU (gloo): the CLI runs, analyzes, and fails with exit 4 naming the rank."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "overlapscope", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_run_writes_traces_and_prints_analysis(tmp_path):
+    out = tmp_path / "run"
+    r = cli("run", "ag-gemm", "--variant", "host-sync", "--out", str(out), "-f", "json", "M=64", "K=32", "N=16")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert [x["rank"] for x in doc["ranks"]] == [0, 1]
+    assert doc["timings_ms"]["variant_ms"] > 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["variant"] == "host-sync" and manifest["params"]["M"] == 64
+    assert sorted(p.name for p in out.glob("rank*.json.gz")) == ["rank0.json.gz", "rank1.json.gz"]
+
+
+def test_failed_rank_exits_4_and_names_it(tmp_path):
+    out = tmp_path / "fail"
+    r = cli("run", "ag-gemm", "--variant", "baseline", "--out", str(out), "--profiler", "none",
+            "M=64", "K=32", "N=16", "fail_rank=1")
+    assert r.returncode == 4
+    assert "rank 1" in r.stderr and str(out) in r.stderr and "Traceback" not in r.stderr
+    assert (out / "manifest.failed.json").exists()
+
+
+def test_sweep_compares_variants(tmp_path):
+    r = cli("sweep", "gemm-rs", "--variants", "baseline,ring", "--out", str(tmp_path / "sweep"), "-f", "json",
+            "--profiler", "none")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert set(doc["timings_ms"]) == {"baseline", "ring"} and doc["baseline"] == "baseline"
