@@ -13,6 +13,9 @@ Vocabulary:
 - reference rank: the lowest rank given; offsets and order comparisons are relative to it.
 - aligned time: a rank's own time + its offset (offset 0 when the clock is shared).
 - stream role: streams of different ranks that run the same kernels are one role.
+- same kernel (order comparison): same role, same name, same occurrence counted within its
+  launch step and since the last matched collective on its stream, so that profilers opening
+  at different moments on different ranks do not shift the pairing.
 - group: the collectives that are matched by position (or sequence number) across ranks:
   one per process group when the trace names it, one for NCCL kernels otherwise, and one
   per (kernel name, stream role) for non-NCCL communication (symmetric-memory barriers,
@@ -41,7 +44,8 @@ class CrossRankParams:
     """Thresholds of the cross-rank analysis; every default says why it is what it is."""
 
     # Ranks whose matched collective ends already coincide within this (median) share a
-    # clock: NCCL collectives end within a few µs on all ranks, NTP-synced hosts differ by more.
+    # clock: a collective ends within tens of µs on all ranks (NCCL all-gathers on the 2xH200
+    # samples: ~20 µs, systematically), separate clock bases differ by far more.
     shared_clock_tolerance_ns: int = 50_000
     # Without hostnames, a shared clock also needs the ranks' GPU time ranges to overlap by at
     # least this fraction of the shorter one (different clock bases put them far apart).
