@@ -32,7 +32,7 @@ from .syncs import SyncParams, api_base_name, blocking_syncs, busy_before
 NO_CALLER = "(no enclosing op)"
 DEFAULT_COPY_KERNEL_PATTERN = (
     r"CatArrayBatchedCopy|direct_copy_kernel|copy_kernel|elementwise_kernel.*[Cc]opy|chunk_cat|"
-    r"split_with_sizes_copy|_foreach_copy|^Memcpy DtoD"
+    r"split_with_sizes_copy|_foreach_copy|multi_tensor_apply_kernel.*native::Copy<|^Memcpy DtoD"
 )
 
 
@@ -78,8 +78,8 @@ class FindingParams:
     """At least this many collectives of that kind start before compute: one collective ahead of
     its consumer is a pipeline's first step, not front-loading."""
     front_min_window_share: float = 0.05
-    """The communication before compute must be at least this share of the iteration's span
-    (a tiny scalar all-reduce before compute costs nothing)."""
+    """Compute must start at least this share of the iteration's span after the iteration begins:
+    collectives up front that delay compute by less (a tiny scalar all-reduce) cost little."""
     front_min_iteration_share: float = 0.5
     """Fires when at least this share of iterations is front-loaded."""
 
@@ -107,8 +107,12 @@ class FindingParams:
     slow_min_samples: int = 3
     """Each side (alone, overlapped) needs this many samples of the same collective and size. Only
     collectives whose size the trace records are compared (sizes mixed together say nothing)."""
-    slow_min_slowdown: float = 0.25
-    """Fires when median overlapped duration / median alone duration - 1 is at least this."""
+    slow_min_slowdown: float = 0.10
+    """Fires when median overlapped duration / median alone duration - 1 is at least this (10%:
+    beyond the run-to-run spread of a collective's median over a few samples)."""
+    slow_warning_slowdown: float = 0.25
+    """Below this slowdown the finding is 'info' (overlap still pays, at a visible price); from it
+    on 'warning'; 'critical' when the extra communication time reaches critical_share of the span."""
     slow_use_transfer_time: bool = True
     """With several ranks on a shared clock, measure each collective from its last rank's arrival
     (the transfer part), so that waiting for a late peer is not taken for slowness."""
@@ -280,10 +284,16 @@ def _severity(cost_ns: float, span_ns: int, params: FindingParams) -> Severity:
 
 
 def syncs_in_overlap_region(view: _RankView, syncs: pd.DataFrame) -> pd.DataFrame:
-    """The blocking syncs that matter for overlap: inside an iteration's overlapped region
-    (between its first and last comm kernel, or with comm in flight on the sync's device during
-    the call) and leaving the GPU idle at least sync_min_idle_ns. Adds region_step (the iteration
-    whose comm region holds it, -1 when only 'in flight' applies)."""
+    """The blocking syncs that cost overlap, with region_step (the iteration they belong to).
+
+    A sync is *in the overlapped region* when it starts between an iteration's first and last
+    comm kernel, or while comm is in flight on its device during the call. With iteration
+    ranges, every sync of an iteration that has one such sync counts (the sync after the last
+    step's collective blocks the same pipeline; whether that collective had just ended when the
+    host got there is timing), and syncs outside the analysed iterations (the profiler's own
+    cudaDeviceSynchronize at the end) never count. Each counted sync left the GPU idle at least
+    sync_min_idle_ns.
+    """
     p = view.params
     if syncs.empty or not view.comm.any() or view.windows.empty:
         return syncs.iloc[0:0].assign(region_step=np.zeros(0, dtype=np.int64))
@@ -313,17 +323,25 @@ def syncs_in_overlap_region(view: _RankView, syncs: pd.DataFrame) -> pd.DataFram
         between = (k >= 0) & (rl[kc] >= 0) & (start[on] < rh[kc])
         in_region[on] = in_flight | between
         region_step[on] = np.where(between, rs[kc], -1)
-    idle = syncs["gpu_idle_ns"].to_numpy(np.int64)
-    counted = in_region & (idle >= p.sync_min_idle_ns)
+    idle_ok = syncs["gpu_idle_ns"].to_numpy(np.int64) >= p.sync_min_idle_ns
+    host_step = syncs["step"].to_numpy(np.int64)
+    steps = w["step"].to_numpy(np.int64)
+    if (steps >= 0).any() and (w["host_lo"].to_numpy() >= 0).any():
+        in_steps = np.isin(host_step, steps[steps >= 0])
+        hit_steps = np.unique(host_step[in_region & in_steps & idle_ok])
+        counted = np.isin(host_step, hit_steps) & in_steps & idle_ok
+        region_step = host_step
+    else:
+        counted = in_region & idle_ok
     return syncs[counted].assign(region_step=region_step[counted])
 
 
 def detect_host_blocking_sync(view: _RankView, syncs: pd.DataFrame | None = None) -> list[Finding]:
-    """Blocking syncs in the overlapped region (between an iteration's first and last comm kernel,
-    or while comm is in flight on the sync's device) that left the GPU idle.
+    """Blocking syncs in the overlapped region (syncs_in_overlap_region) that left the GPU idle.
 
-    Silent on: syncs before / after all communication of an iteration (loss.item() at the end of
-    a step), syncs that leave the GPU busy (queued work), traces without communication.
+    Silent on: iterations whose syncs all come before / after their communication (loss.item()
+    at the end of a step), syncs that leave the GPU busy (queued work), the profiler's own sync
+    after the last step, traces without communication.
     """
     p, t = view.params, view.trace
     syncs = blocking_syncs(t, p.sync) if syncs is None else syncs
@@ -413,10 +431,13 @@ def detect_serialized_streams(view: _RankView, syncs: pd.DataFrame | None = None
     p, t = view.params, view.trace
     work = ~view.other
     syncs = blocking_syncs(t, p.sync) if syncs is None else syncs
-    host_serialized = np.sort(syncs_in_overlap_region(view, syncs)["end_ns"].to_numpy(np.int64))
+    by_host = syncs_in_overlap_region(view, syncs)
+    host_steps_hit = set(by_host["region_step"].tolist()) - {-1}
+    host_serialized = np.sort(by_host["end_ns"].to_numpy(np.int64))
     per_window = []
     for w in view.windows.itertuples(index=False):
-        if np.searchsorted(host_serialized, w.hi) > np.searchsorted(host_serialized, w.lo):
+        if w.step in host_steps_hit or (
+                np.searchsorted(host_serialized, w.hi) > np.searchsorted(host_serialized, w.lo)):
             continue
         for d in view.devices():
             groups = _stream_groups(view, work & (view.device == d), int(w.lo), int(w.hi))
@@ -544,7 +565,7 @@ def detect_front_loaded(view: _RankView) -> list[Finding]:
                     break
             front = (best is not None and best["share"] >= p.front_min_share
                      and best["n_before"] >= p.front_min_collectives
-                     and all_before >= p.front_min_window_share * (hi - lo))
+                     and c_start - lo >= p.front_min_window_share * (hi - lo))
             rows.append({"step": int(w.step), "lo": lo, "hi": hi, "compute_start_ns": c_start,
                          "comm_before_ns": all_before, "front": front, **(best or {})})
     n_windows = len(view.windows)
@@ -849,8 +870,13 @@ def detect_comm_slowed(view: _RankView, eff_start: np.ndarray | None = None) -> 
         f"{int(worst['n_alone'])}) alone: communication and compute contend for SMs and memory bandwidth, so "
         f"part of what overlap hides is paid back as slower communication (about {_ms(cost)} here)."
     )
-    return [Finding(id="comm-slowed-by-overlap", severity=Severity.warning if cost < p.critical_share * view.span_ns()
-                    else Severity.critical, ranks=[t.rank], title=title, explanation=explanation,
+    if cost >= p.critical_share * view.span_ns():
+        sev = Severity.critical
+    elif float(worst["slowdown"]) >= p.slow_warning_slowdown:
+        sev = Severity.warning
+    else:
+        sev = Severity.info
+    return [Finding(id="comm-slowed-by-overlap", severity=sev, ranks=[t.rank], title=title, explanation=explanation,
                     start_ns=view.lo, end_ns=view.hi, evidence=_plain(evidence))]
 
 
@@ -889,11 +915,12 @@ def detect_findings(traces: TraceSet, metrics: dict[int, RankMetrics] | None = N
     """
     params = params or FindingParams()
     eff = transfer_starts(traces, params)
+    # the clocks were shared and collectives matched when some rank's starts moved to an arrival
+    matched = any(not np.array_equal(eff[r], traces.ranks[r].gpu["start_ns"].to_numpy()) for r in eff)
     out: list[Finding] = []
     for r in traces.rank_ids():
         t = traces.ranks[r]
-        use_eff = eff[r] if len(traces) > 1 and not np.array_equal(eff[r], t.gpu["start_ns"].to_numpy()) else None
-        out += detect_rank(t, (metrics or {}).get(r), params, use_eff, (syncs or {}).get(r))
+        out += detect_rank(t, (metrics or {}).get(r), params, eff[r] if matched else None, (syncs or {}).get(r))
     out += list(extra or [])
     return sort_findings(out)
 

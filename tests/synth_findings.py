@@ -72,7 +72,8 @@ def pipeline(variant: str, *, iterations: int = 3, steps: int = 4, ag: int = 100
     serialized: all-gather s+1 waits for matmul s (sync-in-loop: worker waits on main); the host
       issues 2 cudaStreamWaitEvent per step.
     host-sync: serialized, and the host calls cudaStreamSynchronize after launching each matmul;
-      the next launch comes 2 µs after the sync returns and starts 8 µs later.
+      the next launch comes 2 µs after the sync returns and starts 8 µs later. The last step's
+      sync starts 20 µs after its all-gather ended.
     baseline: one all-gather phase, then one matmul phase on the main stream.
     sync_at: (api, start, end) a host sync per iteration, times relative to the iteration's base.
     tail_launch: a 10 µs tail kernel launched at base + tail_launch on worker stream 2; it starts
@@ -114,7 +115,10 @@ def pipeline(variant: str, *, iterations: int = 3, steps: int = 4, ag: int = 100
                 b.kernel(start, start + ag, NCCL_STREAM, COMM, launch=host)
                 b.kernel(start + ag, start + ag + mm, worker, GEMM, launch=host + 3_000)
                 sync_end = start + ag + mm + 3_000
-                b.call("cudaStreamSynchronize", host + 10_000, sync_end)
+                # the last step's sync is called only after its all-gather ended (a slow GEMM
+                # launch, as in the real traces): no comm in flight during that call
+                sync_start = host + 10_000 if s < steps - 1 else start + ag + 20_000
+                b.call("cudaStreamSynchronize", sync_start, sync_end)
                 host = sync_end + 2_000
                 t = host + 8_000
             else:
