@@ -270,7 +270,14 @@ def _copy_label(pattern: str) -> Callable[[str], str]:
 
     def label(name: str) -> str:
         m = rx.search(name)
-        return m.group(0) if m else normalize_kernel_name(name)
+        if not m:
+            return normalize_kernel_name(name)
+        text = m.group(0)
+        idents = re.findall(r"[A-Za-z_]\w*", text)
+        if not idents or re.fullmatch(r"[\w ]+", text):
+            return text  # "CatArrayBatchedCopy", "Memcpy DtoD"
+        copyish = [i for i in idents[1:] if "copy" in i.lower()]
+        return f"{idents[0]} ({copyish[-1]})" if copyish and "copy" not in idents[0].lower() else idents[0]
 
     return label
 

@@ -444,3 +444,31 @@ def test_real_comm_slowed_compares_the_same_all_gather_alone_and_overlapped():
     for variant in ("host-sync", "sync-in-loop", "baseline"):  # never overlapped: nothing to compare
         ts, _ = _sample(f"ag-gemm/{variant}")
         assert "comm-slowed-by-overlap" not in {f.id for f in detect_findings(ts)}, variant
+
+
+# --- the CI gate ------------------------------------------------------------------------------
+
+def _cli(*args: str):
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    return subprocess.run([sys.executable, "-m", "overlapscope", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_fail_on_gate_catches_the_schedule_that_lost_all_overlap():
+    # sync-in-loop is what a change that silently serialized the pipeline looks like: overlap 0
+    bad = _cli("analyze", "sample_traces/ag-gemm/sync-in-loop", "--fail-on", "serialized-streams",
+               "--fail-on", "host-blocking-sync")
+    assert bad.returncode == 1, bad.stderr
+    assert "serialized-streams" in bad.stderr and "host-blocking-sync" not in bad.stderr.split("gate")[-1]
+    good = _cli("analyze", "sample_traces/ag-gemm/sync-before-loop", "--fail-on", "serialized-streams",
+                "--fail-on", "host-blocking-sync")
+    assert good.returncode == 0, good.stderr
+    hs = _cli("analyze", "sample_traces/ag-gemm/host-sync", "--fail-on", "host-blocking-sync", "--format", "json")
+    assert hs.returncode == 1
+    doc = json.loads(hs.stdout)
+    assert {f["id"] for f in doc["findings"]} >= {"host-blocking-sync"}
+    assert doc["syncs"]["n"] == sum(len(v) for v in doc["syncs"]["per_rank"].values()) > 0
