@@ -597,9 +597,10 @@ def detect_front_loaded(view: _RankView) -> list[Finding]:
              f"compute starts ({len(hits)}/{n_windows} iterations)")
     explanation = (
         f"In each affected iteration {evidence['collectives_before_compute_median']:g} of "
-        f"{evidence['collectives_of_kind_median']:g} {kinds_hit[0]} collectives run before the first compute "
-        f"kernel: the program issues its collectives and waits for them up front, so "
-        f"{_ms(before_tot / len(hits))} of communication per iteration has nothing to hide behind."
+        f"{evidence['collectives_of_kind_median']:g} {kinds_hit[0]} collectives start before compute does "
+        f"({_ms(evidence['compute_start_offset_ns_median'])} into the iteration, median): the program issues its "
+        f"collectives and waits for them up front, so {_ms(before_tot / len(hits))} of communication per "
+        f"iteration has nothing to hide behind."
     )
     return [Finding(
         id="front-loaded-collectives", severity=_severity(before_tot, view.span_ns(), p), ranks=[t.rank],
