@@ -79,7 +79,11 @@ class FindingParams:
     its consumer is a pipeline's first step, not front-loading."""
     front_min_window_share: float = 0.05
     """Compute must start at least this share of the iteration's span after the iteration begins:
-    collectives up front that delay compute by less (a tiny scalar all-reduce) cost little."""
+    collectives up front that delay compute by less cost little."""
+    front_min_comm_share: float = 0.01
+    """The communication before compute starts must be at least this share of the iteration's
+    span: a couple of tiny broadcasts of the batch ahead of compute are not front-loading, however
+    late compute starts for other reasons."""
     front_min_iteration_share: float = 0.5
     """Fires when at least this share of iterations is front-loaded."""
 
@@ -572,7 +576,8 @@ def detect_front_loaded(view: _RankView) -> list[Finding]:
                     break
             front = (best is not None and best["share"] >= p.front_min_share
                      and best["n_before"] >= p.front_min_collectives
-                     and c_start - lo >= p.front_min_window_share * (hi - lo))
+                     and c_start - lo >= p.front_min_window_share * (hi - lo)
+                     and all_before >= p.front_min_comm_share * (hi - lo))
             rows.append({"step": int(w.step), "lo": lo, "hi": hi, "compute_start_ns": c_start,
                          "comm_before_ns": all_before, "front": front, **(best or {})})
     n_windows = len(view.windows)

@@ -14,7 +14,9 @@ Why it is built this way:
   with no runtime sync inside is reported on its own only when the trace has no runtime table
   (otherwise it ran on CPU tensors and did not sync).
 - GPU idle caused (DESIGN.md, Host syncs): the time with nothing running on the sync's device
-  from the sync's end until the next GPU activity launched after it starts.
+  from the sync's end until the next GPU activity launched after it starts, once the work queued
+  before the sync has drained (idle while queued work waits on its own dependencies, e.g. a
+  collective waiting for a peer, is not the host's doing).
 
 Everything is vectorized: searchsorted / merge_asof joins and prefix sums on int64 arrays; the
 only Python loops run over devices and host-range nesting depths, never over rows.
@@ -268,6 +270,14 @@ class _DeviceTimeline:
         # without launch times: something is running at t
         return busy_before(self.merged_s, self.merged_e, t + 1) > busy_before(self.merged_s, self.merged_e, t)
 
+    def drained_at(self, t: np.ndarray) -> np.ndarray:
+        """When the work launched before t had all finished (t itself without launch records)."""
+        if not self.has_launches:
+            return t
+        i = np.searchsorted(self.launch_sorted, t, side="left") - 1
+        done = self.end_prefix_max[np.clip(i, 0, max(self.end_prefix_max.size - 1, 0))]
+        return np.where(i >= 0, np.maximum(done, t), t)
+
     def idle_between(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Time in [a, b) with nothing running (0 where b <= a)."""
         span = np.maximum(b - a, 0)
@@ -332,8 +342,10 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
 
     host_blocked_ns: how long the host call (or, without runtime, the op) lasted.
     gpu_idle_ns: idle time on the sync's device from the sync's end until the next GPU activity
-    launched after it starts. When nothing launched after it is in the trace (next_gpu_start_ns
-    -1), the idle until the trace's last recorded event: a lower bound.
+    launched after it starts, counted only once the work launched before the sync has finished
+    (a host far ahead of the GPU is not blocked by a sync that returns at once). When nothing
+    launched after it is in the trace (next_gpu_start_ns -1), the idle until the trace's last
+    recorded event: a lower bound.
     caller: innermost enclosing host op / annotation on the same thread, else on any thread
     (iteration ranges excluded); sync_op: the sync-implying op around it (aten::item, ...);
     annotation / frame: the innermost enclosing annotation (record_function, NVTX) / Python frame.
@@ -454,8 +466,10 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
         m = devices == d
         ns = tl.next_start_launched_from(end[m])
         nxt[m] = ns
+        # Idle counts once the work queued before the sync has finished: until then the GPU had
+        # work, and any gap is that work waiting on its own dependencies, not on the host.
         # Nothing launched after it in the trace: idle at least until the trace ends (censored).
-        idle[m] = tl.idle_between(end[m], np.where(ns >= 0, ns, np.maximum(trace_end, end[m])))
+        idle[m] = tl.idle_between(tl.drained_at(end[m]), np.where(ns >= 0, ns, np.maximum(trace_end, end[m])))
 
     # --- GPU-side confirmation and stream ---------------------------------------------
     se = trace.sync_events

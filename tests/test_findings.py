@@ -145,6 +145,23 @@ def test_single_collective_then_compute_is_not_front_loaded():
     assert "front-loaded-collectives" not in ids(sf.single_collective_then_compute())
 
 
+def test_tiny_collectives_before_late_compute_are_not_front_loaded():
+    # two 15 µs broadcasts of the batch, then compute only 400 µs later (the host was busy):
+    # compute starts late, but 30 µs of communication before it is 0.75% of the 4 ms iteration
+    b = sf.Builder()
+    bcast = "ncclDevKernel_Broadcast_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+    for i in range(3):
+        base = (i + 1) * 2 * sf.ITER
+        b.steps.append((i + 1, base - 100_000, base + 2 * sf.ITER - 150_000))
+        b.kernel(base, base + 15_000, sf.NCCL_STREAM, bcast)
+        b.kernel(base + 20_000, base + 35_000, sf.NCCL_STREAM, bcast)
+        b.kernel(base + 400_000, base + 3_000_000, sf.MAIN_STREAM, GEMM)
+        b.kernel(base + 3_000_000, base + 3_100_000, sf.NCCL_STREAM, COMM)
+    t = b.build()
+    assert "front-loaded-collectives" not in ids(t)
+    assert "front-loaded-collectives" in ids(t, FindingParams(front_min_comm_share=0.007))
+
+
 def test_preamble_kernel_does_not_hide_front_loading():
     # the 1 µs fill kernel before the all-gathers is compute, but not where compute starts
     assert "front-loaded-collectives" in ids(sf.front_loaded("front-loaded", preamble=True))

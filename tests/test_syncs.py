@@ -69,6 +69,20 @@ def test_idle_does_not_count_work_still_running_on_another_stream():
     assert r.gpu_idle_ns == 200  # [5300,6000) minus C's [5300,5800)
 
 
+def test_idle_while_queued_work_waits_is_not_caused_by_the_sync():
+    # the host is far ahead: kernels 3 and 4 were launched (at 150, 160) before a stream sync that
+    # returns at once ([200, 210)); the GPU then idles [1000, 4000) waiting on a dependency of kernel 4,
+    # not on the host. Kernel 2, launched after the sync, starts at 6000 once kernel 4 ended at 5000.
+    t = rank_trace(
+        [(300, 1000, 7, GEMM, "kernel", 3), (4000, 5000, 9, GEMM, "kernel", 4), (6000, 7000, 7, GEMM, "kernel", 2)],
+        launches=[(3, 150), (4, 160), (2, 5200)],
+        runtime=[("cudaStreamSynchronize", 200, 210, 10)],
+    )
+    r = blocking_syncs(t).iloc[0]
+    assert r.next_gpu_start_ns == 6000
+    assert r.gpu_idle_ns == 1000  # only [5000, 6000), after the queued work drained
+
+
 def test_stream_wait_event_is_never_blocking():
     t = rank_trace([(1000, 5000, 7, GEMM, "kernel", 1)], launches=[(1, 100)],
                    runtime=[("cudaStreamWaitEvent", 200, 5300, 10), ("cudaEventRecord", 5400, 5410, 11)])
