@@ -83,6 +83,19 @@ def test_idle_while_queued_work_waits_is_not_caused_by_the_sync():
     assert r.gpu_idle_ns == 1000  # only [5000, 6000), after the queued work drained
 
 
+def test_sync_device_is_where_its_thread_launched_last():
+    # one process driving two GPUs: kernel 1 on device 0 (launched at 100), kernel 2 on device 1
+    # (launched at 150); the device sync at [200, 3000) follows the device-1 launch
+    t = rank_trace([(1000, 2000, 7, GEMM, "kernel", 1), (1000, 2900, 7, GEMM, "kernel", 2),
+                    (3500, 3600, 7, GEMM, "kernel", 3)],
+                   launches=[(1, 100), (2, 150), (3, 3100)],
+                   runtime=[("cudaDeviceSynchronize", 200, 3000, 10)])
+    t.gpu["device"] = np.array([0, 1, 1], dtype=np.int32)
+    r = blocking_syncs(t).iloc[0]
+    assert r.device == 1
+    assert r.gpu_idle_ns == 500  # device 1: [3000, 3500); device 0's idle is not this sync's
+
+
 def test_stream_wait_event_is_never_blocking():
     t = rank_trace([(1000, 5000, 7, GEMM, "kernel", 1)], launches=[(1, 100)],
                    runtime=[("cudaStreamWaitEvent", 200, 5300, 10), ("cudaEventRecord", 5400, 5410, 11)])
