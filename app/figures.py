@@ -156,6 +156,8 @@ def timeline_figure(
     widest = max((v.hi_ns - v.lo_ns for v in variants), default=1)
     min_width_ms = float(_ms(widest / max(1, width_px)))  # draw at least one pixel
     legend_done: set[str] = set()
+    shapes: list[dict] = []
+    annotations: list[dict] = []
     line_width = max(2.0, lane_px * 0.72)
 
     for row, v in enumerate(variants, start=1):
@@ -227,8 +229,13 @@ def timeline_figure(
             range=[-0.5, len(lanes) - 0.5], fixedrange=True, showgrid=False, zeroline=False,
         )
         if show_steps and not data.steps.empty:
-            _step_lines(fig, data, v, row)
+            sh, an = _step_lines(data, v, row)
+            shapes += sh
+            annotations += an
 
+    if shapes:  # all at once: plotly validates each add_shape call against the whole layout
+        fig.layout.shapes = tuple(fig.layout.shapes) + tuple(shapes)
+        fig.layout.annotations = tuple(fig.layout.annotations) + tuple(annotations)
     x_lo = min((_ms(v.lo_ns - v.origin_ns) for v in variants), default=0.0)
     x_hi = max((_ms(v.hi_ns - v.origin_ns) for v in variants), default=1.0)
     fig.update_xaxes(range=[x_lo, x_hi], showgrid=True, zeroline=False)
@@ -241,18 +248,23 @@ def timeline_figure(
     return fig
 
 
-def _step_lines(fig: go.Figure, data, v: LaneSegments, row: int, limit: int = 200) -> None:
-    """Dotted lines at each step start inside the window (few: iteration boundaries)."""
+def _step_lines(data, v: LaneSegments, row: int, limit: int = 60) -> tuple[list[dict], list[dict]]:
+    """Dotted lines (and labels) at each step start inside the window, as layout dicts.
+
+    Only up to `limit` steps: more would be clutter, and plotly validates shapes one by one.
+    """
     st = data.steps
-    st = st[(st["start_ns"] >= v.lo_ns) & (st["start_ns"] < v.hi_ns)].head(limit)
+    st = st[(st["start_ns"] >= v.lo_ns) & (st["start_ns"] < v.hi_ns)]
+    if st.empty or len(st) > limit:
+        return [], []
     xref = "x" if row == 1 else f"x{row}"
     yref = "y domain" if row == 1 else f"y{row} domain"
-    for step, start in zip(st["step"].to_numpy(), st["start_ns"].to_numpy(), strict=True):
-        x = float(_ms(start - v.origin_ns))
-        fig.add_shape(type="line", x0=x, x1=x, y0=0, y1=1, xref=xref, yref=yref,
-                      line=dict(color="#555", width=1, dash="dot"))
-        fig.add_annotation(x=x, y=1, xref=xref, yref=yref, text=f"#{int(step)}", showarrow=False,
-                           yanchor="bottom", xanchor="left", font=dict(size=9, color="#555"))
+    xs = _ms(st["start_ns"].to_numpy() - v.origin_ns)
+    shapes = [dict(type="line", x0=float(x), x1=float(x), y0=0, y1=1, xref=xref, yref=yref,
+                   line=dict(color="#555", width=1, dash="dot")) for x in xs]
+    labels = [dict(x=float(x), y=1, xref=xref, yref=yref, text=f"#{int(n)}", showarrow=False, yanchor="bottom",
+                   xanchor="left", font=dict(size=9, color="#555")) for x, n in zip(xs, st["step"], strict=True)]
+    return shapes, labels
 
 
 def figure_payload_bytes(fig: go.Figure) -> int:

@@ -212,13 +212,29 @@ def init_state() -> None:
     st.session_state[K_ROOTS] = [str(r) for r in data.allowed_roots(cli)]
     st.session_state[K_UPLOADS_DONE] = {}
     st.session_state[K_MESSAGES] = []
-    if cli_sources:
+    wanted = _runs_from_query(sources)
+    if wanted:
+        default = wanted
+    elif cli_sources:
         default = [s.key for s in cli_sources[:MAX_DEFAULT_SELECTED]]
     else:
         samples = [s for s in sources.values() if s.kind == "sample"]
         first_group = [s for s in samples if s.group == samples[0].group] if samples else []
         default = [s.key for s in (first_group or samples)[:DEFAULT_SELECTED]]
     st.session_state[K_SELECTED] = default
+
+
+def _runs_from_query(srcs: dict[str, data.Source]) -> list[str]:
+    """`?runs=ag-gemm/sync-in-loop,ag-gemm/sync-before-loop`: a link that opens on those runs
+    (labels or keys, in order; unknown names are ignored)."""
+    raw = st.query_params.get("runs", "")
+    by_label = {s.label: k for k, s in srcs.items()}
+    out = []
+    for name in (x.strip() for x in str(raw).split(",")):
+        key = name if name in srcs else by_label.get(name)
+        if key and key not in out:
+            out.append(key)
+    return out
 
 
 def sources() -> dict[str, data.Source]:

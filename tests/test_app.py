@@ -643,3 +643,33 @@ def test_finding_links_to_its_time_range(app_env: Path, sample_sets) -> None:
     lo, hi = at.slider[0].value
     assert lo == pytest.approx(max((f.start_ns - pad - t0) / 1e6, 0.0), abs=1e-6)
     assert hi == pytest.approx(min((f.end_ns + pad - t0) / 1e6, at.slider[0].max), abs=1e-6)
+
+
+def test_runs_query_parameter_selects_runs(app_env: Path) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(MAIN, default_timeout=TIMEOUT)
+    at.query_params["runs"] = "demo/nsys,unknown/run"
+    at.run()
+    _no_errors(at)
+    assert at.session_state["os_selected"] == ["sample:demo/nsys"]
+
+
+def test_opens_on_the_bundled_sample_traces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No paths, no settings: the app opens on sample_traces/ and every page renders."""
+    for var in (data.ENV_SAMPLES, data.ENV_ALLOWED_ROOTS, data.ENV_APP_PATHS, data.ENV_MAX_UPLOAD_MB):
+        monkeypatch.delenv(var, raising=False)
+    samples = data.discover_samples(ROOT / "sample_traces")
+    assert len(samples) >= 2, "sample_traces/ holds the bundled runs (each with a manifest.json)"
+    at = _app()
+    _no_errors(at)
+    selected = at.session_state["os_selected"]
+    assert len(selected) == 2 and all(k.startswith("sample:") for k in selected)
+    srcs = {s.key: s for s in samples}
+    first = load_traces(list(srcs[selected[0]].paths))
+    ratios = [m.overlap_ratio for m in analyze(first).ranks if m.overlap_ratio is not None]
+    shown = [m.value for m in at.metric if m.label == "Overlap ratio (worst rank)"][0]
+    assert shown == (f"{100 * min(ratios):.1f} %" if ratios else "–")
+    for page in ("timeline", "crossrank", "syncs", "diff", "run"):
+        at.switch_page(f"views/{page}.py").run()
+        _no_errors(at)

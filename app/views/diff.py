@@ -45,17 +45,19 @@ d = ui.diff(run_a, run_b, names)
 
 (st.info if d.identical else st.success)(d.verdict)
 
-TIME_SUFFIX = "_ns"
+TIME_MARK = r"_ns(?=_|$)"  # iteration_ns_median, comm_ns, ...
 
 
 def _readable(df: pd.DataFrame) -> pd.DataFrame:
-    """Nanosecond metrics in ms (the 'metric' column says which), ratios as they are."""
+    """Nanosecond metrics (names with _ns) in ms, ratios as they are; missing values blank."""
     out = df.copy()
-    is_time = out["metric"].astype(str).str.endswith(TIME_SUFFIX)
-    for col in ("a", "b", "delta"):
+    metric = out["metric"].astype(str)
+    is_time = metric.str.contains(TIME_MARK, regex=True)
+    for col in ("a", "b", "delta", "rel"):
         if col in out:
-            out[col] = out[col].astype(float).where(~is_time, out[col].astype(float) / 1e6)
-    out["metric"] = out["metric"].astype(str).where(~is_time, out["metric"].astype(str).str[:-3] + " (ms)")
+            vals = pd.to_numeric(out[col], errors="coerce").astype(float)
+            out[col] = vals.where(~is_time, vals / 1e6) if col != "rel" else vals
+    out["metric"] = metric.where(~is_time, metric.str.replace(TIME_MARK, "", regex=True) + " (ms)")
     return out.rename(columns={"a": names[0], "b": names[1]})
 
 

@@ -24,13 +24,14 @@ for label, rep in reports:
     c = st.columns(5)
     c[0].metric("Overlap ratio (worst rank)", ui.pct(min(ratios)) if ratios else "–",
                 help="overlap / comm: the share of communication time hidden behind compute")
-    c[1].metric("Exposed comm (worst rank)", ui.ms(max(m.whole.exposed_comm_ns for m in rep.ranks)),
+    c[1].metric("Exposed comm (max)", ui.ms(max(m.whole.exposed_comm_ns for m in rep.ranks)),
                 help="comm − overlap: communication time nothing hid")
-    c[2].metric("Hidden fraction of min", ui.pct(min(hidden)) if hidden else "–",
+    c[2].metric("Hidden / min", ui.pct(min(hidden)) if hidden else "–",
                 help="overlap / min(comm, compute): 100 % = the shorter side is fully hidden")
-    c[3].metric("GPU span (longest rank)", ui.ms(max(m.whole.span_ns for m in rep.ranks)))
+    c[3].metric("GPU span (max)", ui.ms(max(m.whole.span_ns for m in rep.ranks)))
     med = [m.iteration_summary.get("iteration_ns_median") for m in rep.ranks if m.iteration_summary.get("n")]
-    c[4].metric("Iteration (median, slowest rank)", ui.ms(max(med)) if med else "–")
+    c[4].metric("Iteration (median)", ui.ms(max(med)) if med else "–",
+                help="median iteration time of the slowest rank")
 
 st.subheader("Where each rank's time goes")
 st.plotly_chart(overview_bars(reports), theme=None, key="overview_bars")
@@ -66,7 +67,7 @@ for run in runs:
     for i, f in enumerate(findings):
         icon = {"critical": ":material/error:", "warning": ":material/warning:"}.get(str(f.severity),
                                                                                   ":material/info:")
-        with st.expander(f.title, expanded=i < 2, icon=icon):
+        with st.expander(f.title, expanded=i == 0, icon=icon):
             st.markdown(f"`{f.id}` · {f.severity} · rank(s) {', '.join(map(str, f.ranks))}")
             st.write(f.explanation)
             st.markdown(f"**Known fix:** {f.fix}")

@@ -1,0 +1,112 @@
+"""Screenshots of every dashboard page for the docs: docs/screenshots/<page>.png.
+
+Starts the real app (`streamlit run app/main.py`) headless, opens each page in Debian's
+Chromium (Playwright with executable_path; never a downloaded browser), waits until the
+page's charts have drawn, and saves a palette PNG of the whole page.
+
+usage: python docs/take_screenshots.py [--runs LABEL,LABEL] [--out docs/screenshots] [PATH...]
+  no PATH: the bundled sample traces (what `overlapscope app` opens on);
+  --runs: which runs to select, by label (e.g. ag-gemm/sync-in-loop,ag-gemm/sync-before-loop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import urllib.parse
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.test_app_browser import free_port, launch_browser, start_app, stop_app  # noqa: E402
+
+PAGES = (("overview", "", "Overview"), ("timeline", "timeline", "Timeline"), ("crossrank", "crossrank", "Cross-rank"),
+         ("syncs", "syncs", "Syncs"), ("diff", "diff", "Diff"), ("run", "run", "Run"))
+WIDTH = 1440
+MAX_HEIGHT = 4200
+
+
+def save_png(png: bytes, path: Path, colours: int = 256) -> int:
+    """Palette PNG: screenshots are mostly flat colours, so 256 of them keep them sharp and small."""
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(png)).convert("RGB").quantize(colours, method=Image.Quantize.FASTOCTREE)
+    img.save(path, optimize=True)
+    return path.stat().st_size
+
+
+HEIGHT_JS = ("() => { const m = document.querySelector('[data-testid=\"stMainBlockContainer\"]');"
+             " return m ? m.scrollHeight + 120 : document.body.scrollHeight; }")
+DRAWN_JS = ("() => !document.querySelector('[data-testid=\"stStatusWidget\"]') && "
+            "[...document.querySelectorAll('[data-testid=\"stPlotlyChart\"]')].every("
+            "c => { const p = c.querySelector('.js-plotly-plot'); return p && p._fullLayout; })")
+
+
+def wait_until_drawn(page) -> None:
+    """The script run finished (no running indicator) and every chart has been laid out."""
+    page.wait_for_timeout(800)
+    page.wait_for_function(DRAWN_JS, timeout=300_000)
+    page.wait_for_timeout(1500)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("paths", nargs="*")
+    ap.add_argument("--runs", default="", help="comma-separated run labels to select")
+    ap.add_argument("--page-runs", action="append", default=[], metavar="PAGE=LABELS",
+                    help="other runs for one page, e.g. syncs=ag-gemm/host-sync (repeatable)")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
+    ap.add_argument("--pages", default=",".join(p[0] for p in PAGES))
+    args = ap.parse_args()
+
+    from playwright.sync_api import sync_playwright
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    port = free_port()
+    log = args.out / ".streamlit.log"
+    proc = start_app(port, env, log, paths=args.paths)
+    def query(runs: str) -> str:
+        return f"?runs={urllib.parse.quote(runs, safe=',/')}" if runs else ""
+
+    per_page = dict(item.split("=", 1) for item in args.page_runs)
+    wanted = set(args.pages.split(","))
+    try:
+        with sync_playwright() as p:
+            browser = launch_browser(p)
+            try:
+                for name, path, title in PAGES:
+                    if name not in wanted:
+                        continue
+                    page = browser.new_page(viewport={"width": WIDTH, "height": 1000})
+                    runs = per_page.get(name, args.runs)
+                    page.goto(f"http://127.0.0.1:{port}/{path}{query(runs)}", wait_until="domcontentloaded")
+                    page.get_by_role("heading", name=title, exact=True).wait_for(timeout=300_000)
+                    wait_until_drawn(page)
+                    height = 0
+                    for _ in range(5):  # grow the viewport to the page until its height is stable
+                        new = page.evaluate(HEIGHT_JS)
+                        if new == height:
+                            break
+                        height = new
+                        page.set_viewport_size({"width": WIDTH, "height": int(min(max(height, 900), MAX_HEIGHT))})
+                        wait_until_drawn(page)
+                    errors = page.locator('[data-testid="stException"], [data-testid="stAlertContentError"]')
+                    if errors.count():
+                        print(f"{name}: error on the page: {errors.first.inner_text()[:300]}", file=sys.stderr)
+                    size = save_png(page.screenshot(), args.out / f"{name}.png")
+                    print(f"{args.out / f'{name}.png'}: {size / 1024:.0f} KiB")
+                    page.close()
+            finally:
+                browser.close()
+    finally:
+        stop_app(proc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
