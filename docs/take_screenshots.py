@@ -15,6 +15,7 @@ import argparse
 import io
 import os
 import sys
+import tempfile
 import urllib.parse
 from pathlib import Path
 
@@ -68,7 +69,7 @@ def main() -> int:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     port = free_port()
-    log = args.out / ".streamlit.log"
+    log = Path(tempfile.gettempdir()) / "overlapscope-screenshots-streamlit.log"
     proc = start_app(port, env, log, paths=args.paths)
     def query(runs: str) -> str:
         return f"?runs={urllib.parse.quote(runs, safe=',/')}" if runs else ""
