@@ -39,10 +39,10 @@ RANK_METRICS = RATIO_METRICS + TIME_METRICS + ITERATION_METRICS + COUNT_METRICS
 SAME_OVERLAP_POINTS = 0.05  # percentage points of overlap ratio
 SAME_TIME_FRACTION = 0.0005  # relative iteration-time difference
 
-# Where other analyses leave their totals in AnalysisReport.extra / attributes (first path that
-# leads to numbers wins; "*" sums over ranks or records). cross_rank: analyzers.crossrank's report
-# (peer_wait: rank -> totals with wait_ns); syncs: analyzers.syncs' blocking syncs (host_blocked_ns
-# per sync), as records, a DataFrame, or under a key, or a precomputed total.
+# Where other analyses leave their totals (first path that leads to numbers wins; "*" sums over
+# ranks or records). analyze() attaches report.cross_rank (CrossRankReport: peer_wait, rank ->
+# totals with wait_ns) and report.syncs (rank -> DataFrame of blocking syncs, host_blocked_ns);
+# plain dicts / records / DataFrames under report.extra work the same way.
 PEER_WAIT_PATHS: tuple[tuple[str, ...], ...] = (
     ("peer_wait_ns",), ("total_peer_wait_ns",), ("peer_wait", "*", "wait_ns"), ("*", "wait_ns"))
 BLOCKING_SYNC_PATHS: tuple[tuple[str, ...], ...] = (
@@ -297,7 +297,8 @@ def kernel_deltas(ka: pd.DataFrame, kb: pd.DataFrame) -> pd.DataFrame:
 # ---------------------------------------------------------------- findings, peer wait, blocking syncs
 
 def report_findings(report: AnalysisReport) -> list[dict[str, Any]] | None:
-    """The report's findings as dicts (id, ranks, title, ...), or None when none were analyzed."""
+    """The report's findings as dicts (id, ranks, title, ...), or None when none were analyzed
+    (analyze(..., diagnose=False))."""
     found = getattr(report, "findings", None)
     if found is None:
         found = report.extra.get("findings")
@@ -339,20 +340,23 @@ def diff_findings(a: AnalysisReport, b: AnalysisReport, pairs: list[tuple[int, i
 
 
 def _section(report: AnalysisReport, name: str) -> Any:
+    """A section another analysis attached: the report's attribute (analyze sets cross_rank,
+    syncs, findings), else report.extra[name]; None when absent or empty (not analyzed)."""
     sec = getattr(report, name, None)
-    if sec is None:
+    if sec is None or (isinstance(sec, (dict, list)) and not sec):
         sec = report.extra.get(name)
-    if sec is not None and hasattr(sec, "to_dict"):
-        sec = sec.to_dict()
+    if isinstance(sec, (dict, list)) and not sec:
+        return None
     return sec
 
 
 def _sum_path(obj: Any, path: tuple[str, ...]) -> float | None:
     """Follow `path` into nested dicts / lists / DataFrames; "*" sums over every item there."""
-    if isinstance(obj, pd.DataFrame):
-        if len(path) == 2 and path[0] == "*" and path[1] in obj.columns:
-            return float(obj[path[1]].sum())
-        return None
+    if isinstance(obj, pd.DataFrame):  # records as rows: ("*", column) or, inside a "*", (column,)
+        col = path[1] if len(path) == 2 and path[0] == "*" else path[0] if len(path) == 1 else None
+        return float(obj[col].sum()) if col in obj.columns else None
+    if path and path[0] != "*" and not isinstance(obj, (dict, list)) and hasattr(obj, path[0]):
+        return _sum_path(getattr(obj, path[0]), path[1:])  # an analysis' report object (CrossRankReport)
     if not path:
         if isinstance(obj, (int, float, np.integer, np.floating)) and not isinstance(obj, bool):
             return float(obj)
@@ -383,33 +387,6 @@ def section_total(section: Any, paths: tuple[tuple[str, ...], ...]) -> float | N
         if found is not None:
             return found
     return None
-
-
-def complete_report(report: AnalysisReport, traces: TraceSet) -> AnalysisReport:
-    """Attach what the diff compares but `analyze` may not have attached: peer wait
-    (analyzers.crossrank, two ranks or more), blocking host syncs (analyzers.syncs) and
-    findings (analyzers.findings). A section the report already carries is never recomputed.
-    Returns the same report, for chaining.
-    """
-    from .crossrank import analyze_cross_rank, cross_rank_findings
-    from .findings import detect_findings
-    from .syncs import blocking_syncs
-
-    xr_findings = []
-    if _section(report, "cross_rank") is None and len(traces) >= 2:
-        xr = analyze_cross_rank(traces)
-        report.extra["cross_rank"] = {"peer_wait": xr.peer_wait, "notes": list(xr.notes)}
-        xr_findings = cross_rank_findings(xr)
-    per_rank = None
-    if _section(report, "syncs") is None:
-        per_rank = {r: blocking_syncs(traces.ranks[r]) for r in traces.rank_ids()}
-        frames = [f for f in per_rank.values() if not f.empty]
-        report.extra["syncs"] = {"blocking_syncs": pd.concat(frames, ignore_index=True) if frames else [],
-                                 "blocking_sync_ns": float(sum(f["host_blocked_ns"].sum() for f in frames))}
-    if report_findings(report) is None:
-        metrics = {m.rank: m for m in report.ranks}
-        report.extra["findings"] = detect_findings(traces, metrics, extra=xr_findings, syncs=per_rank)
-    return report
 
 
 # ---------------------------------------------------------------- structure notes
@@ -715,5 +692,5 @@ def compare_many(reports: dict[str, AnalysisReport], baseline: str) -> pd.DataFr
     return df
 
 
-__all__ = ["TraceDiff", "diff_reports", "complete_report", "aligned_timelines", "alignment_step", "compare_many",
+__all__ = ["TraceDiff", "diff_reports", "aligned_timelines", "alignment_step", "compare_many",
            "kernel_stats", "kernel_deltas", "iteration_stats", "iteration_table", "pair_ranks"]

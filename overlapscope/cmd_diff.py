@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from analyzers.diff import TraceDiff, aligned_timelines, complete_report, diff_reports
+from analyzers.diff import TraceDiff, aligned_timelines, diff_reports
 from analyzers.iterations import DEFAULT_STEP_PATTERN
 from analyzers.kernel_names import KERNEL_NAME_MODES
 from analyzers.load import TRACE_SUFFIXES, expand_paths
@@ -119,10 +119,10 @@ def diff_cmd(
                                "arguments, argument lists and counters dropped), coarse (also tile sizes), "
                                "or raw.")] = KernelNames.normalized,
     top: Annotated[int, typer.Option("--top", min=1, help="Kernel rows to show (table and md).")] = 15,
-    diagnose: Annotated[bool, typer.Option(
-        "--diagnose/--no-diagnose", help="Also run the cross-rank, host-sync and findings analyses where the "
-                                         "reports lack them (peer wait, blocking-sync time, findings on one side "
-                                         "only).")] = True,
+    no_diagnose: Annotated[bool, typer.Option(
+        "--no-diagnose", help="Metrics only: skip blocking-sync analysis and findings on both sides.")] = False,
+    no_align: Annotated[bool, typer.Option(
+        "--no-align", help="Do not align rank clocks (cross-rank analysis uses the clocks as recorded).")] = False,
     timeline: Annotated[Path | None, typer.Option(
         "--timeline", help="Also write both sides' GPU intervals, aligned at a common iteration start, "
                            "to this CSV file (for plotting A over B).")] = None,
@@ -134,11 +134,9 @@ def diff_cmd(
     ta = load_set(set_inputs(a), rules=rules, comm_kernel=comm_kernel)
     tb = load_set(set_inputs(b), rules=rules, comm_kernel=comm_kernel)
     names = names or default_labels(ta, tb)
-    ra, rb = analyze(ta, options), analyze(tb, options)
+    ra = analyze(ta, options, diagnose=not no_diagnose, align=not no_align)
+    rb = analyze(tb, options, diagnose=not no_diagnose, align=not no_align)
     ra.label, rb.label = names
-    if diagnose:
-        complete_report(ra, ta)
-        complete_report(rb, tb)
     d = diff_reports(ra, rb, ta, tb, names, options=options, kernel_names=str(kernel_names))
     emit_diff(d, format, top)
     if timeline is not None:

@@ -18,7 +18,6 @@ from analyzers.diff import (
     IDENTICAL,
     aligned_timelines,
     compare_many,
-    complete_report,
     diff_reports,
     iteration_stats,
     pair_ranks,
@@ -122,7 +121,7 @@ def test_difference_within_the_iteration_spread():
 
 def test_findings_peer_wait_and_blocking_sync_from_other_analyses():
     a, b = schedule(False, [0, 0]), schedule(True, [0, 0])
-    ra, rb = analyze(a), analyze(b)
+    ra, rb = (analyze(t, diagnose=False, cross_rank=False) for t in (a, b))
     d = diff_reports(ra, rb, a, b)
     assert d.findings["status"] == "not analyzed"
     assert {"findings", "peer_wait_ns", "blocking_sync_ns"} <= set(d.not_analyzed)
@@ -135,7 +134,7 @@ def test_findings_peer_wait_and_blocking_sync_from_other_analyses():
                             {"id": "late-peer", "severity": "warning", "ranks": [1, 0], "title": "rank 1 late"}]
     ra.extra["syncs"] = pd.DataFrame({"api": ["cudaStreamSynchronize"] * 2, "host_blocked_ns": [2 * U, 3 * U]})
     rb.extra["syncs"] = {"blocking_sync_ns": 0}
-    # as analyzers.crossrank reports it: per rank totals
+    # as analyzers.crossrank's report carries it: per rank totals
     rb.extra["cross_rank"] = {"collectives": [{"total_wait_ns": 9 * U}],
                               "peer_wait": {"0": {"wait_ns": U, "transfer_ns": 5 * U}, "1": {"wait_ns": 2 * U}}}
     d = diff_reports(ra, rb, a, b)
@@ -150,14 +149,10 @@ def test_findings_peer_wait_and_blocking_sync_from_other_analyses():
     assert d.not_analyzed == []
 
 
-def test_complete_report_runs_the_other_analyses_once():
+def test_analyze_sections_host_sync_vs_sync_before_loop():
     # the host-sync variant: a cudaStreamSynchronize per step blocks 10.25U and leaves the GPU idle U/10
     a, b = schedule(False, [0, 0, 0], host_sync=True), schedule(True, [0, 0, 0])
-    ra, rb = analyze(a), analyze(b)
-    complete_report(ra, a)
-    complete_report(rb, b)
-    kept = ra.extra["findings"]
-    assert complete_report(ra, a).extra["findings"] is kept  # present sections are not recomputed
+    ra, rb = analyze(a), analyze(b)  # metrics, cross-rank, blocking syncs, findings
     d = diff_reports(ra, rb, a, b, ("host-sync", "sync-before-loop"))
     assert d.findings["status"] == "analyzed" and d.not_analyzed == []
     assert {f["id"] for f in d.findings["only_a"]} == {"host-blocking-sync"}
@@ -167,6 +162,9 @@ def test_complete_report_runs_the_other_analyses_once():
     assert agg(d, "peer_wait_ns")["delta"] == 0  # both ranks start every collective together
     assert d.verdict == ("sync-before-loop hides 80.0 points more communication (overlap 0.0% -> 80.0%) and is "
                          "38.4% faster per iteration (2.11 -> 1.3 ms), beyond the iteration spread (±0 ms)")
+    quick = diff_reports(*(analyze(t, diagnose=False) for t in (a, b)), a, b)
+    assert quick.findings["status"] == "not analyzed" and "blocking_sync_ns" in quick.not_analyzed
+    assert "peer_wait_ns" not in quick.not_analyzed  # the cross-rank analysis still ran
 
 
 def test_section_total_shapes():
@@ -177,6 +175,8 @@ def test_section_total_shapes():
     assert section_total({"per_rank": {"0": {"wait_ns": 3}, "1": {"wait_ns": 4, "other": 9}}}, paths) == 7.0
     assert section_total([{"host_blocked_ns": 1}, {"host_blocked_ns": 2}, {}], paths) == 3.0
     assert section_total(pd.DataFrame({"host_blocked_ns": [5, 6]}), paths) == 11.0
+    per_rank = {0: pd.DataFrame({"host_blocked_ns": [5]}), 1: pd.DataFrame({"host_blocked_ns": [1, 2]})}
+    assert section_total(per_rank, paths) == 8.0  # report.syncs as analyze() attaches it
     assert section_total({"other": 1}, paths) is None
 
 
