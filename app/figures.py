@@ -243,7 +243,7 @@ def timeline_figure(
     fig.update_layout(
         template=TEMPLATE, height=height, hovermode="closest", dragmode="zoom", showlegend=True,
         margin=dict(l=10, r=10, t=70 if title else 50, b=50), title=title,
-        legend=dict(orientation="h", yref="container", y=1.0, yanchor="top", x=1.0, xanchor="right"),
+        legend=dict(orientation="h", yref="container", y=1.0, yanchor="top", x=0.0, xanchor="left"),
     )
     return fig
 

@@ -74,6 +74,12 @@ def launch_browser(p):
     return p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
 
 
+def window_values(page) -> list[str]:
+    """The Timeline's time-window slider thumbs (ms from the step start)."""
+    return page.evaluate("() => [...document.querySelectorAll('[data-testid=\"stSlider\"] input[type=\"range\"]')]"
+                         ".map(e => e.value)")
+
+
 def count_colour(png: bytes, rgb: tuple[int, int, int], tol: int = 12) -> int:
     """Pixels within tol of a colour (the timeline's compute / communication colours)."""
     import io
@@ -128,6 +134,24 @@ def test_timeline_draws_in_chromium(served: str) -> None:
             assert page.get_by_text("segments drawn for").count() == 1
             assert count_colour(shot, (0x1F, 0x77, 0xB4)) > 200, "no compute drawn"
             assert count_colour(shot, (0xFF, 0x7F, 0x0E)) > 200, "no communication drawn"
+            # Box-selecting a range on the chart makes it the time window (re-aggregated on the server).
+            before = window_values(page)
+            page.evaluate("() => document.querySelector('[data-val=\"select\"]')"
+                          ".dispatchEvent(new MouseEvent('click', {bubbles: true}))")
+            area = page.locator('[data-testid="stPlotlyChart"] .nsewdrag').first.bounding_box()
+            x0, y0 = area["x"] + area["width"] * 0.3, area["y"] + area["height"] * 0.5
+            page.mouse.move(x0, y0)
+            page.mouse.down()
+            page.mouse.move(x0 + area["width"] * 0.2, y0 + 20, steps=12)
+            page.mouse.up()
+            page.wait_for_function("old => { const v = [...document.querySelectorAll("
+                                   "'[data-testid=\"stSlider\"] input[type=\"range\"]')].map(e => e.value);"
+                                   " return v.length === 2 && v.join() !== old.join(); }", arg=before, timeout=60_000)
+            lo, hi = (float(v) for v in window_values(page))
+            full = float(before[1])
+            assert 0.25 * full < lo < hi < 0.55 * full, (lo, hi, full)
+            for sel in ERROR_SELECTORS:
+                assert page.locator(sel).count() == 0, page.locator(sel).first.inner_text()
         finally:
             browser.close()
 
