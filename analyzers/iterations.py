@@ -141,10 +141,12 @@ def gpu_step_windows(trace: RankTrace, pattern: str = DEFAULT_STEP_PATTERN) -> p
     agg = df.groupby("step").agg(first=("s", "min"), last=("e", "max"), n_gpu=("s", "size"))
     out = steps.merge(agg, left_on="step", right_index=True, how="inner")
     out = out.sort_values("first", kind="stable").reset_index(drop=True)
-    nxt = out["first"].shift(-1)
-    out["gpu_start_ns"] = out["first"].astype(np.int64)
-    out["gpu_end_ns"] = np.where(nxt.isna(), out["last"], nxt.fillna(0))
-    out["gpu_end_ns"] = np.maximum(out["gpu_end_ns"].astype(np.int64), out["gpu_start_ns"])
+    first = out["first"].to_numpy(dtype=np.int64)
+    last = out["last"].to_numpy(dtype=np.int64)
+    end = last.copy()  # int64 throughout: epoch-scale ns do not survive a float64 round trip
+    end[:-1] = first[1:]
+    out["gpu_start_ns"] = first
+    out["gpu_end_ns"] = np.maximum(end, first)
     return out[cols]
 
 

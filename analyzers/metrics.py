@@ -238,10 +238,22 @@ def _plain(v):
 
 
 def iteration_metrics(gpu: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
-    """One row per step window with its OverlapMetrics."""
+    """One row per step window with its OverlapMetrics.
+
+    Each window only looks at the rows that can reach into it (sorted starts, bounded by the
+    longest activity), so the cost grows with the rows per step, not steps x all rows.
+    """
     rows = []
+    if windows.empty:
+        return pd.DataFrame(rows)
+    order = np.argsort(gpu["start_ns"].to_numpy(), kind="stable")
+    by_start = gpu.iloc[order]
+    starts = by_start["start_ns"].to_numpy()
+    longest = int((by_start["end_ns"] - by_start["start_ns"]).max()) if len(by_start) else 0
     for w in windows.itertuples(index=False):
-        m = window_metrics(gpu, int(w.gpu_start_ns), int(w.gpu_end_ns))
+        lo, hi = int(w.gpu_start_ns), int(w.gpu_end_ns)
+        a, b = np.searchsorted(starts, lo - longest, "left"), np.searchsorted(starts, hi, "left")
+        m = window_metrics(by_start.iloc[a:b], lo, hi)
         rows.append({"step": int(w.step), "name": w.name, **m.to_dict()})
     return pd.DataFrame(rows)
 

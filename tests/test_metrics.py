@@ -134,3 +134,15 @@ def test_step_selection_parse():
         except ValueError:
             continue
         raise AssertionError(f"{bad!r} accepted")
+
+
+def test_step_windows_keep_ns_precision_at_epoch_scale():
+    base = 1_700_000_000_123_456_789  # epoch ns: not representable exactly as float64
+    t = rank_trace(
+        [(base + 1000, base + 1010, 1, COMM, "kernel", 1), (base + 1031, base + 1060, 0, GEMM, "kernel", 2)],
+        steps=[(1, base, base + 100), (2, base + 100, base + 200)],
+        launches=[(1, base + 10), (2, base + 110)],
+    )
+    w = gpu_step_windows(t)
+    assert w["gpu_end_ns"].tolist() == [base + 1031, base + 1060]
+    assert w["gpu_start_ns"].tolist() == [base + 1000, base + 1031]
