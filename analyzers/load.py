@@ -61,6 +61,7 @@ def expand_paths(inputs: Iterable[str | Path]) -> list[Path]:
         text = str(raw)
         p = Path(text)
         if p.is_dir():
+            _refuse_tree_of_runs(p)
             found = sorted(q for q in p.rglob("*") if q.is_file() and _is_trace_name(q))
             stems = {q.with_suffix("") for q in found if q.suffix == ".sqlite"}
             found = [q for q in found if not (q.suffix == ".nsys-rep" and q.with_suffix("") in stems)]
@@ -84,6 +85,17 @@ def expand_paths(inputs: Iterable[str | Path]) -> list[Path]:
             seen.add(key)
             unique.append(p)
     return unique
+
+
+def _refuse_tree_of_runs(folder: Path) -> None:
+    """A folder holding several runs (each sub-folder with its manifest.json) is not one run."""
+    if (folder / "manifest.json").exists():
+        return
+    runs = sorted(m.parent for m in folder.rglob("manifest.json"))
+    if len(runs) > 1:
+        shown = ", ".join(str(r) for r in runs[:3]) + (", ..." if len(runs) > 3 else "")
+        raise BadInputError(folder, f"holds {len(runs)} runs, not one; analyze one run folder ({shown}), "
+                                    "or compare two with `overlapscope diff`")
 
 
 def load_file(path: Path, rank: int | None = None) -> list[RankTrace]:

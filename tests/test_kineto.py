@@ -134,3 +134,13 @@ def test_bad_input_is_one_clear_error_and_file_unchanged(hta_dir, tmp_path):
         assert str(path) in text and msg in text, (key, text)
         assert "\n" not in text
         assert _digest(path) == before
+
+
+def test_folder_of_several_runs_is_refused_with_the_runs_named(hta_dir, tmp_path):
+    for run, name in (("a", "trace_filter_sampled_rank-0.json.gz"), ("b", "nccl_data.json.gz")):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / name).write_bytes((hta_dir / name).read_bytes())
+        (tmp_path / run / "manifest.json").write_text("{}")
+    with pytest.raises(BadInputError, match="holds 2 runs, not one"):
+        load_traces([tmp_path])
+    assert load_traces([tmp_path / "a"]).rank_ids() == [0]  # one run folder: its manifest is skipped
