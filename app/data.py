@@ -135,6 +135,10 @@ def sources_from_paths(paths: Iterable[str], kind: str = "path") -> list[Source]
     by_parent: dict[Path, list[Path]] = {}
     for raw in paths:
         p = Path(raw).expanduser()
+        runs = sorted(m.parent for m in p.rglob("manifest.json")) if p.is_dir() else []
+        if p.is_dir() and not (p / "manifest.json").exists() and len(runs) > 1:
+            out += sources_from_paths([str(r) for r in runs], kind)  # a folder of runs: one source each
+            continue
         if p.is_dir():
             mpath = p / "manifest.json"
             manifest = read_manifest(mpath) if mpath.is_file() else None

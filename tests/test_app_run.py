@@ -57,3 +57,11 @@ def test_run_button_reproduces_a_sample(cpu_sample: Path, tmp_path: Path, monkey
     assert (made / "manifest.json").exists() and sorted(p.name for p in made.glob("rank*.json.gz")) == [
         "rank0.json.gz", "rank1.json.gz"]
     assert any(k.startswith("run:") for k in at.session_state["os_selected"])
+
+
+def test_a_folder_of_runs_becomes_one_source_per_run() -> None:
+    samples = ROOT / "sample_traces" / "ag-gemm"
+    runs = sorted(m.parent.name for m in samples.glob("*/manifest.json"))
+    got = data.sources_from_paths([str(samples)])
+    assert sorted(s.label.split("/")[-1] for s in got) == runs and len(runs) >= 4
+    assert all(s.manifest_path for s in got)
