@@ -333,7 +333,9 @@ def test_discover_samples_reads_manifests_and_hides_env(samples: Path) -> None:
 def test_sources_from_paths_groups_files_by_folder(samples: Path) -> None:
     kin = samples / "demo" / "kineto"
     srcs = data.sources_from_paths([str(kin / KINETO_PAIR[0]), str(kin / KINETO_PAIR[1]), str(samples / "demo")])
-    assert len(srcs) == 2
+    # the two files form one source; demo/ holds two runs (kineto, nsys): one source each
+    assert len(srcs) == 3
+    assert sorted(s.label for s in srcs if s.manifest_path) == ["demo/kineto", "demo/nsys"]
     files = next(s for s in srcs if len(s.paths) == 2)
     assert {Path(p).name for p in files.paths} == set(KINETO_PAIR)
 
