@@ -25,6 +25,7 @@ import statistics
 import sys
 import time
 import traceback
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -197,7 +198,7 @@ def region(name: str) -> Iterator[None]:
 # --------------------------------------------------------------------------- workloads
 
 
-class Workload:
+class Workload(ABC):
     """Base class: an algorithm's buffers and its per-iteration callables.
 
     Subclasses implement variant_fn (one iteration of a variant; returns the output in
@@ -207,18 +208,22 @@ class Workload:
     def __init__(self, ctx: Ctx) -> None:
         self.ctx = ctx
 
+    @abstractmethod
     def variant_fn(self, variant: str) -> Callable[[], Any]:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def baseline_fn(self, variant: str) -> Callable[[], Any]:
         """The non-overlapped schedule this variant is checked and compared against."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def compute_fn(self, variant: str) -> Callable[[], Any]:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def comm_fn(self, variant: str) -> Callable[[], Any]:
-        raise NotImplementedError
+        ...
 
     def check(self, variant: str) -> float:
         """Relative error of the variant's output against the baseline's."""

@@ -348,8 +348,6 @@ def test_cli_run_directories_with_manifest(hta_dir, tmp_path):
 AG_GEMM = ROOT / "sample_traces" / "ag-gemm"
 
 
-@pytest.mark.skipif(not (AG_GEMM / "host-sync").is_dir() or not (AG_GEMM / "sync-before-loop").is_dir(),
-                    reason="ag-gemm sample traces not in the tree yet")
 def test_ag_gemm_host_sync_vs_sync_before_loop():
     r = cli("diff", str(AG_GEMM / "host-sync"), str(AG_GEMM / "sync-before-loop"), "-f", "json")
     assert r.returncode == 0, r.stderr
