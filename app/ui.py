@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,26 +52,14 @@ def _report(fp: data.Fingerprint, label: str) -> AnalysisReport:
     return analyze(_trace_set(fp, label), AnalysisOptions())
 
 
-@st.cache_resource(max_entries=16, show_spinner="Matching collectives across ranks…")
 def _cross_rank(fp: data.Fingerprint, label: str) -> Any:
-    """analyzers.crossrank's report (None: module missing or a single rank)."""
-    try:
-        from analyzers.crossrank import analyze_cross_rank
-    except ImportError:
-        return None
-    ts = _trace_set(fp, label)
-    return analyze_cross_rank(ts) if len(ts) >= 2 else None
+    """The cross-rank section analyze() computed (None for a single rank)."""
+    return _report(fp, label).cross_rank
 
 
-@st.cache_resource(max_entries=16, show_spinner="Finding blocking host syncs…")
-def _syncs(fp: data.Fingerprint, label: str) -> dict[int, pd.DataFrame] | None:
-    """analyzers.syncs.blocking_syncs per rank (None: module missing)."""
-    try:
-        from analyzers.syncs import blocking_syncs
-    except ImportError:
-        return None
-    ts = _trace_set(fp, label)
-    return {r: blocking_syncs(ts.ranks[r]) for r in ts.rank_ids()}
+def _syncs(fp: data.Fingerprint, label: str) -> dict[int, pd.DataFrame]:
+    """Blocking host syncs per rank, as analyze() found them."""
+    return _report(fp, label).syncs
 
 
 def _aligned_set(fp: data.Fingerprint, label: str) -> TraceSet:
@@ -103,43 +91,14 @@ def _window_metrics(fp: data.Fingerprint, label: str, rank: int, lo: int, hi: in
     return window_metrics(_aligned_set(fp, label).ranks[rank].gpu, lo, hi).to_dict()
 
 
-@st.cache_resource(max_entries=32, show_spinner="Diagnosing…")
-def _findings(fp: data.Fingerprint, label: str) -> list | None:
-    """Every finding: per-rank detectors plus the cross-rank ones (None: module missing)."""
-    try:
-        from analyzers.findings import detect_findings
-    except ImportError:
-        return None
-    extra = []
-    cross = _cross_rank(fp, label)
-    if cross is not None:
-        from analyzers.crossrank import cross_rank_findings
-
-        extra = cross_rank_findings(cross)
-    rep = _report(fp, label)
-    return list(detect_findings(_trace_set(fp, label), metrics={m.rank: m for m in rep.ranks}, extra=extra,
-                                syncs=_syncs(fp, label)))
+def _findings(fp: data.Fingerprint, label: str) -> list:
+    """Every finding (per-rank detectors and the cross-rank ones), as analyze() found them."""
+    return list(_report(fp, label).findings or [])
 
 
-@st.cache_resource(max_entries=32, show_spinner=False)
 def _full_report(fp: data.Fingerprint, label: str) -> AnalysisReport:
-    """The report with the findings, cross-rank and sync sections attached (what diff reads).
-
-    A copy: the cached plain report stays as analyze() returned it.
-    """
-    rep = _report(fp, label)
-    extra = dict(rep.extra)
-    found = _findings(fp, label)
-    if found is not None:
-        extra["findings"] = found
-    cross = _cross_rank(fp, label)
-    if cross is not None:
-        extra["cross_rank"] = cross
-    syncs = _syncs(fp, label)
-    if syncs is not None:
-        extra["syncs"] = {"host_blocked_ns": int(sum(int(df["host_blocked_ns"].sum()) for df in syncs.values()
-                                                     if len(df)))}
-    return replace(rep, extra=extra)
+    """The report diff reads: analyze() already attaches findings, cross-rank and syncs."""
+    return _report(fp, label)
 
 
 @st.cache_resource(max_entries=16, show_spinner="Comparing…")
