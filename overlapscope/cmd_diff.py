@@ -6,7 +6,6 @@ imports it once, at its end, to register the command.
 
 from __future__ import annotations
 
-import re
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -17,7 +16,7 @@ import typer
 from analyzers.diff import TraceDiff, aligned_timelines, diff_reports
 from analyzers.iterations import DEFAULT_STEP_PATTERN
 from analyzers.kernel_names import KERNEL_NAME_MODES
-from analyzers.load import TRACE_SUFFIXES, expand_paths
+from analyzers.load import TRACE_SUFFIXES
 from analyzers.model import TraceSet
 from analyzers.report import analyze
 
@@ -58,21 +57,12 @@ def parse_labels(text: str | None) -> tuple[str, str] | None:
     return parts[0], parts[1]
 
 
-# Files the runners write beside the traces of a run (runners/harness.py, runners/launch.py).
-RUN_METADATA = re.compile(r"^(?:manifest(?:\.failed)?|rank\d+\.(?:status|error))\.json$")
-
-
 def set_inputs(arg: str) -> list[str]:
     """One positional argument -> the inputs of one trace set (comma lists allowed when no such path exists).
 
-    A directory made by `overlapscope run` also holds manifest.json and status files: they are
-    not traces, so they are left out here rather than failing the whole set.
+    A run folder is passed on as it is: the loader leaves out its manifest and status files.
     """
-    path = Path(arg)
-    if path.is_dir():
-        files = [str(q) for q in expand_paths([path]) if not RUN_METADATA.match(q.name)]
-        return files or [arg]
-    if path.exists() or "," not in arg:
+    if Path(arg).exists() or "," not in arg:
         return [arg]
     return [p for p in (x.strip() for x in arg.split(",")) if p]
 
