@@ -214,8 +214,7 @@ def _gpu_table(rows: list[_Event], names: NameTable):
     n = len(rows)
     if n == 0:
         return make_gpu_table(0)
-    start = _ns([e.ts for e in rows])
-    dur = _ns([e.dur for e in rows])
+    start, end = _span(rows)
     kind = [GPU_CATS[e.cat] for e in rows]
     device = _int_or(_arg(rows, "device"), -1)
     tid_fallback = _pid_tid([e.pid for e in rows])
@@ -228,7 +227,7 @@ def _gpu_table(rows: list[_Event], names: NameTable):
     table = make_gpu_table(
         n,
         start_ns=start,
-        end_ns=start + np.maximum(dur, 0),
+        end_ns=end,
         device=device,
         stream=stream,
         name_id=names.intern_many([e.name for e in rows]),
@@ -243,7 +242,7 @@ def _gpu_table(rows: list[_Event], names: NameTable):
         pg=[str(v) if v is not None else "" for v in pg],
         dtype=[str(v) if v is not None else "" for v in dtype],
     )
-    return table.sort_values("start_ns", kind="stable").reset_index(drop=True)
+    return _by_start(table)
 
 
 def _collective_column(kernel_names: list[str], from_args: list[Any]) -> np.ndarray:
@@ -257,40 +256,47 @@ def _collective_column(kernel_names: list[str], from_args: list[Any]) -> np.ndar
     return out
 
 
-def _runtime_table(rows: list[_Event], names: NameTable):
+def _span(rows: list[_Event]) -> tuple[np.ndarray, np.ndarray]:
+    """(start_ns, end_ns) of X events; negative durations count as zero."""
     start = _ns([e.ts for e in rows])
-    dur = _ns([e.dur for e in rows])
-    return make_table(
+    return start, start + np.maximum(_ns([e.dur for e in rows]), 0)
+
+
+def _by_start(table: pd.DataFrame) -> pd.DataFrame:
+    return table.sort_values("start_ns", kind="stable").reset_index(drop=True)
+
+
+def _runtime_table(rows: list[_Event], names: NameTable):
+    start, end = _span(rows)
+    return _by_start(make_table(
         RUNTIME_COLUMNS, len(rows),
-        start_ns=start, end_ns=start + np.maximum(dur, 0),
+        start_ns=start, end_ns=end,
         name_id=names.intern_many([e.name for e in rows]),
         pid=_pid_tid([e.pid for e in rows]), tid=_pid_tid([e.tid for e in rows]),
         correlation=_int_or(_arg(rows, "correlation"), -1),
-    ).sort_values("start_ns", kind="stable").reset_index(drop=True)
+    ))
 
 
 def _host_table(rows: list[tuple[str, _Event]], names: NameTable):
     evs = [e for _, e in rows]
-    start = _ns([e.ts for e in evs])
-    dur = _ns([e.dur for e in evs])
-    return make_table(
+    start, end = _span(evs)
+    return _by_start(make_table(
         HOST_OP_COLUMNS, len(evs),
-        start_ns=start, end_ns=start + np.maximum(dur, 0),
+        start_ns=start, end_ns=end,
         name_id=names.intern_many([e.name for e in evs]),
         pid=_pid_tid([e.pid for e in evs]), tid=_pid_tid([e.tid for e in evs]),
         correlation=_int_or(_arg(evs, "external_id"), -1),
         kind=np.asarray([c for c, _ in rows], dtype=object),
-    ).sort_values("start_ns", kind="stable").reset_index(drop=True)
+    ))
 
 
 def _sync_table(rows: list[_Event], names: NameTable):
-    start = _ns([e.ts for e in rows])
-    dur = _ns([e.dur for e in rows])
-    return make_table(
+    start, end = _span(rows)
+    return _by_start(make_table(
         SYNC_COLUMNS, len(rows),
-        start_ns=start, end_ns=start + np.maximum(dur, 0),
+        start_ns=start, end_ns=end,
         device=np.maximum(_int_or(_arg(rows, "device"), 0), 0),
         stream=_int_or(_arg(rows, "stream"), -1),
         name_id=names.intern_many([e.name for e in rows]),
         correlation=_int_or(_arg(rows, "correlation"), -1),
-    ).sort_values("start_ns", kind="stable").reset_index(drop=True)
+    ))
