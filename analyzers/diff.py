@@ -186,6 +186,7 @@ def _aggregate_values(frame: pd.DataFrame, per_rank_mean: bool) -> pd.Series:
             "overlap_ratio": overlap / comm if comm > 0 else np.nan,
             "overlap_ratio_rank_mean": ratios.mean(),
             "overlap_ratio_rank_median": ratios.median(),
+            "overlap_ratio_rank_min": ratios.min(),
             "hidden_fraction_of_min": overlap / shorter if shorter > 0 else np.nan,
         }),
         totals,
@@ -657,7 +658,8 @@ def _same(a: Any, b: Any) -> bool:
 
 # ---------------------------------------------------------------- n variants (overlapscope sweep)
 
-SWEEP_COLUMNS = ("overlap_ratio", "overlap_ratio_rank_median", "hidden_fraction_of_min", "comm_ns", "compute_ns",
+SWEEP_COLUMNS = ("overlap_ratio", "overlap_ratio_rank_median", "overlap_ratio_rank_min", "hidden_fraction_of_min",
+                 "comm_ns", "compute_ns",
                  "overlap_ns", "exposed_comm_ns", "span_ns", "idle_ns", "compute_compute_overlap_ns",
                  "iteration_ns_median", "iteration_ns_worst", "spread_ns")
 

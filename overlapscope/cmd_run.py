@@ -57,7 +57,9 @@ def _check(algo: str, variants: list[str], params: dict[str, str], profiler: str
 
 
 def _progress(line: str) -> None:
-    err_console.print(f"[dim]{line}[/dim]", highlight=False, markup=False) if line else None
+    """Runner log lines, dimmed; markup off because the lines hold brackets of their own."""
+    if line:
+        err_console.print(line, style="dim", highlight=False, markup=False)
 
 
 def _run_failed(exc: Exception, out: Path) -> typer.Exit:
@@ -93,7 +95,7 @@ def _analyze_out(out_dir: Path, label: str) -> AnalysisReport | None:
 
 AlgoArg = Annotated[str, typer.Argument(help="ag-gemm, gemm-rs, symm-mem or fsdp.", show_default=False)]
 ParamsArg = Annotated[list[str] | None, typer.Argument(
-    help="Algorithm parameters as NAME=VALUE (e.g. M=16384 K=8192 N=8192 S=4 dtype=bf16); "
+    help="Algorithm parameters as NAME=VALUE (e.g. M=16384 K=8192 N=8192 steps=4 dtype=bf16); "
          "`overlapscope algorithms` lists them.", show_default=False)]
 NprocOpt = Annotated[int, typer.Option("--nproc", help="Processes (GPUs) on this host, one per rank.")]
 ProfilerOpt = Annotated[str, typer.Option(

@@ -274,6 +274,7 @@ def to_markdown(d: TraceDiff, top: int = 15) -> str:
 
 SWEEP_COLUMNS: list[tuple[str, str, str]] = [  # (column of compare_many, header, kind)
     ("overlap_ratio", "overlap", "ratio"),
+    ("overlap_ratio_rank_min", "worst rank", "ratio"),
     ("exposed_comm_ns", "exposed comm", "time"),
     ("iteration_ns_median", "iteration median", "time"),
     ("iteration_ns_worst", "worst", "time"),

@@ -3,7 +3,7 @@
 # for a 2-GPU host (each launch is runners.launch = torchrun, one process per GPU).
 #
 # usage (repo root, on the GPU host):  OUT=/some/dir bash runners/gpu_experiments.sh [STEP...]
-# STEP names: env ag-base ag-tuned ag-tune-nccl ag-tune-steps gemm-rs symm-fused symm-two fsdp-main
+# STEP names: env sweep-ag ag-tuned-steps ag-base ag-tuned ag-tune-nccl ag-tune-steps gemm-rs symm-fused symm-two fsdp-main
 #             fsdp-prefetch nsys check          (default: all, in that order)
 # Every step writes under $OUT/r/<step>/ and the whole tree is re-tarred to $OUT/results.tgz after
 # each step, so a call cut short still returns what was done. BUDGET_S stops starting new steps.
@@ -32,6 +32,20 @@ s_env() {
     nvidia-smi -L; nvidia-smi topo -m | head -5
     python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count(), "nccl", torch.cuda.nccl.version())'
     "$NSYS" --version
+}
+# `overlapscope sweep` itself, the acceptance command of the runners issue: its analyzer needs
+# msgspec/typer/rich/sqlite-utils, which the host lacks: carry .pydeps (runners/pack_host_deps.sh).
+OSC() { PYTHONPATH="$PWD/.pydeps:$PWD" COLUMNS=220 python3 -m overlapscope "$@"; }
+s_sweep-ag() {
+    OSC sweep ag-gemm M=16384 K=8192 N=8192 steps=4 dtype=bf16 --out "$R/sweep-ag" --timeout 400
+    OSC analyze "$R/sweep-ag/tuned" --no-diagnose
+    OSC analyze "$R/sweep-ag/tuned" --no-diagnose --steps 1
+}
+s_ag-tuned-steps() {  # the tuned schedule at S=2 and S=8, traced (the S=4 one is in the sweep)
+    for s in 2 8; do
+        L ag-gemm --variants tuned --set steps=$s --profiler torch --out "$R/tuned-steps$s"
+        OSC analyze "$R/tuned-steps$s" --no-diagnose
+    done
 }
 s_ag-base()  { L ag-gemm --variants baseline,sync-in-loop,sync-before-loop,host-sync --profiler torch --out "$R/ag-gemm"; }
 s_ag-tuned() { L ag-gemm --variants tuned,fused-ref --profiler torch --out "$R/ag-gemm-tuned"; }

@@ -262,6 +262,16 @@ def test_compare_many_for_sweep():
     assert f"{21 / 13:.2f}×" in md and "+80.0 pt" in md
 
 
+def test_compare_many_names_the_worst_rank():
+    # rank 0: comm 0-10 fully under a GEMM (1.0); rank 1: GEMM only from 5 (0.5); pooled 15/20
+    uneven = TraceSet(ranks={0: rank_trace([(0, 10 * U, 1, COMM), (0, 10 * U, 0, GEMM)]),
+                             1: rank_trace([(0, 10 * U, 1, COMM), (5 * U, 10 * U, 0, GEMM)])}, fmt="synthetic")
+    table = compare_many({"uneven": analyze(uneven)}, "uneven")
+    row = table.set_index("variant").loc["uneven"]
+    assert row["overlap_ratio"] == 0.75 and row["overlap_ratio_rank_min"] == 0.5
+    assert "| uneven (baseline) | 75.0% | 50.0% |" in render_diff.sweep_markdown(table)
+
+
 def test_options_restrict_the_kernel_table_to_the_chosen_steps():
     a, b = schedule(False, [0, 0, 0]), schedule(True, [0, 0, 0])
     opts = AnalysisOptions(steps=StepSelection.parse("2"))
