@@ -36,3 +36,18 @@ def test_host_sync_hides_nothing_and_sync_before_loop_beats_sync_in_loop():
     for r in (0, 1):
         assert host[r] < 0.05
         assert before[r] > inside[r] + 0.1
+
+
+def test_tuned_ag_gemm_hides_its_transfers_and_meets_the_time_bound():
+    """The runners issue's acceptance, checked on the recorded 2×H200 sweep: overlap ≥ 0.8 on
+    both ranks over the whole profiled window; time ≤ 1.05 × (compute + comm / S); not
+    slower than PyTorch's fused_all_gather_matmul (CUDA-event medians from the manifests)."""
+    import json
+
+    tuned = ratios("ag-gemm/tuned")
+    assert sorted(tuned) == [0, 1] and min(tuned.values()) >= 0.8, tuned
+    man = json.loads((SAMPLES / "ag-gemm/tuned/manifest.json").read_text())
+    fused = json.loads((SAMPLES / "ag-gemm/fused-ref/manifest.json").read_text())
+    t, steps = man["timings_ms"], man["params"]["steps"]
+    assert t["variant_ms"] <= 1.05 * (t["compute_alone_ms"] + t["comm_alone_ms"] / steps)
+    assert t["variant_ms"] <= fused["timings_ms"]["variant_ms"]
