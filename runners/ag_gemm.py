@@ -11,8 +11,7 @@ Run under torchrun:  python -m torch.distributed.run --nproc-per-node 2 -m runne
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -184,10 +183,9 @@ class AgGemm(Workload):
                     marks[s].record()
 
         a_ready = Marker(ctx)
-        carveout = int(p["gemm_sm_carveout"])
 
         def local_rows() -> None:
-            with region("tuned: local rows"), sm_carveout(carveout if ctx.cuda else 0):
+            with region("tuned: local rows"):
                 torch.matmul(local_a.view(S * m, K), self.b, out=c[r].view(S * m, N))
 
         def run() -> torch.Tensor:
@@ -247,28 +245,6 @@ class AgGemm(Workload):
         if variant in self._fallbacks:
             d["fallback"] = self._fallbacks[variant]
         return d
-
-
-@contextmanager
-def sm_carveout(sms: int) -> Iterator[None]:
-    """Leave `sms` SMs free during the cuBLAS calls inside (PyTorch's experimental SM carveout).
-
-    A GEMM that fills every SM delays a kernel queued beside it, even on a high-priority
-    stream, until the GEMM's CTAs retire: the symmetric-memory barrier then starts at the
-    GEMM's tail and the copies behind it run exposed.
-    """
-    if sms <= 0:
-        yield
-        return
-    setter = getattr(torch._C, "_set_sm_carveout_experimental", None)
-    if setter is None:
-        raise RuntimeError(f"gemm_sm_carveout={sms}: this torch {torch.__version__} has no SM carveout")
-    previous = torch._C._get_sm_carveout_experimental()
-    setter(sms)
-    try:
-        yield
-    finally:
-        setter(previous)
 
 
 def build(ctx: Ctx, variants: list[str]) -> AgGemm:

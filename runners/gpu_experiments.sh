@@ -47,17 +47,6 @@ s_ag-tuned-steps() {  # the tuned schedule at S=2 and S=8, traced (the S=4 one i
         OSC analyze "$R/tuned-steps$s" --no-diagnose
     done
 }
-s_ag-carveout() {  # the barrier/GEMM dispatch race over 10 traced steps, per SM carveout
-    local i=0
-    for c in 0 2 8 0 2; do
-        i=$((i + 1)); local d="$R/carve$c-run$i"
-        L ag-gemm --variants tuned --set gemm_sm_carveout=$c --set profile_steps=10 --profiler torch --out "$d"
-        OSC analyze "$d/tuned" --no-diagnose --no-align -f json | python3 -c "import json, sys
-for r in json.load(sys.stdin)['ranks']:
-    steps = ' '.join('%.2f' % i['overlap_ratio'] for i in r['iterations'])
-    print('carveout $c: rank', r['rank'], 'whole %.3f' % r['overlap_ratio'], 'steps', steps)"
-    done
-}
 s_ag-base()  { L ag-gemm --variants baseline,sync-in-loop,sync-before-loop,host-sync --profiler torch --out "$R/ag-gemm"; }
 s_ag-tuned() { L ag-gemm --variants tuned,fused-ref --profiler torch --out "$R/ag-gemm-tuned"; }
 s_ag-tune-nccl() {

@@ -136,8 +136,6 @@ AG_GEMM = AlgorithmSpec(
                   choices=("auto", "ce", "nccl")),
         ParamSpec("comm_priority", int, -1, "CUDA priority of the tuned variant's comm stream (-1 = high)"),
         ParamSpec("nccl_max_ctas", int, 0, "set NCCL_MAX_CTAS for this run (0 = NCCL's default)"),
-        ParamSpec("gemm_sm_carveout", int, 0, "SMs the tuned variant's local GEMM leaves free (cuBLAS SM carveout), "
-                  "so that its comm kernels (barrier) start at once instead of after the GEMM's CTAs"),
         *COMMON,
     ),
     cuda_only={
