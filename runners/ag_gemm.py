@@ -21,6 +21,8 @@ from runners import symm
 from runners.harness import Ctx, Marker, Streams, Workload, main, region
 from runners.specs import AG_GEMM
 
+GATE_CYCLES = 1000  # about 0.5 µs: only the dispatch order matters
+
 
 class AgGemm(Workload):
     def __init__(self, ctx: Ctx, variants: list[str]) -> None:
@@ -157,9 +159,11 @@ class AgGemm(Workload):
             def src(q: int, s: int) -> torch.Tensor:
                 return remote[q, s]
 
-            def communicate() -> None:
+            def prologue() -> None:
                 # one barrier per iteration: peers' A is written, and they finished reading ours
                 handle.barrier(channel=0)
+
+            def communicate() -> None:
                 for s in range(S):
                     with region(f"tuned: copy chunk {s}"):
                         for q in peers:
@@ -173,6 +177,9 @@ class AgGemm(Workload):
             def src(q: int, s: int) -> torch.Tensor:
                 return gathered[s, q]
 
+            def prologue() -> None:
+                pass
+
             def communicate() -> None:
                 for s in range(S):
                     with region(f"tuned: all_gather chunk {s}"):
@@ -182,7 +189,8 @@ class AgGemm(Workload):
                     works.append(w)
                     marks[s].record()
 
-        a_ready = Marker(ctx)
+        a_ready, comm_gate = Marker(ctx), Marker(ctx)
+        gate = ctx.cuda and bool(int(p["comm_first"]))
 
         def local_rows() -> None:
             with region("tuned: local rows"):
@@ -190,12 +198,23 @@ class AgGemm(Workload):
 
         def run() -> torch.Tensor:
             a_ready.record()  # A may have been produced on the main stream
+            with comm.on(0):
+                a_ready.wait()
+                if gate:
+                    # The GEMM fills every SM and a kernel queued beside it waits for the GEMM's
+                    # tail, priority or not. The GEMM waits on this gate, so the comm stream's
+                    # next kernel (the barrier) is dispatched first.
+                    torch.cuda._sleep(GATE_CYCLES)
+                    comm_gate.record()
+                prologue()
             if ctx.cuda:
                 # Queue the local GEMM before the transfers: if the host is slow to launch
                 # (first step after the profiler starts), copies still land under the GEMM.
+                # Only the barrier goes first, behind the gate.
+                if gate:
+                    comm_gate.wait()
                 local_rows()
             with comm.on(0):
-                a_ready.wait()
                 communicate()
             if not ctx.cuda:
                 local_rows()  # gloo: the async all-gathers run while the host computes

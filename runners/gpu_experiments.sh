@@ -47,6 +47,18 @@ s_ag-tuned-steps() {  # the tuned schedule at S=2 and S=8, traced (the S=4 one i
         OSC analyze "$R/tuned-steps$s" --no-diagnose
     done
 }
+s_ag-gate() {  # the barrier/GEMM dispatch race: tuned with and without the gate, inside full sweeps
+    local i=0
+    for g in 0 1 0 1; do
+        i=$((i + 1)); local d="$R/gate$g-run$i"
+        OSC sweep ag-gemm M=16384 K=8192 N=8192 steps=4 dtype=bf16 comm_first=$g profile_steps=10 \
+            --out "$d" --timeout 400 > "$d.log" 2>&1; grep -E "^│ (tuned|fused-ref) " "$d.log"
+        OSC analyze "$d/tuned" --no-diagnose --no-align -f json | python3 -c "import json, sys
+for r in json.load(sys.stdin)['ranks']:
+    steps = ' '.join('%.2f' % i['overlap_ratio'] for i in r['iterations'])
+    print('comm_first $g: rank', r['rank'], 'whole %.3f' % r['overlap_ratio'], 'steps', steps)"
+    done
+}
 s_ag-base()  { L ag-gemm --variants baseline,sync-in-loop,sync-before-loop,host-sync --profiler torch --out "$R/ag-gemm"; }
 s_ag-tuned() { L ag-gemm --variants tuned,fused-ref --profiler torch --out "$R/ag-gemm-tuned"; }
 s_ag-tune-nccl() {

@@ -136,6 +136,8 @@ AG_GEMM = AlgorithmSpec(
                   choices=("auto", "ce", "nccl")),
         ParamSpec("comm_priority", int, -1, "CUDA priority of the tuned variant's comm stream (-1 = high)"),
         ParamSpec("nccl_max_ctas", int, 0, "set NCCL_MAX_CTAS for this run (0 = NCCL's default)"),
+        ParamSpec("comm_first", int, 1, "tuned: 1 = the local GEMM waits on a short gate kernel of the comm "
+                  "stream, so the comm kernels are dispatched before the GEMM takes every SM; 0 = no gate"),
         *COMMON,
     ),
     cuda_only={
