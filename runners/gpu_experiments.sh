@@ -49,7 +49,7 @@ s_ag-tuned-steps() {  # the tuned schedule at S=2 and S=8, traced (the S=4 one i
 }
 s_ag-gate() {  # the barrier/GEMM dispatch race: tuned with and without the gate, inside full sweeps
     local i=0
-    for g in 0 1 0 1; do
+    for g in 0 16000 0 16000; do
         i=$((i + 1)); local d="$R/gate$g-run$i"
         OSC sweep ag-gemm M=16384 K=8192 N=8192 steps=4 dtype=bf16 comm_first=$g profile_steps=10 \
             --out "$d" --timeout 400 > "$d.log" 2>&1; grep -E "^│ (tuned|fused-ref) " "$d.log"

@@ -136,8 +136,9 @@ AG_GEMM = AlgorithmSpec(
                   choices=("auto", "ce", "nccl")),
         ParamSpec("comm_priority", int, -1, "CUDA priority of the tuned variant's comm stream (-1 = high)"),
         ParamSpec("nccl_max_ctas", int, 0, "set NCCL_MAX_CTAS for this run (0 = NCCL's default)"),
-        ParamSpec("comm_first", int, 1, "tuned: 1 = the local GEMM waits on a short gate kernel of the comm "
-                  "stream, so the comm kernels are dispatched before the GEMM takes every SM; 0 = no gate"),
+        ParamSpec("comm_first", int, 16000, "tuned: the local GEMM waits for a gate on the comm stream, then sleeps "
+                  "this many GPU cycles (16000 = about 8 µs), so the barrier is dispatched before the GEMM takes "
+                  "every SM; 0 = no gate"),
         *COMMON,
     ),
     cuda_only={
