@@ -1,10 +1,12 @@
 #!/bin/bash
-# The GPU session behind sample_traces/ and benchmarks/RESULTS_runners.md, as one command
+# The GPU sessions behind sample_traces/ and benchmarks/RESULTS.md, as one command
 # for a 2-GPU host (each launch is runners.launch = torchrun, one process per GPU).
 #
 # usage (repo root, on the GPU host):  OUT=/some/dir bash runners/gpu_experiments.sh [STEP...]
-# STEP names: env sweep-ag ag-gate ag-tuned-steps ag-base ag-tuned ag-tune-nccl ag-tune-steps gemm-rs symm-fused symm-two fsdp-main
-#             fsdp-prefetch nsys check          (default: all, in that order)
+# STEP names: env sweep-ag ag-gate ag-tuned-steps ag-base ag-tuned ag-tune-nccl ag-tune-steps gemm-rs
+#             symm-fused symm-two fsdp-main fsdp-prefetch nsys check
+#             (default: the session-3 list below; session 4 ran: env sweep-ag ag-tuned-steps check,
+#             ag-gate sweep-ag check, nsys check)
 # Every step writes under $OUT/r/<step>/ and the whole tree is re-tarred to $OUT/results.tgz after
 # each step, so a call cut short still returns what was done. BUDGET_S stops starting new steps.
 set -u
