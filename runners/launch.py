@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -301,6 +302,18 @@ def _git_commit() -> str | None:
         return None
 
 
+def runners_digest() -> str:
+    """SHA-256 of the runner sources (runners/*.py and *.sh, sorted by name), first 16 hex digits.
+
+    The git commit alone can mislead: a copied working tree may carry a stale .git. The
+    digest names the code that actually ran, with or without git.
+    """
+    h = hashlib.sha256()
+    for path in sorted([*REPO_ROOT.joinpath("runners").glob("*.py"), *REPO_ROOT.joinpath("runners").glob("*.sh")]):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 def _export_nsys(nsys: str, out: Path, keep_rep: bool, env: dict[str, str]) -> dict[int, Path]:
     """Turn each rank{R}.nsys-rep into rank{R}.sqlite with the user's own nsys."""
     reps = sorted(out.glob("rank*.nsys-rep"))
@@ -342,7 +355,7 @@ def _launch(algo: str, variants: list[str], *, nproc: int, profiler: str, out: P
     nsys = find_nsys() if profiler == "nsys" else None
     cmd = build_command(algo, variants, nproc=nproc, profiler=profiler, out=out, params=params, nsys=nsys)
     env = _env()
-    extra: dict[str, Any] = {"git_commit": _git_commit()}
+    extra: dict[str, Any] = {"git_commit": _git_commit(), "runners_digest": runners_digest()}
     if nsys:
         extra["nsys"] = nsys
         extra["nsys_version"] = env["OVERLAPSCOPE_NSYS_VERSION"] = _nsys_version(nsys)

@@ -34,6 +34,7 @@ def _check_results(algo: str, results: dict[str, launch.RunResult]) -> None:
         assert (res.out_dir / "manifest.json").is_file()
         assert m["versions"]["torch"] == torch.__version__
         assert m["launch"]["command"][1:3] == ["-m", "torch.distributed.run"]
+        assert m["launch"]["runners_digest"] == launch.runners_digest()
 
 
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
@@ -116,3 +117,14 @@ def test_bad_arguments_fail_before_launching(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="expected int"):
         launch.run("ag-gemm", "tuned", nproc=2, profiler="none", out=tmp_path, params={"M": "big"})
     assert not (tmp_path / "launch.log").exists()
+
+
+def test_runners_digest_follows_the_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The digest names the runner code that ran, even where .git is missing or stale."""
+    (tmp_path / "runners").mkdir()
+    (tmp_path / "runners" / "a.py").write_text("x = 1\n")
+    monkeypatch.setattr(launch, "REPO_ROOT", tmp_path)
+    first = launch.runners_digest()
+    assert len(first) == 16 and first == launch.runners_digest()
+    (tmp_path / "runners" / "a.py").write_text("x = 2\n")
+    assert launch.runners_digest() != first
