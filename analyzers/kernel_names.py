@@ -43,7 +43,7 @@ _WS = re.compile(r"\s+")
 _ANON = re.compile(r"\(anonymous namespace\)::|`anonymous namespace'::|\{anonymous\}::|<unnamed>::")
 # Lambdas as Kineto (gcc demangler: "{lambda(int)#1}") and nsys (cu++filt: "[lambda(int) (instance 1)]") print them.
 _LAMBDA = re.compile(r"\{lambda\([^{}]*\)#\d+\}|\[lambda\([^\[\]]*\) \(instance \d+\)\]")
-_HEX = re.compile(r"_?0x[0-9a-fA-F]+")
+_HEX = re.compile(r"(?:_|(?<![0-9A-Za-z]))0x[0-9a-fA-F]+")  # not the "0x128" inside a tile "320x128"
 _TRAILING_COUNTER = re.compile(r"(?:_\d+)+$")
 _COPY_NAMES = re.compile(r"^(Memcpy|Memset|memcpy|memset)\b")
 _CAST_PREFIX = re.compile(r"^\((?:[^()]*)\)\s*")

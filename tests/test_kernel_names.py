@@ -41,6 +41,8 @@ CASES = [
     ("void split_embedding_backward_codegen_kernel_warp_per_row_1<float, float, 5ul>(int)",
      "split_embedding_backward_codegen_kernel_warp_per_row<float>"),
     ("my_kernel_0x7f3a12bc", "my_kernel"),
+    # a tile shape is not an address (it once lost "0x128" and became "..._32_64x3...")
+    ("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT", "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT"),
     # Nsight Systems (cu++filt) spelling: <unnamed>, [lambda() (instance N)], (int)4 casts, void in arguments
     ("void at::native::vectorized_elementwise_kernel<(int)2, at::native::<unnamed>::where_kernel_impl("
      "at::TensorIterator &)::[lambda() (instance 1)]::operator ()() const::[lambda() (instance 8)]::operator ()() "
