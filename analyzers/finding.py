@@ -50,6 +50,13 @@ CATALOGUE: dict[str, tuple[str, str]] = {
         "communication kernels run markedly slower while overlapped than alone (SM / memory contention)",
         "copy-engine or fewer-CTA communication, SM carve-out",
     ),
+    "comm-starved-by-compute": (
+        "communication kernels ready long before they started, dispatched only at the tail of a compute "
+        "kernel that took every SM (stream priority does not preempt)",
+        "make the comm kernel dispatch first (the compute waits on a short gate kernel of the comm stream, "
+        "then a few µs), move the transfer to the copy engine, or leave SMs free (SM carve-out) where the "
+        "GEMM honours it",
+    ),
     "late-peer": (
         "a rank's collectives mostly wait for a late peer (straggler)",
         "fix the straggler's cause",

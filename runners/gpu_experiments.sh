@@ -4,9 +4,10 @@
 #
 # usage (repo root, on the GPU host):  OUT=/some/dir bash runners/gpu_experiments.sh [STEP...]
 # STEP names: env sweep-ag ag-gate ag-tuned-steps ag-base ag-tuned ag-tune-nccl ag-tune-steps gemm-rs
-#             symm-fused symm-two fsdp-main fsdp-prefetch nsys check
+#             symm-fused symm-two fsdp-main fsdp-prefetch nsys smoke-gemm-rs smoke-symm smoke-fsdp check
 #             (default: the session-3 list below; session 4 ran: env sweep-ag ag-tuned-steps check,
-#             ag-gate sweep-ag check, nsys check)
+#             ag-gate sweep-ag check, nsys check; session 5: env sweep-ag check smoke-gemm-rs smoke-symm
+#             smoke-fsdp)
 # Every step writes under $OUT/r/<step>/ and the whole tree is re-tarred to $OUT/results.tgz after
 # each step, so a call cut short still returns what was done. BUDGET_S stops starting new steps.
 set -u
@@ -78,6 +79,11 @@ s_symm-fused()  { L symm-mem --variants fused-ag-matmul,fused-matmul-rs --profil
 s_symm-two()    { L symm-mem --variants two-stream,two-stream-sleep --profiler torch --out "$R/symm-mem-two"; }
 s_fsdp-main()   { L fsdp --variants baseline,zero3,zero2,front-loaded --profiler torch --out "$R/fsdp"; }
 s_fsdp-prefetch() { L fsdp --variants zero3-no-prefetch,zero3-prefetch,zero2-no-prefetch --profiler torch --out "$R/fsdp-prefetch"; }
+# every other algorithm's variants at the current runners, timings and correctness only (the
+# traced samples of these are session 3's)
+s_smoke-gemm-rs() { L gemm-rs --variants all --profiler none --out "$R/smoke-gemm-rs"; }
+s_smoke-symm()    { L symm-mem --variants all --profiler none --out "$R/smoke-symm-mem"; }
+s_smoke-fsdp()    { L fsdp --variants all --profiler none --out "$R/smoke-fsdp"; }
 s_nsys() {
     L ag-gemm --variants sync-in-loop,sync-before-loop --profiler nsys --no-nsys-rep --out "$R/ag-gemm-nsys"
 }

@@ -256,6 +256,30 @@ def slowed(variant: str, *, n: int = 6, alone: int = 100_000, slow: float = 1.5,
     return b.build(world_size=2 if peer_lead or rank else None)
 
 
+def starved(variant: str, *, iterations: int = 3, gemm: int = 1_398_000, at: int = 1_300_000) -> RankTrace:
+    """Per iteration: a 50 µs kernel on the main stream ends at `base`, then a long GEMM runs on
+    the main stream from base + 2 µs; a 4 µs comm kernel on the NCCL stream, launched long before.
+
+    starved: the comm kernel starts at base + `at`, inside the GEMM (dispatched at its tail).
+    first: it starts at base + 1 µs, before the GEMM.
+    dependency: it starts 1 µs after the GEMM ends (it waited on the GEMM).
+    other-stream: a kernel on stream 9 ends 1 µs before it starts (it may have waited on that).
+    late-launch: it starts at base + `at`, but the host launched it only 10 µs before.
+    """
+    b = Builder()
+    for i in range(iterations):
+        base = (i + 1) * ITER
+        b.steps.append((i + 1, base - 100_000, base + ITER - 150_000))
+        b.kernel(base - 50_000, base, MAIN_STREAM, GEMM)
+        b.kernel(base + 2_000, base + 2_000 + gemm, MAIN_STREAM, GEMM)
+        start = {"first": base + 1_000, "dependency": base + 2_000 + gemm + 1_000}.get(variant, base + at)
+        if variant == "other-stream":
+            b.kernel(base + 10_000, start - 1_000, 9, GEMM)
+        launch = start - 10_000 if variant == "late-launch" else None
+        b.kernel(start, start + 4_000, NCCL_STREAM, COMM, launch=launch)
+    return b.build()
+
+
 def trace_set(*traces: RankTrace) -> TraceSet:
     return TraceSet(ranks={t.rank: t for t in traces}, label="synthetic", fmt="synthetic",
                     world_size=len(traces))

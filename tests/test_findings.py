@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analyzers.finding import CATALOGUE, Finding, Severity
 from analyzers.findings import (
@@ -20,18 +23,20 @@ from analyzers.findings import (
     detect_rank,
     findings_present,
     launch_bound_gaps,
+    starved_comm_kernels,
     trace_set_syncs,
     transfer_starts,
     windows_of,
 )
-from analyzers.iterations import StepSelection
+from analyzers.iterations import StepSelection, launch_times
 from analyzers.metrics import AnalysisOptions, rank_metrics
 
 from . import synth_findings as sf
 from .synth import COMM, GEMM
 
 DETECTED_HERE = {"host-blocking-sync", "serialized-streams", "front-loaded-collectives",
-                 "copy-kernels-block-overlap", "launch-bound-gaps", "comm-slowed-by-overlap"}
+                 "copy-kernels-block-overlap", "launch-bound-gaps", "comm-slowed-by-overlap",
+                 "comm-starved-by-compute"}
 
 
 def ids(trace_or_set, params: FindingParams | None = None) -> list[str]:
@@ -274,11 +279,38 @@ def test_extra_findings_are_merged_and_sorted():
     assert [f.id for f in fs] == ["late-peer", "copy-kernels-block-overlap"]  # critical before warning
 
 
+# --- comm-starved-by-compute ----------------------------------------------------------------
+
+def test_comm_kernel_dispatched_at_the_gemm_tail_is_starved():
+    f = only(sf.starved("starved"), "comm-starved-by-compute")
+    ev = f.evidence
+    # eligible at base (the 50 µs kernel ends there; launched long before), started at base + 1.3 ms
+    assert ev["n_kernels"] == 3 and ev["delay_ns_total"] == 3 * 1_300_000 and ev["delay_ns_median"] == 1_300_000
+    # the GEMM runs base + 2 µs .. base + 1.4 ms: the comm kernel starts 100 µs before its end
+    assert ev["largest"][0]["started_before_blocker_end_ns"] == 100_000
+    assert ev["blockers"] == [{"name": GEMM, "n": 3, "delay_ns": 3_900_000}]
+    # 3.9 ms of 3 × 1.95 ms analysed windows: critical
+    assert f.severity == Severity.critical and f.ranks == [0]
+    assert f.title == f"rank 0: 3 comm kernels waited 3.900 ms for SMs held by {GEMM}"
+
+
+@pytest.mark.parametrize("variant", ["first", "dependency", "other-stream", "late-launch"])
+def test_comm_kernel_not_starved_when_a_dependency_or_the_host_explains_its_start(variant):
+    assert "comm-starved-by-compute" not in ids(sf.starved(variant))
+
+
+def test_comm_starved_needs_a_total_delay():
+    # one iteration, 80 µs late: above the 50 µs per-kernel floor, below the 100 µs total
+    t = sf.starved("starved", iterations=1, at=80_000)
+    assert "comm-starved-by-compute" not in ids(t)
+    assert "comm-starved-by-compute" in ids(t, FindingParams(starve_min_total_ns=50_000))
+
+
 def test_every_detector_id_is_in_the_catalogue_and_covered_here():
     assert DETECTED_HERE <= set(CATALOGUE)
     fired = set()
     for t in (sf.pipeline("host-sync"), sf.pipeline("serialized"), sf.front_loaded("front-loaded"),
-              sf.copies("exposed"), sf.launch_gaps("launch-bound"), sf.slowed("contended")):
+              sf.copies("exposed"), sf.launch_gaps("launch-bound"), sf.slowed("contended"), sf.starved("starved")):
         fired |= set(ids(t))
     assert fired == DETECTED_HERE
 
@@ -438,6 +470,40 @@ def test_real_fsdp_front_loaded_fires_and_zero3_does_not():
         assert "front-loaded-collectives" not in {f.id for f in detect_findings(ts)}, variant
 
 
+def test_real_comm_starved_by_the_gemm_that_holds_every_sm():
+    # session 4, sweep B: in ProfilerStep#2 each rank's barrier started only at its local GEMM's tail
+    ts, _ = _sample("ag-gemm-race/tuned-no-gate")
+    found = _by_id(detect_findings(ts), "comm-starved-by-compute")
+    assert sorted(found) == ts.rank_ids()
+    for f in found.values():
+        ev = f.evidence
+        assert ev["n_kernels"] == 1 and ev["delay_ns_total"] > 1_000_000  # 1.33 and 1.54 ms
+        (worst,) = ev["largest"]
+        assert worst["name"] == "c10d::symmetric_memory::barrier_kernel"
+        assert 0 < worst["started_before_blocker_end_ns"] < 200_000  # the GEMM's tail
+        assert "coopB" in ev["blockers"][0]["name"]
+    # the same schedule behind the comm-first gate: the barrier always goes first
+    ts, _ = _sample("ag-gemm/tuned")
+    assert "comm-starved-by-compute" not in {f.id for f in detect_findings(ts)}
+
+
+def test_real_nccl_all_gathers_starved_by_the_other_workers_gemm():
+    """sync-before-loop: step s+1's all-gather is ready when its stream's GEMM ends, but the other
+    worker's GEMM holds the SMs; it starts at that GEMM's tail (why this variant hides only 31-56%)."""
+    ts, _ = _sample("ag-gemm/sync-before-loop")
+    found = _by_id(detect_findings(ts), "comm-starved-by-compute")
+    assert sorted(found) == ts.rank_ids()
+    for r, f in found.items():
+        n_all_gathers = int((ts.ranks[r].gpu["category"] == "comm").sum())
+        assert 1 <= f.evidence["n_kernels"] <= n_all_gathers
+        for k in f.evidence["largest"]:
+            assert k["name"].startswith("ncclDevKernel_AllGather") and k["delay_ns"] >= 50_000
+            assert 0 < k["started_before_blocker_end_ns"] < 200_000
+    for variant in ("baseline", "sync-in-loop", "host-sync"):  # NCCL never beside a GEMM there
+        ts, _ = _sample(f"ag-gemm/{variant}")
+        assert "comm-starved-by-compute" not in {f.id for f in detect_findings(ts)}, variant
+
+
 def test_real_comm_slowed_compares_the_same_all_gather_alone_and_overlapped():
     ts, man = _sample("ag-gemm/sync-before-loop")
     w = man["workload"]
@@ -489,3 +555,46 @@ def test_fail_on_gate_catches_the_schedule_that_lost_all_overlap():
     doc = json.loads(hs.stdout)
     assert {f["id"] for f in doc["findings"]} >= {"host-blocking-sync"}
     assert doc["syncs"]["n"] == sum(len(v) for v in doc["syncs"]["per_rank"].values()) > 0
+
+
+# --- comm-starved-by-compute against a brute-force reference ---------------------------------
+
+def _starved_by_brute_force(t, params: FindingParams) -> list[tuple[int, int, int]]:
+    """(start, eligible, delay) of each starved comm kernel, straight from the definition."""
+    g = t.gpu
+    s, e, stream = g["start_ns"].to_numpy(), g["end_ns"].to_numpy(), g["stream"].to_numpy()
+    cat, launch = g["category"].to_numpy(), launch_times(t)
+    out = []
+    for i in range(len(g)):
+        if cat[i] != "comm" or launch[i] < 0:
+            continue
+        prev = [e[j] for j in range(len(g)) if stream[j] == stream[i] and s[j] < s[i]]
+        ended = [e[j] for j in range(len(g)) if e[j] < s[i]]
+        eligible = max([launch[i], max(prev, default=-1), max(ended, default=-1)])
+        if s[i] - eligible < params.starve_min_delay_ns:
+            continue
+        if any(cat[j] == "compute" and stream[j] != stream[i] and s[j] <= eligible + params.starve_blocker_slack_ns
+               and e[j] > s[i] for j in range(len(g))):
+            out.append((int(s[i]), int(eligible), int(s[i] - eligible)))
+    return sorted(out)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 30), st.sampled_from([1, 2, 3]), st.booleans(),
+                          st.integers(0, 40)), min_size=1, max_size=14))
+def test_starved_comm_kernels_match_the_definition(spec):
+    """Random kernels on 3 streams (10 µs grid; comm or compute; launched some time before their
+    start): the sorted running maxima give the same kernels, eligibility and delays as the O(n²)
+    definition, and every named blocker was still running when its comm kernel started."""
+    b = sf.Builder()
+    b.steps.append((1, 0, 10_000_000))
+    for start, dur, stream, is_comm, lead in spec:
+        s0 = 1_000_000 + start * 10_000
+        b.kernel(s0, s0 + dur * 10_000, stream, COMM if is_comm else GEMM, launch=s0 - lead * 10_000)
+    t = b.build()
+    params = FindingParams()
+    view = _RankView(t, params, pd.DataFrame({"lo": [0], "hi": [10_000_000]}))
+    got = starved_comm_kernels(view)
+    assert sorted(zip(got["start_ns"], got["eligible_ns"], got["delay_ns"], strict=True)) == \
+        _starved_by_brute_force(t, params)
+    assert (got["blocker_end_ns"] > got["start_ns"]).all()
