@@ -46,7 +46,8 @@ def sniff_format(path: Path) -> str:
                               "export (.sqlite/.nsys-rep)")
 
 
-def _is_trace_name(p: Path) -> bool:
+def is_trace_name(p: Path) -> bool:
+    """A trace file by its name: a trace suffix, not hidden, not a run's manifest/status/error file."""
     return (any(p.name.endswith(s) for s in TRACE_SUFFIXES) and not p.name.startswith(".")
             and not RUN_METADATA.match(p.name))
 
@@ -62,7 +63,7 @@ def expand_paths(inputs: Iterable[str | Path]) -> list[Path]:
         p = Path(text)
         if p.is_dir():
             _refuse_tree_of_runs(p)
-            found = sorted(q for q in p.rglob("*") if q.is_file() and _is_trace_name(q))
+            found = sorted(q for q in p.rglob("*") if q.is_file() and is_trace_name(q))
             stems = {q.with_suffix("") for q in found if q.suffix == ".sqlite"}
             found = [q for q in found if not (q.suffix == ".nsys-rep" and q.with_suffix("") in stems)]
             if not found:

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from analyzers.load import is_trace_name
 from analyzers.report import AnalysisReport, analyze
 
 from . import render
@@ -86,9 +87,8 @@ def timings_table(results: dict[str, Any]) -> Table:
 
 
 def _analyze_out(out_dir: Path, label: str) -> AnalysisReport | None:
-    files = [p for p in out_dir.iterdir() if p.is_file()] if out_dir.is_dir() else []
-    if not any(p.name.endswith((".json.gz", ".json", ".sqlite")) and not p.name.startswith("manifest")
-               for p in files):
+    """The run's analysis, or None when it left no trace (--profiler none)."""
+    if not out_dir.is_dir() or not any(p.is_file() and is_trace_name(p) for p in out_dir.iterdir()):
         return None
     return analyze(load_set([str(out_dir)], label=label))
 

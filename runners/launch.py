@@ -349,7 +349,9 @@ def _clear_stale(out: Path, variants: list[str]) -> None:
 
 def _launch(algo: str, variants: list[str], *, nproc: int, profiler: str, out: Path, params: dict[str, Any],
             timeout_s: float, on_progress: ProgressFn | None, keep_nsys_rep: bool) -> list[RunResult]:
-    out = Path(out)
+    # absolute: torchrun runs in the repository root (so `-m runners.X` resolves), not in the caller's
+    # directory, and a relative --out would land somewhere the caller never looks
+    out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     _clear_stale(out, variants)
     nsys = find_nsys() if profiler == "nsys" else None

@@ -10,8 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "overlapscope", *args], cwd=ROOT, capture_output=True, text=True,
+def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "overlapscope", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=600)
 
 
@@ -25,6 +25,15 @@ def test_run_writes_traces_and_prints_analysis(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["variant"] == "host-sync" and manifest["params"]["M"] == 64
     assert sorted(p.name for p in out.glob("rank*.json.gz")) == ["rank0.json.gz", "rank1.json.gz"]
+
+
+def test_relative_out_is_the_callers_directory(tmp_path):
+    """The ranks run in the repository root; `--out run` still means ./run of the caller."""
+    r = cli("run", "ag-gemm", "--variant", "baseline", "--out", "run", "--profiler", "none", "-f", "json",
+            "M=64", "K=32", "N=16", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["variant"] == "baseline"
+    assert not (ROOT / "run").exists()
 
 
 def test_failed_rank_exits_4_and_names_it(tmp_path):
