@@ -90,6 +90,9 @@ def _convert(spec: ParamSpec, value: Any) -> ParamValue:
     return converted
 
 
+# Where a rank reports itself (runners/harness.py, RankStatus.set), in order: the test hooks act there.
+PHASES = ("init", "setup", "warmup", "check", "timing", "profile", "done")
+
 # Parameters every algorithm takes. Test hooks (fail_*/hang_*) let the test suite check
 # that a failing or hanging rank brings the run down with a message naming it.
 COMMON: tuple[ParamSpec, ...] = (
@@ -103,9 +106,9 @@ COMMON: tuple[ParamSpec, ...] = (
     ParamSpec("seed", int, 1234, "random seed (inputs differ per rank: seed + rank)"),
     ParamSpec("pg_timeout_s", float, 300.0, "process-group timeout for collectives (seconds)"),
     ParamSpec("fail_rank", int, -1, "test hook: this rank raises at --fail-phase"),
-    ParamSpec("fail_phase", str, "setup", "test hook: phase where --fail-rank raises"),
+    ParamSpec("fail_phase", str, "setup", "test hook: phase where --fail-rank raises", choices=PHASES),
     ParamSpec("hang_rank", int, -1, "test hook: this rank sleeps forever at --hang-phase"),
-    ParamSpec("hang_phase", str, "setup", "test hook: phase where --hang-rank hangs"),
+    ParamSpec("hang_phase", str, "setup", "test hook: phase where --hang-rank hangs", choices=PHASES),
     ParamSpec("corrupt_rank", int, -1, "test hook: this rank perturbs its output before the correctness check"),
 )
 
