@@ -938,12 +938,12 @@ def starved_comm_kernels(view: _RankView) -> pd.DataFrame:
     """
     p, t = view.params, view.trace
     cols = ["device", "stream", "start_ns", "eligible_ns", "delay_ns", "name", "blocker", "blocker_end_ns"]
-    kind = t.gpu["kind"].to_numpy() if "kind" in t.gpu.columns else np.full(len(t.gpu), "kernel", dtype=object)
+    is_kernel = (t.gpu["kind"] == "kernel").to_numpy()
     launch = launch_times(t)
     rows = []
     for d in view.devices():
         idx = np.flatnonzero((view.device == d) & view.in_range(view.lo, view.hi))
-        cand = idx[view.comm[idx] & (kind[idx] == "kernel") & (launch[idx] >= 0)]
+        cand = idx[view.comm[idx] & is_kernel[idx] & (launch[idx] >= 0)]
         if cand.size == 0:
             continue
         prev_end = np.full(cand.size, -1, dtype=np.int64)  # end of the earlier work on its stream

@@ -90,7 +90,7 @@ def _convert(spec: ParamSpec, value: Any) -> ParamValue:
     return converted
 
 
-# Where a rank reports itself (runners/harness.py, RankStatus.set), in order: the test hooks act there.
+# Where a rank reports itself (runners/harness.py, StatusFile.set), in order: the test hooks act there.
 PHASES = ("init", "setup", "warmup", "check", "timing", "profile", "done")
 
 # Parameters every algorithm takes. Test hooks (fail_*/hang_*) let the test suite check
