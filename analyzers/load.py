@@ -16,7 +16,7 @@ from .errors import BadInputError, MixedRunsError
 from .kineto import load_kineto
 from .model import RankTrace, TraceSet
 
-TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
 # Files the runners write beside a run's traces (runners/harness.py, runners/launch.py): a run
 # folder is analyzed as it is, so directory search leaves these out.
 RUN_METADATA = re.compile(r"^(?:manifest(?:\.failed)?|rank\d+\.(?:status|error)|.*\.partial)\.json$")
@@ -26,7 +26,7 @@ Progress = Callable[[str, int, int], None]  # (file, index, total)
 
 
 def sniff_format(path: Path) -> str:
-    """'kineto' | 'nsys' | 'nsys-rep' from the first bytes; BadInputError otherwise."""
+    """'kineto' | 'nsys' | 'nsys-gz' | 'nsys-rep' from the first bytes; BadInputError otherwise."""
     try:
         with path.open("rb") as fh:
             head = fh.read(64)
@@ -38,7 +38,11 @@ def sniff_format(path: Path) -> str:
         raise BadInputError(path, "empty file")
     if head.startswith(SQLITE_MAGIC):
         return "nsys"
-    if head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"["):
+    if head[:2] == b"\x1f\x8b":
+        from .nsys_gz import is_gzipped_sqlite
+
+        return "nsys-gz" if is_gzipped_sqlite(path) else "kineto"
+    if head.lstrip()[:1] in (b"{", b"["):
         return "kineto"
     if path.suffix == ".nsys-rep" or b"nsys" in head.lower() or head[:4] == b"PK\x03\x04":
         return "nsys-rep"
@@ -65,9 +69,11 @@ def expand_paths(inputs: Iterable[str | Path]) -> list[Path]:
             _refuse_tree_of_runs(p)
             found = sorted(q for q in p.rglob("*") if q.is_file() and is_trace_name(q))
             stems = {q.with_suffix("") for q in found if q.suffix == ".sqlite"}
+            stems |= {q.with_suffix("").with_suffix("") for q in found if q.name.endswith(".sqlite.gz")}
             found = [q for q in found if not (q.suffix == ".nsys-rep" and q.with_suffix("") in stems)]
             if not found:
-                raise BadInputError(p, "directory holds no trace files (.json, .json.gz, .sqlite, .nsys-rep)")
+                raise BadInputError(p, "directory holds no trace files "
+                                       "(.json, .json.gz, .sqlite, .sqlite.gz, .nsys-rep)")
             out += found
         elif p.exists():
             out.append(p)
@@ -123,6 +129,10 @@ def _load_file(path: Path, rank: int | None) -> list[RankTrace]:
 
     if fmt == "nsys-rep":
         path = nsys.nsys_rep_to_sqlite(path)
+    elif fmt == "nsys-gz":
+        from .nsys_gz import gunzip_to_cache
+
+        path = gunzip_to_cache(path)
     traces = nsys.load_nsys(path)
     if rank is not None and len(traces) == 1:
         traces[0].rank, traces[0].rank_source = rank, "given"

@@ -42,7 +42,7 @@ from app.figures import figure_payload_bytes, timeline_figure  # noqa: E402
 from app.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX  # noqa: E402
 from app.timeline import lod_for_windows, prepare_timeline  # noqa: E402
 
-SOURCE = ROOT.parent / "shared" / "traces" / "public" / "hta"
+SOURCE = ROOT / "tests" / "data" / "public" / "hta"
 PAIR = ("trace_filter_sampled_rank-0.json.gz", "trace_filter_sampled_rank-1.json.gz")
 STEP_PREFIX = "ProfilerStep#"
 PAYLOAD_LIMIT = 10 * 1024 * 1024

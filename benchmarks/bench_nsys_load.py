@@ -14,6 +14,7 @@ Each measurement runs in a fresh interpreter, so peak RSS is this load's and not
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import platform
@@ -28,7 +29,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_SOURCE = REPO.parent / "shared/traces/public/nsys/mfu_2gpu_before.sqlite"
+DEFAULT_SOURCE = REPO / "tests/data/public/nsys/mfu_2gpu_before.sqlite.gz"
 REPLICATED = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
               "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS")
 TIME_COLUMNS = ("start", "end")
@@ -40,7 +41,11 @@ def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
 
 def build_export(source: Path, out: Path, target_bytes: int) -> dict:
     """Copy `source` to `out` and append shifted copies of its event rows until `out` is big enough."""
-    shutil.copyfile(source, out)
+    if source.name.endswith(".gz"):  # the bundled exports are stored gzipped
+        with gzip.open(source, "rb") as fin, out.open("wb") as fout:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+    else:
+        shutil.copyfile(source, out)
     out.chmod(0o644)
     conn = sqlite3.connect(out)
     tables = [t for t in REPLICATED if conn.execute(

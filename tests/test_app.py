@@ -2,7 +2,7 @@
 under Streamlit's AppTest (loads, shows the metrics and figures the analyzers compute, refuses
 bad uploads and paths with a clear message).
 
-The app runs on a small sample set built here from the shared public traces: a Kineto pair
+The app runs on a small sample set built here from the bundled public traces: a Kineto pair
 (two ranks of one job, NCCL send/recv) and an Nsight Systems export of two processes with
 blocking host syncs. Expected numbers come from the analyzers, never from literals.
 """

@@ -1,5 +1,5 @@
 """Cross-rank analysis on hand-made 2- and 4-rank traces with known offsets, late ranks and
-order swaps (tests/synth_multi.py), plus real multi-rank traces from ../shared and, once the
+order swaps (tests/synth_multi.py), plus real multi-rank traces from tests/data/public and, once the
 runners have produced them, the project's own sample traces."""
 
 from __future__ import annotations
@@ -441,7 +441,7 @@ def test_rendering_tables_and_markdown():
     assert "Scheduling-order mismatches" in swap and "barrier_kernel" in swap
 
 
-# --------------------------------------------------------------------------- real traces (../shared)
+# --------------------------------------------------------------------------- real traces (tests/data/public)
 
 def test_sampled_ranks_of_a_large_job_do_not_guess(hta_dir):
     ts = load_traces([hta_dir / "trace_filter_sampled_rank-0.json.gz", hta_dir / "trace_filter_sampled_rank-1.json.gz"])
@@ -456,7 +456,7 @@ def test_sampled_ranks_of_a_large_job_do_not_guess(hta_dir):
 def test_nsys_two_processes_share_a_clock_and_split_sendrecv_time():
     path = NSYS_TRACES / "mfu_2gpu_before.sqlite"
     if not path.exists():
-        pytest.fail(f"shared trace missing: {path}")
+        pytest.fail(f"bundled trace missing: {path}")
     ts = load_traces([path])
     rep = analyze_cross_rank(ts)
     assert rep.clock.shared_clock and rep.clock.method == "same-file" and rep.clock.offsets_ns == {0: 0, 1: 0}

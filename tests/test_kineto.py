@@ -15,7 +15,7 @@ from analyzers.kineto import load_kineto
 from analyzers.load import load_traces
 from analyzers.metrics import AnalysisOptions, rank_metrics
 
-# (file, rank, world, whole-trace overlap %, HTA 0.5.0 overlap %) from ../shared/traces/README.md
+# (file, rank, world, whole-trace overlap %, HTA 0.5.0 overlap %) from tests/data/public/README.md
 REFERENCE = [
     ("trace_filter_sampled_rank-0.json.gz", 0, 128, 14.95, 11.81),
     ("trace_filter_sampled_rank-1.json.gz", 1, 128, 19.93, 20.05),

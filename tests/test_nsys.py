@@ -1,4 +1,4 @@
-"""Nsight Systems loader: real exports from shared/traces/public/nsys, plus small hand-built
+"""Nsight Systems loader: real exports from tests/data/public/nsys, plus small hand-built
 exports for schema variants the public files do not cover."""
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from analyzers.errors import BadInputError
 from analyzers.model import RankTrace
 from analyzers.nsys import is_nsys_rep, load_nsys, nsys_rep_to_sqlite, nsys_rep_version
 
-NSYS_DIR = Path(__file__).parents[1].parent / "shared/traces/public/nsys"
+from .conftest import NSYS_TRACES
+
+NSYS_DIR = NSYS_TRACES
 MFU_BEFORE = NSYS_DIR / "mfu_2gpu_before.sqlite"
 H100 = NSYS_DIR / "h100_2gpu_1s.sqlite"
 PIPIT = NSYS_DIR / "pipit_perlmutter-cloverleaf-cuda.sqlite"
@@ -453,3 +455,52 @@ def test_collective_names_vectorized() -> None:
     names = np.array(["ncclDevKernel_SendRecv(x)", "gemm", "ncclDevKernel_SendRecv(x)"], dtype=object)
     assert list(collective_names(names)) == ["SendRecv", "", "SendRecv"]
     assert collective_names(np.zeros(0, dtype=object)).size == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Gzipped exports (.sqlite.gz), as the bundled public exports are stored
+# ---------------------------------------------------------------------------------------------
+
+def test_gzipped_export_loads_like_the_plain_one(private_cache: Path) -> None:
+    from analyzers.load import load_traces
+
+    from .conftest import NSYS_PACKED
+
+    packed = NSYS_PACKED / "mfu_2gpu_before.sqlite.gz"
+    before = hashlib.sha256(packed.read_bytes()).hexdigest()
+    plain = load_traces([MFU_BEFORE])
+    gz = load_traces([packed])
+    assert sorted(gz.ranks) == sorted(plain.ranks) == [0, 1]
+    for r in plain.ranks:
+        a, b = plain.ranks[r].gpu, gz.ranks[r].gpu
+        assert len(a) == len(b) > 0
+        assert np.array_equal(a["start_ns"].to_numpy(), b["start_ns"].to_numpy())
+        assert np.array_equal(a["end_ns"].to_numpy(), b["end_ns"].to_numpy())
+        assert gz.ranks[r].source == str(packed)  # the user's file, never the cache copy
+    assert hashlib.sha256(packed.read_bytes()).hexdigest() == before
+    assert len(list(private_cache.rglob("*.sqlite"))) == 1  # unpacked once, into the cache
+    load_traces([packed])
+    assert len(list(private_cache.rglob("*.sqlite"))) == 1  # reused while the input is unchanged
+
+
+def test_gzipped_file_that_is_neither_json_nor_sqlite_is_one_clear_error(tmp_path: Path,
+                                                                          private_cache: Path) -> None:
+    import gzip
+
+    from analyzers.load import load_traces
+
+    p = tmp_path / "notes.sqlite.gz"
+    p.write_bytes(gzip.compress(b"plain text, not a trace\n" * 10))
+    with pytest.raises(BadInputError) as err:
+        load_traces([p])
+    assert str(p) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_directory_reads_gzipped_export_and_skips_its_report(tmp_path: Path, private_cache: Path) -> None:
+    from analyzers.load import expand_paths
+
+    from .conftest import NSYS_PACKED
+
+    shutil.copy(NSYS_PACKED / "nvfuser_report1.sqlite.gz", tmp_path / "nvfuser_report1.sqlite.gz")
+    shutil.copy(NVFUSER_REP, tmp_path / "nvfuser_report1.nsys-rep")
+    assert [p.name for p in expand_paths([tmp_path])] == ["nvfuser_report1.sqlite.gz"]
