@@ -7,9 +7,7 @@ here, with rounding.
 
 from __future__ import annotations
 
-import gzip
 import re
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ import pandas as pd
 
 from .collectives import COLLECTIVES, collective_names
 from .errors import BadInputError
+from .input_limits import InputLimitError, check_file_size, check_us_times, gunzip_bytes
 from .model import (
     HOST_OP_COLUMNS,
     RUNTIME_COLUMNS,
@@ -89,14 +88,17 @@ SYNC_CATS = {"cuda_sync"}
 def read_bytes(path: Path) -> bytes:
     """File contents, gunzipped when gzip (by magic, not by name)."""
     try:
+        check_file_size(path.stat().st_size)
         raw = path.read_bytes()
     except OSError as exc:
         raise BadInputError(path, f"cannot read file ({exc.strerror or exc})") from None
+    except InputLimitError as exc:
+        raise BadInputError(path, exc.problem) from None
     if raw[:2] == b"\x1f\x8b":
         try:
-            return gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as exc:
-            raise BadInputError(path, f"truncated or corrupt gzip data ({exc})") from None
+            return gunzip_bytes(raw)  # bounded: a gzip bomb is refused, not unpacked
+        except InputLimitError as exc:
+            raise BadInputError(path, exc.problem) from None
     return raw
 
 
@@ -257,9 +259,12 @@ def _collective_column(kernel_names: list[str], from_args: list[Any]) -> np.ndar
 
 
 def _span(rows: list[_Event]) -> tuple[np.ndarray, np.ndarray]:
-    """(start_ns, end_ns) of X events; negative durations count as zero."""
-    start = _ns([e.ts for e in rows])
-    return start, start + np.maximum(_ns([e.dur for e in rows]), 0)
+    """(start_ns, end_ns) of X events, after the input limits (finite, durations >= 0, on the ns clock)."""
+    ts, dur = [e.ts for e in rows], [e.dur for e in rows]
+    what = f"{rows[0].cat or 'X'} event" if rows else "event"
+    check_us_times(ts, dur, what=what, name_of=lambda i: rows[i].name)
+    start = _ns(ts)
+    return start, start + _ns(dur)
 
 
 def _by_start(table: pd.DataFrame) -> pd.DataFrame:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .classify import Rule, classify_trace, load_rules
 from .errors import BadInputError, MixedRunsError
+from .input_limits import InputLimitError, check_loaded_times
 from .kineto import load_kineto
 from .model import RankTrace, TraceSet
 
@@ -82,6 +83,8 @@ def expand_paths(inputs: Iterable[str | Path]) -> list[Path]:
             if not matched:
                 raise BadInputError(text, "no file matches this pattern")
             out += matched
+        elif p.is_symlink():
+            raise BadInputError(p, "symbolic link to nothing (its target is missing, or links loop)")
         else:
             raise BadInputError(p, "no such file or directory")
     seen: set[Path] = set()
@@ -112,9 +115,19 @@ def load_file(path: Path, rank: int | None = None) -> list[RankTrace]:
     BadInputError naming the file, never a traceback.
     """
     try:
-        return _load_file(path, rank)
+        traces = _load_file(path, rank)
+        for t in traces:
+            check_loaded_times(t)
+        return traces
     except BadInputError:
         raise
+    except InputLimitError as exc:
+        raise BadInputError(path, exc.problem) from None
+    except RecursionError:
+        raise BadInputError(path, "JSON nested too deeply to be a trace") from None
+    except UnicodeDecodeError as exc:
+        raise BadInputError(path, f"holds bytes that are not UTF-8 text ({exc.object[exc.start:exc.start + 4]!r}): "
+                                  "not a trace a profiler wrote") from None
     except (MemoryError, KeyboardInterrupt):
         raise
     except Exception as exc:  # noqa: BLE001 - a reader's surprise is still bad input
@@ -146,8 +159,13 @@ def load_traces(
     rules: list[Rule] | None = None,
     label: str = "",
     progress: Progress | None = None,
+    require_gpu: bool = True,
 ) -> TraceSet:
-    """Load, validate and classify the traces of one run."""
+    """Load, validate and classify the traces of one run.
+
+    A set in which no rank recorded any GPU activity has nothing to measure: refused, unless
+    require_gpu is False (the runners' CPU correctness runs, whose traces are host-only).
+    """
     paths = expand_paths(inputs)
     if rank is not None and len(paths) > 1:
         raise BadInputError(", ".join(map(str, paths)), "--rank applies to a single trace file")
@@ -158,6 +176,10 @@ def load_traces(
         traces += load_file(p, rank)
     if progress:
         progress("", len(paths), len(paths))
+    if require_gpu and traces and all(t.gpu.empty for t in traces):
+        where = str(paths[0]) if len(paths) == 1 else (label or ", ".join(map(str, paths)))
+        raise BadInputError(where, "no GPU activity in any trace (was CUDA profiling on? torch.profiler needs "
+                                   "ProfilerActivity.CUDA, nsys needs --trace=cuda)")
     ts = assemble(traces, label=label or _default_label(paths))
     rules = rules if rules is not None else load_rules()
     for t in ts:

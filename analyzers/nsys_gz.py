@@ -11,11 +11,11 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import shutil
 import zlib
 from pathlib import Path
 
 from .errors import BadInputError
+from .input_limits import InputLimitError, gunzip_stream
 from .nsys import _cache_paths
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -38,10 +38,12 @@ def gunzip_to_cache(path: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"{out.stem}.part-{os.getpid()}.sqlite")
     try:
-        with gzip.open(path, "rb") as src, tmp.open("wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+        with path.open("rb") as src, tmp.open("wb") as dst:
+            gunzip_stream(src, path.stat().st_size, dst)  # bounded: a gzip bomb is refused, not unpacked
         os.replace(tmp, out)
-    except (OSError, EOFError, zlib.error) as exc:
+    except InputLimitError as exc:
+        raise BadInputError(path, f"gzipped SQLite export: {exc.problem}") from None
+    except OSError as exc:
         raise BadInputError(path, f"gzipped SQLite export cannot be unpacked ({exc})") from None
     finally:
         tmp.unlink(missing_ok=True)

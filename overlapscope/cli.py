@@ -81,12 +81,13 @@ def load_progress(enabled: bool):
 
 
 def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = None,
-             comm_kernel: list[str] | None = None, label: str = "") -> TraceSet:
+             comm_kernel: list[str] | None = None, label: str = "", require_gpu: bool = True) -> TraceSet:
     """Load a trace set with progress on stderr (several files) and classification rules."""
     rule_list = load_rules(rules, comm_kernel)
     many = len(paths) > 1 or any(Path(p).is_dir() or any(c in p for c in "*?[") for p in paths)
     with load_progress(many and err_console.is_terminal) as progress:
-        return load_traces(paths, rank=rank, rules=rule_list, label=label, progress=progress)
+        return load_traces(paths, rank=rank, rules=rule_list, label=label, progress=progress,
+                           require_gpu=require_gpu)
 
 
 def options_from(steps: str | None, like_hta: bool, step_pattern: str) -> AnalysisOptions:

@@ -1,0 +1,199 @@
+"""Limits every trace input is held to, whichever loader reads it.
+
+A trace is whatever a profiler (or a killed job, or a colleague) left on disk, so the loaders
+call these checks before trusting it:
+
+- gzip is unpacked in bounded chunks and refused once it grows past a size cap or an
+  implausible packing ratio (a gzip bomb is a few MB that unpack to many GB): memory stays
+  bounded by the cap, not by what the file claims;
+- timestamps and durations must be finite, non-negative durations, and fit the int64
+  nanosecond clock the analyses use (absurd values would overflow it silently);
+- JSON nesting deeper than the decoder's recursion guard is named as such.
+
+The caps come from the environment so a user with a genuinely huge trace can raise them;
+the messages say how. Violations raise InputLimitError (a ValueError carrying one line);
+analyzers.load turns it into a BadInputError naming the file.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import numpy as np
+import pandas as pd
+
+from .model import RankTrace
+
+ENV_MAX_TRACE_MB = "OVERLAPSCOPE_MAX_TRACE_MB"
+ENV_MAX_GZIP_RATIO = "OVERLAPSCOPE_MAX_GZIP_RATIO"
+DEFAULT_MAX_TRACE_MB = 8192  # unpacked bytes one trace file may hold
+DEFAULT_MAX_GZIP_RATIO = 200  # real traces pack 4x (SQLite) to ~20x (Kineto JSON)
+RATIO_FREE_BYTES = 64 << 20  # below this, any ratio is fine (tiny traces of zeros pack very well)
+CHUNK = 1 << 20
+
+NS_PER_US = 1000
+# A timestamp in µs must stay representable as int64 ns (±9.2e18 ns); keep a margin for sums.
+MAX_ABS_TS_US = 4.0e15
+MAX_DURATION_US = 7 * 24 * 3600 * 1e6  # a week: no profiler records a single event longer
+MAX_DURATION_NS = int(MAX_DURATION_US * NS_PER_US)
+
+
+class InputLimitError(ValueError):
+    """One line saying which limit a trace broke (the caller adds the file name)."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        super().__init__(problem)
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_unpacked_bytes: int
+    max_ratio: float
+
+    @classmethod
+    def from_env(cls) -> Limits:
+        return cls(max_unpacked_bytes=_env_int(ENV_MAX_TRACE_MB, DEFAULT_MAX_TRACE_MB) << 20,
+                   max_ratio=float(_env_int(ENV_MAX_GZIP_RATIO, DEFAULT_MAX_GZIP_RATIO)))
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        value = int(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+def check_file_size(size: int, limits: Limits | None = None) -> None:
+    """A plain (unpacked) file over the size cap is refused before it is read."""
+    limits = limits or Limits.from_env()
+    if size > limits.max_unpacked_bytes:
+        raise InputLimitError(f"file is {size / 2**20:,.0f} MB, over the {limits.max_unpacked_bytes >> 20:,} MB "
+                              f"limit (set {ENV_MAX_TRACE_MB} to raise it)")
+
+
+def _gunzip_chunks(read: BinaryIO, packed_size: int, limits: Limits) -> Iterator[bytes]:
+    """Unpacked chunks of a (possibly multi-member) gzip stream, refused past the limits."""
+    out_total = 0
+    decomp = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    in_member = False  # bytes of a member fed and its end not yet seen
+    pending = b""
+    while True:
+        if decomp.unconsumed_tail:
+            data = decomp.unconsumed_tail
+        elif pending:
+            data, pending = pending, b""
+        else:
+            data = read.read(CHUNK)
+            if not data:
+                break
+        if not in_member:
+            data = data.lstrip(b"\x00")  # zero padding between or after members, as gzip(1) allows
+            if not data:
+                continue
+        in_member = True
+        try:
+            chunk = decomp.decompress(data, CHUNK)
+        except zlib.error as exc:
+            raise InputLimitError(f"truncated or corrupt gzip data ({exc})") from None
+        if chunk:
+            out_total += len(chunk)
+            _check_growth(out_total, packed_size, limits)
+            yield chunk
+        if decomp.eof:  # one member done: another may follow (gzip allows concatenation)
+            pending = decomp.unused_data
+            decomp = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            in_member = False
+    if in_member:
+        raise InputLimitError("truncated or corrupt gzip data (the stream ends early)")
+
+
+def _check_growth(out_total: int, packed_size: int, limits: Limits) -> None:
+    if out_total > limits.max_unpacked_bytes:
+        raise InputLimitError(f"gzip data unpacks to more than the {limits.max_unpacked_bytes >> 20:,} MB limit "
+                              f"(set {ENV_MAX_TRACE_MB} to raise it)")
+    if out_total > RATIO_FREE_BYTES and out_total > limits.max_ratio * max(packed_size, 1):
+        raise InputLimitError(f"gzip data unpacks more than {limits.max_ratio:.0f}x its packed size "
+                              f"({packed_size:,} bytes -> over {out_total:,}): refused as a likely gzip bomb "
+                              f"(set {ENV_MAX_GZIP_RATIO} to raise the ratio)")
+
+
+def gunzip_bytes(packed: bytes, limits: Limits | None = None) -> bytes:
+    """gzip bytes -> unpacked bytes, within the limits."""
+    import io
+
+    limits = limits or Limits.from_env()
+    return b"".join(_gunzip_chunks(io.BytesIO(packed), len(packed), limits))
+
+
+def gunzip_stream(src: BinaryIO, packed_size: int, dst: BinaryIO, limits: Limits | None = None) -> int:
+    """Unpack src into dst chunk by chunk (constant memory); returns the unpacked size."""
+    limits = limits or Limits.from_env()
+    total = 0
+    for chunk in _gunzip_chunks(src, packed_size, limits):
+        dst.write(chunk)
+        total += len(chunk)
+    return total
+
+
+def check_us_times(ts_us: Sequence[float] | np.ndarray, dur_us: Sequence[float] | np.ndarray,
+                   what: str = "event", name_of: Callable[[int], str] | None = None) -> None:
+    """Kineto-style float µs timestamps and durations: finite, durations >= 0, inside the int64 ns clock.
+
+    Vectorized (one pass per rule over the arrays); only the first offending event is named
+    (name_of(i) gives its name).
+    """
+    ts = np.asarray(ts_us, dtype=np.float64)
+    dur = np.asarray(dur_us, dtype=np.float64)
+    if not len(ts):
+        return
+
+    def which(i: int) -> str:
+        name = f" {str(name_of(i))[:80]!r}" if name_of is not None else ""
+        return f"{what}{name} (#{i})"
+
+    for label, values in (("timestamp", ts), ("duration", dur)):
+        bad = ~np.isfinite(values)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise InputLimitError(f"{which(i)} has a non-finite {label} ({values[i]})")
+    neg = dur < 0
+    if neg.any():
+        i = int(np.argmax(neg))
+        raise InputLimitError(f"{which(i)} has a negative duration ({dur[i]:g} µs)")
+    huge = dur > MAX_DURATION_US
+    if huge.any():
+        i = int(np.argmax(huge))
+        raise InputLimitError(f"{which(i)} has an absurd duration ({dur[i]:.3g} µs, over a week)")
+    far = np.abs(ts) > MAX_ABS_TS_US
+    if far.any():
+        i = int(np.argmax(far))
+        raise InputLimitError(f"{which(i)} has an absurd timestamp ({ts[i]:.3g} µs): outside the "
+                              "int64 nanosecond clock")
+
+
+def check_ns_table(table: pd.DataFrame, what: str) -> None:
+    """A loaded table of (start_ns, end_ns): ends not before starts, durations below a week."""
+    if table is None or not len(table):
+        return
+    start = table["start_ns"].to_numpy()
+    end = table["end_ns"].to_numpy()
+    dur = end - start
+    if (dur < 0).any():
+        i = int(np.argmax(dur < 0))
+        raise InputLimitError(f"a {what} row ends before it starts (start {start[i]} ns, end {end[i]} ns)")
+    if (dur > MAX_DURATION_NS).any():
+        i = int(np.argmax(dur > MAX_DURATION_NS))
+        raise InputLimitError(f"a {what} row has an absurd duration ({dur[i] / 1e9:.3g} s, over a week)")
+
+
+def check_loaded_times(trace: RankTrace) -> None:
+    """Every interval table of a loaded rank trace, whatever its format (see check_ns_table)."""
+    for what, table in (("GPU activity", trace.gpu), ("CUDA API", trace.runtime), ("host range", trace.host_ops),
+                        ("sync", trace.sync_events)):
+        check_ns_table(table, what)
