@@ -82,6 +82,16 @@ def default_labels(ta: TraceSet, tb: TraceSet) -> tuple[str, str]:
     return ("A", "B") if not la or not lb or la == lb else (la, lb)
 
 
+def check_writable(path: Path, overwrite: bool, option: str) -> None:
+    """An output file is checked before any work: never clobbered unless asked, its folder must exist."""
+    if path.is_dir():
+        raise UsageFailure(f"{option} {path}: is a directory; give a file name")
+    if path.exists() and not overwrite:
+        raise UsageFailure(f"{option} {path}: the file exists; pass --overwrite to replace it")
+    if not path.parent.is_dir():
+        raise UsageFailure(f"{option} {path}: folder {path.parent} does not exist")
+
+
 def emit_diff(d: TraceDiff, fmt: DiffFormat, top: int) -> None:
     if fmt is DiffFormat.json:
         sys.stdout.write(render.to_json(d.to_dict()) + "\n")
@@ -116,11 +126,16 @@ def diff_cmd(
     timeline: Annotated[Path | None, typer.Option(
         "--timeline", help="Also write both sides' GPU intervals, aligned at a common iteration start, "
                            "to this CSV file (for plotting A over B).")] = None,
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="Replace the --timeline file if it exists (otherwise an existing file is refused).")
+    ] = False,
 ) -> None:
     """Compare two trace sets (schedule variants): every metric with deltas, findings on one side only,
     kernel changes, and a verdict."""
     names = parse_labels(labels)
     options = options_from(steps, like_hta, step_pattern)
+    if timeline is not None:
+        check_writable(timeline, overwrite, "--timeline")
     ta = load_set(set_inputs(a), rules=rules, comm_kernel=comm_kernel)
     tb = load_set(set_inputs(b), rules=rules, comm_kernel=comm_kernel)
     names = names or default_labels(ta, tb)
@@ -131,7 +146,10 @@ def diff_cmd(
     emit_diff(d, format, top)
     if timeline is not None:
         frame = aligned_timelines(ta, tb, labels=names, pattern=step_pattern)
-        frame.to_csv(timeline, index=False)
+        try:
+            frame.to_csv(timeline, index=False)
+        except OSError as exc:
+            raise UsageFailure(f"--timeline {timeline}: cannot write ({exc.strerror or exc})") from None
         al = frame.attrs["alignment"]
         err_console.print(f"aligned timelines ({len(frame)} intervals, at {al['how']}: "
                           f"step {al['step_a']} / {al['step_b']}) written to {timeline}",

@@ -8,6 +8,7 @@ stay in --out.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -63,6 +64,34 @@ def _progress(line: str) -> None:
         err_console.print(line, style="dim", highlight=False, markup=False)
 
 
+def out_folder(out: Path | None, algo: str, what: str) -> Path:
+    """--out, or a fresh runs/<algo>-<variant>-<time> folder: the default never lands on an earlier run."""
+    return out if out is not None else Path("runs") / f"{algo}-{what}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def sweep_folders(out: Path, variants: list[str], profiler: str) -> list[tuple[Path, list[str]]]:
+    """(folder, variants) of each launch a sweep makes (runners.launch.sweep's layout): one launch for all
+    variants, or one per variant in its own sub-folder (nsys, or a single variant)."""
+    if profiler == "nsys" or len(variants) == 1:
+        return [(out / v, [v]) for v in variants]
+    return [(out, variants)]
+
+
+def prepare_out(folders: list[tuple[Path, list[str]]], overwrite: bool) -> None:
+    """Refuse an --out that already holds a run (exit 2, naming it), or clear that run's files when asked."""
+    launch = _launch_module()
+    for out, variants in folders:
+        if overwrite:
+            removed = launch.clear_run(out, variants)
+            if removed:
+                err_console.print(f"--overwrite: removed {len(removed)} file(s) of the earlier run in {out}",
+                                  markup=False, highlight=False)
+            continue
+        found = launch.run_files(out, variants)
+        if found:
+            raise UsageFailure(str(launch.OutputExists(out, found)))
+
+
 def _run_failed(exc: Exception, out: Path) -> typer.Exit:
     err_console.print(f"overlapscope: run failed: {exc} (partial outputs kept in {out})", markup=False,
                       highlight=False)
@@ -106,6 +135,9 @@ ProfilerOpt = Annotated[str, typer.Option(
                        ".sqlite) or none (timings only).")]
 TimeoutOpt = Annotated[float, typer.Option(
     "--timeout", help="Seconds before a hanging run is brought down (the hung rank is named).")]
+OverwriteOpt = Annotated[bool, typer.Option(
+    "--overwrite", help="Replace a run already in --out (its manifest, logs, rank files); without it such a "
+                        "folder is refused.")]
 
 
 @app.command("run")
@@ -115,9 +147,11 @@ def run_cmd(
     variant: Annotated[str, typer.Option("--variant", "-v", help="Schedule variant to run.")] = "baseline",
     nproc: NprocOpt = 2,
     profiler: ProfilerOpt = "torch",
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder: per-rank traces + manifest.json.")
-                   ] = Path("runs/latest"),
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="Output folder: per-rank traces + manifest.json (default: a new "
+                            "runs/ALGO-VARIANT-TIME folder).", show_default=False)] = None,
     timeout: TimeoutOpt = 1800.0,
+    overwrite: OverwriteOpt = False,
     format: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format of the analysis.")
                       ] = OutputFormat.table,
 ) -> None:
@@ -130,9 +164,13 @@ def run_cmd(
     values = parse_params(params or [])
     _check(algo, [variant], values, profiler)
     launch = _launch_module()
+    out = out_folder(out, algo, variant)
+    prepare_out([(out, [variant])], overwrite)
     try:
         result = launch.run(algo, variant, nproc=nproc, profiler=profiler, out=out, params=values,
                             timeout_s=timeout, on_progress=_progress)
+    except launch.OutputExists as exc:
+        raise UsageFailure(str(exc)) from None
     except launch.RunFailed as exc:
         raise _run_failed(exc, out) from None
     if format is OutputFormat.table:
@@ -156,9 +194,11 @@ def sweep_cmd(
         "--baseline", help="Variant the others are compared with (default: baseline, else the first).")] = None,
     nproc: NprocOpt = 2,
     profiler: ProfilerOpt = "torch",
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder: one sub-folder per variant.")
-                   ] = Path("runs/sweep"),
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="Output folder: one sub-folder per variant (default: a new runs/ALGO-sweep-TIME "
+                            "folder).", show_default=False)] = None,
     timeout: TimeoutOpt = 3600.0,
+    overwrite: OverwriteOpt = False,
     format: Annotated[OutputFormat, typer.Option("--format", "-f", help="table, json or md.")
                       ] = OutputFormat.table,
 ) -> None:
@@ -173,9 +213,13 @@ def sweep_cmd(
     base = baseline or ("baseline" if "baseline" in chosen else chosen[0])
     if base not in chosen:
         raise UsageFailure(f"--baseline {base!r} is not among the variants run")
+    out = out_folder(out, algo, "sweep")
+    prepare_out(sweep_folders(out, chosen, profiler), overwrite)
     try:
         results = launch.sweep(algo, chosen, nproc=nproc, profiler=profiler, out=out, params=values,
                                timeout_s=timeout, on_progress=_progress)
+    except launch.OutputExists as exc:
+        raise UsageFailure(str(exc)) from None
     except launch.RunFailed as exc:
         raise _run_failed(exc, out) from None
     reports = {v: rep for v, r in results.items() if (rep := _analyze_out(r.out_dir, v)) is not None}

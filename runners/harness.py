@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import platform
+import signal
 import socket
 import statistics
 import sys
@@ -117,6 +118,9 @@ class StatusFile:
         p = self.params
         if p.get("fail_rank") == self.rank and p.get("fail_phase") == phase:
             raise RuntimeError(f"injected failure (test hook --fail-rank {self.rank} --fail-phase {phase})")
+        if p.get("kill_rank") == self.rank and p.get("kill_phase") == phase:
+            # injected death (test hook): as the OOM killer or a node failure would, no chance to clean up
+            os.kill(os.getpid(), signal.SIGKILL)
         if p.get("hang_rank") == self.rank and p.get("hang_phase") == phase:
             while True:  # injected hang (test hook): the launcher's timeout must end it
                 time.sleep(3600)

@@ -31,8 +31,8 @@ from typing import Any
 
 from runners.specs import ALGORITHMS, AlgorithmSpec, ParamValue
 
-__all__ = ["ALGORITHMS", "AlgorithmSpec", "RunFailed", "RunResult", "Timings", "build_command", "find_nsys",
-           "run", "sweep"]
+__all__ = ["ALGORITHMS", "AlgorithmSpec", "OutputExists", "RunFailed", "RunResult", "Timings", "build_command",
+           "clear_run", "find_nsys", "run", "run_files", "sweep"]
 
 PREFIX = "[overlapscope]"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +46,16 @@ NSYS_CANDIDATES = (
 )
 
 ProgressFn = Callable[[str], None]
+
+
+class OutputExists(FileExistsError):
+    """The output folder already holds a run: a new one would overwrite or mix with it."""
+
+    def __init__(self, out: Path, found: list[Path]) -> None:
+        self.out = out
+        self.found = found
+        shown = ", ".join(p.relative_to(out).as_posix() for p in found[:3]) + (", ..." if len(found) > 3 else "")
+        super().__init__(f"{out} already holds a run ({shown}); choose another folder or pass --overwrite")
 
 
 class RunFailed(RuntimeError):
@@ -228,6 +238,18 @@ def _diagnose(out: Path, rc: int | None, timeout_s: float, log: Path) -> tuple[s
         rank = int(laggards[0]["rank"]) if len(laggards) == 1 else None
         return (f"run timed out after {timeout_s:.0f} s: {names} hung" + (f" ({detail})" if detail else ""),
                 rank)
+    text = log.read_text(errors="replace") if log.exists() else ""
+    killed = _killed_rank(text)
+    if killed is not None and not any(int(e["rank"]) == killed[0] for e in errors):
+        # a rank killed by a signal (OOM killer, node failure) leaves no error file; the others then fail
+        # on broken connections, so their error files name a symptom, not the cause
+        krank, signame = killed
+        last = next((s for s in statuses if int(s["rank"]) == krank), None)
+        where = f" after phase {last['phase']!r}" if last else ""
+        msg = f"rank {krank} was killed by {signame}{where} (no error of its own: out of memory, or killed?)"
+        if errors:
+            msg += "; then " + ", ".join(f"rank {e['rank']} ({e['type']})" for e in errors)
+        return msg, krank
     if errors:
         # a rank that only reports another rank's failure (PeerError) is never the culprit
         primary = [e for e in errors if e.get("type") != "PeerError"] or errors
@@ -239,16 +261,34 @@ def _diagnose(out: Path, rc: int | None, timeout_s: float, log: Path) -> tuple[s
         if later:
             msg += "; then " + ", ".join(f"rank {e['rank']} ({e['type']})" for e in later)
         return msg, int(first["rank"])
-    # no error file: a crash (signal, OOM kill) or a failure before the runner started
-    text = log.read_text(errors="replace") if log.exists() else ""
+    # no error file: a crash or a failure before the runner started
     rank = _rank_from_torchrun_log(text)
     tail = "\n".join(text.strip().splitlines()[-15:])
     who = f"rank {rank}" if rank is not None else "a rank"
     return f"{who} exited with an error (torchrun exit code {rc}); last lines of {log}:\n{tail}", rank
 
 
+def _killed_rank(text: str) -> tuple[int, str] | None:
+    """(rank, signal name) when torchrun's root cause is a rank that died of a signal (negative exit code)."""
+    root = text.rfind("Root Cause")
+    if root < 0:
+        return None
+    rank = _rank_from_torchrun_log(text[root:])
+    for line in text[root:].splitlines():
+        stripped = line.strip()
+        if stripped.startswith("exitcode") and ":" in stripped:
+            value = stripped.split(":", 1)[1].split()[0]
+            if rank is not None and value.lstrip("-").isdigit() and int(value) < 0:
+                name = stripped[stripped.rfind("(") + 1:stripped.rfind(")")] if stripped.endswith(")") else ""
+                return rank, name if name.startswith("SIG") else f"signal {-int(value)}"
+            return None
+    return None
+
+
 def _rank_from_torchrun_log(text: str) -> int | None:
-    """torchrun's failure summary names the first failing rank as 'rank : N (local_rank: M)'."""
+    """torchrun's failure summary names the root-cause rank as 'rank : N (local_rank: M)'."""
+    root = text.rfind("Root Cause")
+    text = text[root:] if root >= 0 else text
     for line in text.splitlines():
         stripped = line.strip()
         if stripped.startswith("rank") and "(local_rank:" in stripped and ":" in stripped:
@@ -336,6 +376,25 @@ def _export_nsys(nsys: str, out: Path, keep_rep: bool, env: dict[str, str]) -> d
     return traces
 
 
+RUN_FILE_GLOBS = ("manifest.json", "manifest.failed.json", "launch.log", "rank[0-9]*")
+
+
+def run_files(out: Path, variants: Sequence[str]) -> list[Path]:
+    """Files of an earlier run in out (or out/<variant>/) that a new run would overwrite or mix with."""
+    out = Path(out)
+    dirs = [out] + ([out / v for v in variants] if len(variants) != 1 else [])
+    found = {p for d in dirs if d.is_dir() for g in RUN_FILE_GLOBS for p in d.glob(g) if p.is_file()}
+    return sorted(found)
+
+
+def clear_run(out: Path, variants: Sequence[str]) -> list[Path]:
+    """Remove an earlier run's files (only those run_files names: never anything else the folder holds)."""
+    removed = run_files(out, variants)
+    for p in removed:
+        p.unlink(missing_ok=True)
+    return removed
+
+
 def _clear_stale(out: Path, variants: list[str]) -> None:
     """Old status/error/manifest files would mislead the diagnosis and results of this run."""
     dirs = [out] if len(variants) == 1 else [out / v for v in variants]
@@ -352,6 +411,9 @@ def _launch(algo: str, variants: list[str], *, nproc: int, profiler: str, out: P
     # absolute: torchrun runs in the repository root (so `-m runners.X` resolves), not in the caller's
     # directory, and a relative --out would land somewhere the caller never looks
     out = Path(out).resolve()
+    existing = run_files(out, variants)
+    if existing:  # never overwrite a run's outputs silently; callers clear_run() first when asked to
+        raise OutputExists(out, existing)
     out.mkdir(parents=True, exist_ok=True)
     _clear_stale(out, variants)
     nsys = find_nsys() if profiler == "nsys" else None
@@ -442,9 +504,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a parameter (repeat)")
     parser.add_argument("--no-nsys-rep", action="store_true", help="keep only the .sqlite exports")
+    parser.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
     args = parser.parse_args(argv)
     spec = _spec(args.algo)
     variants = list(spec.variants) if args.variants == "all" else args.variants.split(",")
+    if args.overwrite:
+        clear_run(args.out, variants)
     params: dict[str, ParamValue] = {}
     for item in args.set:
         name, _, value = item.partition("=")
@@ -457,6 +522,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = sweep(args.algo, variants, nproc=args.nproc, profiler=args.profiler, out=args.out,
                         params=params, timeout_s=args.timeout, on_progress=progress,
                         keep_nsys_rep=not args.no_nsys_rep)
+    except OutputExists as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except RunFailed as exc:
         print(f"run failed: {exc}", file=sys.stderr)
         return 4

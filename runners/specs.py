@@ -93,8 +93,8 @@ def _convert(spec: ParamSpec, value: Any) -> ParamValue:
 # Where a rank reports itself (runners/harness.py, StatusFile.set), in order: the test hooks act there.
 PHASES = ("init", "setup", "warmup", "check", "timing", "profile", "done")
 
-# Parameters every algorithm takes. Test hooks (fail_*/hang_*) let the test suite check
-# that a failing or hanging rank brings the run down with a message naming it.
+# Parameters every algorithm takes. Test hooks (fail_*/hang_*/kill_*) let the test suite check
+# that a failing, hanging or killed rank brings the run down with a message naming it.
 COMMON: tuple[ParamSpec, ...] = (
     ParamSpec("dtype", str, "auto", "bf16, fp16 or fp32; auto = bf16 on GPUs, fp32 on CPU",
               choices=("auto", "bf16", "fp16", "fp32")),
@@ -109,6 +109,8 @@ COMMON: tuple[ParamSpec, ...] = (
     ParamSpec("fail_phase", str, "setup", "test hook: phase where --fail-rank raises", choices=PHASES),
     ParamSpec("hang_rank", int, -1, "test hook: this rank sleeps forever at --hang-phase"),
     ParamSpec("hang_phase", str, "setup", "test hook: phase where --hang-rank hangs", choices=PHASES),
+    ParamSpec("kill_rank", int, -1, "test hook: this rank dies of SIGKILL at --kill-phase (no error file)"),
+    ParamSpec("kill_phase", str, "setup", "test hook: phase where --kill-rank dies", choices=PHASES),
     ParamSpec("corrupt_rank", int, -1, "test hook: this rank perturbs its output before the correctness check"),
 )
 
