@@ -18,6 +18,7 @@ analyzers.load turns it into a BadInputError naming the file.
 from __future__ import annotations
 
 import os
+import re
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from .model import RankTrace
 ENV_MAX_TRACE_MB = "OVERLAPSCOPE_MAX_TRACE_MB"
 ENV_MAX_GZIP_RATIO = "OVERLAPSCOPE_MAX_GZIP_RATIO"
 DEFAULT_MAX_TRACE_MB = 8192  # unpacked bytes one trace file may hold
-DEFAULT_MAX_GZIP_RATIO = 200  # real traces pack 4x (SQLite) to ~20x (Kineto JSON)
+DEFAULT_MAX_GZIP_RATIO = 100  # real traces pack 4x (SQLite exports) to ~21x (Kineto JSON)
 RATIO_FREE_BYTES = 64 << 20  # below this, any ratio is fine (tiny traces of zeros pack very well)
 CHUNK = 1 << 20
 
@@ -197,3 +198,16 @@ def check_loaded_times(trace: RankTrace) -> None:
     for what, table in (("GPU activity", trace.gpu), ("CUDA API", trace.runtime), ("host range", trace.host_ops),
                         ("sync", trace.sync_events)):
         check_ns_table(table, what)
+
+
+def json_problem(data: bytes, decoder_message: str) -> str:
+    """The JSON decoder's complaint in the user's words: truncation, or what sits at the bad byte."""
+    if "truncated" in decoder_message.lower():
+        return "truncated JSON"
+    m = re.search(r"\(byte (\d+)\)", decoder_message)
+    at = data[int(m.group(1)):int(m.group(1)) + 9] if m else b""
+    for token in (b"NaN", b"Infinity", b"-Infinity"):
+        if at.startswith(token):
+            return (f"not valid JSON: {token.decode()} at byte {m.group(1)} is not a JSON number "  # type: ignore[union-attr]
+                    "(the writer put a non-finite time or value in the trace)")
+    return f"not valid JSON ({decoder_message})"

@@ -17,7 +17,7 @@ import pandas as pd
 
 from .collectives import COLLECTIVES, collective_names
 from .errors import BadInputError
-from .input_limits import InputLimitError, check_file_size, check_us_times, gunzip_bytes
+from .input_limits import InputLimitError, check_file_size, check_us_times, gunzip_bytes, json_problem
 from .model import (
     HOST_OP_COLUMNS,
     RUNTIME_COLUMNS,
@@ -142,8 +142,7 @@ def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
     except msgspec.ValidationError as exc:
         raise BadInputError(path, f"not a Kineto trace (unexpected structure: {exc})") from None
     except msgspec.DecodeError as exc:
-        problem = "truncated JSON" if "truncated" in str(exc).lower() else f"not valid JSON ({exc})"
-        raise BadInputError(path, problem) from None
+        raise BadInputError(path, json_problem(data, str(exc))) from None
     if doc.traceEvents is None:
         raise BadInputError(path, "not a Kineto trace: no traceEvents list")
     events = doc.traceEvents

@@ -176,15 +176,26 @@ def load_traces(
         traces += load_file(p, rank)
     if progress:
         progress("", len(paths), len(paths))
-    if require_gpu and traces and all(t.gpu.empty for t in traces):
-        where = str(paths[0]) if len(paths) == 1 else (label or ", ".join(map(str, paths)))
-        raise BadInputError(where, "no GPU activity in any trace (was CUDA profiling on? torch.profiler needs "
-                                   "ProfilerActivity.CUDA, nsys needs --trace=cuda)")
+    if require_gpu and traces:
+        _require_kernels(traces, str(paths[0]) if len(paths) == 1 else (label or ", ".join(map(str, paths))))
     ts = assemble(traces, label=label or _default_label(paths))
     rules = rules if rules is not None else load_rules()
     for t in ts:
         classify_trace(t, rules)
     return ts
+
+
+def _require_kernels(traces: list[RankTrace], where: str) -> None:
+    """Overlap is measured between kernels: a set in which no rank ran one has nothing to measure."""
+    if any((t.gpu["kind"] == "kernel").any() for t in traces):
+        return
+    hint = "was CUDA profiling on? torch.profiler needs ProfilerActivity.CUDA, nsys needs --trace=cuda"
+    if all(t.gpu.empty for t in traces):
+        raise BadInputError(where, f"no GPU activity in any trace ({hint})")
+    missing = next((n for t in traces for n in t.notes if n.startswith("no kernel table")), None)
+    copies = sum(len(t.gpu) for t in traces)
+    raise BadInputError(where, f"no GPU kernels in any trace, only {copies} memory copies/sets"
+                               + (f" ({missing.split(':')[0]} in the export)" if missing else f" ({hint})"))
 
 
 def _default_label(paths: list[Path]) -> str:

@@ -197,6 +197,8 @@ def check_allowed(path: str | Path, roots: Sequence[Path]) -> Path:
     except (OSError, RuntimeError):
         if not _within(Path(os.path.normpath(p)), roots):
             raise PathNotAllowed(text, "outside the allowed roots") from None
+        if p.is_symlink():
+            raise PathNotAllowed(text, "symbolic link to nothing (its target is missing, or links loop)") from None
         raise PathNotAllowed(text, "no such file or directory") from None
     if not _within(resolved, roots):
         raise PathNotAllowed(text, "outside the allowed roots"
@@ -314,6 +316,16 @@ def reproduce_command(manifest: dict[str, Any], out: str | Path, python: str = "
     for name, value in sorted(params.items()) if isinstance(params, dict) else []:
         cmd += ["--set", f"{name}={str(value).lower() if isinstance(value, bool) else value}"]
     return cmd
+
+
+def existing_run_files(out: str | Path, variant: str) -> list[Path]:
+    """Files of an earlier run where the Run page's command writes (OUT/VARIANT; the runner refuses it too)."""
+    from runners.launch import run_files  # torch-free: the launcher only builds and watches torchrun
+
+    text = str(out).strip()
+    if not text:
+        return []
+    return run_files(Path(text).expanduser() / variant, [variant])
 
 
 def runs_root() -> Path:

@@ -6,6 +6,7 @@ Sets up the sources (sidebar, on every page) and the pages through st.navigation
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ if _ROOT not in sys.path:
 
 import streamlit as st  # noqa: E402
 
+from analyzers.errors import BadInputError  # noqa: E402
 from app import ui  # noqa: E402
 
 st.set_page_config(page_title="overlapscope", layout="wide", initial_sidebar_state="expanded")
@@ -29,7 +31,20 @@ PAGES = [
     st.Page(ui.PAGE_FILES["run"], title="Run"),
 ]
 
-ui.init_state()
-page = st.navigation(PAGES, position="sidebar", expanded=True)
-ui.sidebar()
-page.run()
+
+def _run() -> None:
+    ui.init_state()
+    page = st.navigation(PAGES, position="sidebar", expanded=True)
+    ui.sidebar()
+    page.run()
+
+
+if not st.get_option("server.enableXsrfProtection"):
+    st.warning("Streamlit's XSRF protection is off on this server: uploads can be forged by other sites. "
+               "Start the app with `overlapscope app`, which keeps it on.")
+try:
+    _run()
+except Exception as exc:  # noqa: BLE001 - a page shows one line, never a stack trace (st.stop/rerun are not Exceptions)
+    logging.getLogger("overlapscope.app").exception("page failed")  # the details go to the server's log
+    st.error(f"This page could not be shown: {exc}" if isinstance(exc, BadInputError) else
+             f"This page could not be shown ({type(exc).__name__}: {str(exc)[:300]}). The server log has the details.")

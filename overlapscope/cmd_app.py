@@ -31,6 +31,7 @@ def streamlit_command(paths: list[Path], *, port: int, address: str, max_upload_
         "--server.port", str(port),
         "--server.address", address,
         "--server.maxUploadSize", str(max_upload_mb),
+        "--server.enableXsrfProtection", "true",  # uploads need Streamlit's XSRF token, whatever a config says
         "--browser.gatherUsageStats", "false",
         "--",
         *[str(p) for p in paths],
@@ -44,8 +45,9 @@ def app_cmd(
              "Without paths: the bundled sample traces.", show_default=False)] = None,
     port: Annotated[int, typer.Option("--port", help="Port to serve on.")] = 8501,
     address: Annotated[str, typer.Option(
-        "--address", help="Address to bind (0.0.0.0 to serve other machines: mind OVERLAPSCOPE_ALLOWED_ROOTS).")
-    ] = "localhost",
+        "--address", help="Address to bind. The default serves this machine only; 0.0.0.0 serves every machine "
+                          "that can reach it (anyone there can open the traces under the allowed roots and upload).")
+    ] = "127.0.0.1",
     allowed_root: Annotated[list[Path] | None, typer.Option(
         "--allowed-root", help="Server folder the browser may open paths under (repeatable; default: the "
                                "sample traces and the given paths).")] = None,

@@ -115,14 +115,18 @@ def timings_table(results: dict[str, Any]) -> Table:
     return table
 
 
-def _analyze_out(out_dir: Path, label: str) -> AnalysisReport | None:
+def _analyze_out(out_dir: Path, label: str, cpu: bool = False) -> AnalysisReport | None:
     """The run's analysis, or None when it left no trace (--profiler none).
 
     CPU (gloo) runs record host activity only: their traces load without GPU activity.
     """
     if not out_dir.is_dir() or not any(p.is_file() and is_trace_name(p) for p in out_dir.iterdir()):
         return None
-    return analyze(load_set([str(out_dir)], label=label, require_gpu=False))
+    return analyze(load_set([str(out_dir)], label=label, require_gpu=not cpu))
+
+
+def _on_cpu(result: Any) -> bool:
+    return result.manifest.get("backend") == "gloo"
 
 
 AlgoArg = Annotated[str, typer.Argument(help="ag-gemm, gemm-rs, symm-mem or fsdp.", show_default=False)]
@@ -175,7 +179,7 @@ def run_cmd(
         raise _run_failed(exc, out) from None
     if format is OutputFormat.table:
         out_console.print(timings_table({variant: result}))
-    report = _analyze_out(result.out_dir, f"{algo} {variant}")
+    report = _analyze_out(result.out_dir, f"{algo} {variant}", cpu=_on_cpu(result))
     if report is None:
         if format is not OutputFormat.table:
             sys.stdout.write(render.to_json({"timings": vars(result.timings)}) + "\n")
@@ -222,7 +226,7 @@ def sweep_cmd(
         raise UsageFailure(str(exc)) from None
     except launch.RunFailed as exc:
         raise _run_failed(exc, out) from None
-    reports = {v: rep for v, r in results.items() if (rep := _analyze_out(r.out_dir, v)) is not None}
+    reports = {v: rep for v, r in results.items() if (rep := _analyze_out(r.out_dir, v, cpu=_on_cpu(r))) is not None}
     emit_sweep(results, reports, base, format)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import shutil
 import sys
 import tempfile
@@ -39,6 +40,37 @@ SAMPLES = ROOT / "sample_traces"
 @pytest.fixture(scope="session")
 def hta_dir() -> Path:
     return HTA_TRACES
+
+
+def tree_digest(*roots: Path) -> dict[str, tuple[str, int]]:
+    """(sha256, mtime_ns) of every file under the roots, and the names of every entry (a new -wal/-shm
+    or cache file beside an input shows as an extra key)."""
+    out: dict[str, tuple[str, int]] = {}
+    for root in roots:
+        paths = [root] if root.is_file() or root.is_symlink() else sorted(root.rglob("*"))
+        for p in paths:
+            if p.is_symlink() or not p.is_file():
+                out[str(p)] = ("link" if p.is_symlink() else "dir", 0)
+                continue
+            try:
+                out[str(p)] = (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            except PermissionError:
+                out[str(p)] = ("unreadable", p.stat().st_mtime_ns)
+    return out
+
+
+# Inputs every test reads: nothing the suite runs may change them (issue 16: inputs are never modified).
+WATCHED_INPUTS = (PUBLIC, ROOT / "sample_traces")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def inputs_unchanged_by_the_suite():
+    """Hash the bundled traces before the first test and after the last: any change fails the session."""
+    before = tree_digest(*WATCHED_INPUTS)
+    yield
+    after = tree_digest(*WATCHED_INPUTS)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert not changed, f"the test suite modified its inputs: {changed[:10]}"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -56,11 +56,19 @@ st.code(shlex.join(cmd), language="bash", wrap_lines=True)
 st.caption("Then open the result: `overlapscope app OUTPUT_FOLDER`, or add the folder in the sidebar.")
 with st.expander("Parameters and versions recorded in the manifest"):
     st.json({k: manifest.get(k) for k in ("params", "dtype", "backend", "versions", "workload", "created",
-                                           "timing_method", "command") if k in manifest})
+                                           "timing_method") if k in manifest})
+    # A recorded command line names the recording machine's paths (and could carry secrets): on request only.
+    if "command" in manifest and st.toggle("Show the recorded command line", key="run_show_command"):
+        st.code(shlex.join(str(a) for a in manifest["command"]) if isinstance(manifest["command"], list)
+                else str(manifest["command"]), language="bash", wrap_lines=True)
 
 need = int(manifest.get("world_size") or 1)
 have = data.gpu_count()
-if not data.running_allowed():
+existing = data.existing_run_files(out, str(manifest.get("variant") or ""))
+if existing:
+    st.error(f"{out} already holds a run ({', '.join(p.name for p in existing[:3])}): choose another output "
+             "folder (a run never overwrites another).")
+elif not data.running_allowed():
     st.info("Running from the page is switched off on this server (OVERLAPSCOPE_ALLOW_RUN=0).")
 elif have < need:
     st.info(f"This machine has {have} GPU(s); the run needs {need}. Run the command on a GPU host.")
