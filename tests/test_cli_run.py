@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,3 +52,76 @@ def test_sweep_compares_variants(tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert set(doc["timings_ms"]) == {"baseline", "ring"} and doc["baseline"] == "baseline"
+
+
+# --------------------------------------------------------------------------- faults (issue 16)
+
+
+def test_hung_rank_ends_the_run_within_the_timeout_and_is_named(tmp_path):
+    out = tmp_path / "hang"
+    t0 = time.monotonic()
+    r = cli("run", "ag-gemm", "--variant", "baseline", "--out", str(out), "--profiler", "none", "--timeout", "25",
+            "M=64", "K=32", "N=16", "hang_rank=1", "hang_phase=check")
+    wall = time.monotonic() - t0
+    assert r.returncode == 4, r.stderr
+    assert "timed out after 25 s" in r.stderr and "rank 1" in r.stderr and "hung" in r.stderr
+    assert "Traceback" not in r.stderr and str(out) in r.stderr
+    assert wall < 25 + launch_grace() + 30, wall  # the timeout, the kill grace, start-up of the CLI itself
+    assert (out / "rank0.status.json").is_file() and (out / "manifest.failed.json").is_file()  # kept
+
+
+def test_killed_rank_is_named_not_the_survivor(tmp_path):
+    """A rank killed by a signal (the OOM killer, a lost node) writes no error file; the survivor then
+    fails on a broken connection. The run must name the killed rank."""
+    out = tmp_path / "kill"
+    r = cli("run", "ag-gemm", "--variant", "baseline", "--out", str(out), "--profiler", "none", "--timeout", "120",
+            "M=64", "K=32", "N=16", "kill_rank=1", "kill_phase=check")
+    assert r.returncode == 4, r.stderr
+    line = next(x for x in r.stderr.splitlines() if x.startswith("overlapscope: run failed:"))
+    assert "rank 1 was killed by SIGKILL" in line and "Traceback" not in r.stderr
+    failed = json.loads((out / "manifest.failed.json").read_text())
+    assert failed["failed_rank"] == 1
+    assert (out / "rank1.status.json").is_file() and (out / "launch.log").is_file()  # what was written stays
+
+
+def launch_grace() -> float:
+    from runners.launch import KILL_GRACE_S
+
+    return KILL_GRACE_S
+
+
+# --------------------------------------------------------------------------- outputs never clobbered
+
+
+def test_run_refuses_a_folder_holding_a_run(tmp_path):
+    out = tmp_path / "earlier"
+    out.mkdir()
+    (out / "manifest.json").write_text('{"status": "ok"}')
+    (out / "rank0.json.gz").write_bytes(b"earlier trace")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    r = cli("run", "ag-gemm", "--variant", "baseline", "--out", str(out), "--profiler", "none")
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and str(out) in r.stderr and "already holds a run" in r.stderr
+    assert "--overwrite" in r.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_sweep_refuses_a_variant_folder_holding_a_run(tmp_path):
+    (tmp_path / "ring").mkdir()
+    (tmp_path / "ring" / "manifest.json").write_text("{}")
+    r = cli("sweep", "gemm-rs", "--variants", "ring", "--out", str(tmp_path), "--profiler", "none")
+    assert r.returncode == 2 and str(tmp_path / "ring") in r.stderr and "already holds a run" in r.stderr
+
+
+def test_overwrite_replaces_only_the_earlier_runs_files(tmp_path):
+    out = tmp_path / "again"
+    out.mkdir()
+    (out / "manifest.json").write_text('{"status": "ok", "variant": "old"}')
+    (out / "rank2.json.gz").write_bytes(b"a rank of an earlier 3-rank run")
+    (out / "notes.txt").write_text("mine")
+    r = cli("run", "ag-gemm", "--variant", "baseline", "--out", str(out), "--profiler", "none", "--overwrite",
+            "-f", "json", "M=64", "K=32", "N=16")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((out / "manifest.json").read_text())["variant"] == "baseline"
+    assert not (out / "rank2.json.gz").exists()  # would have mixed into the new run's analysis
+    assert (out / "notes.txt").read_text() == "mine"

@@ -370,3 +370,19 @@ def test_ag_gemm_host_sync_vs_sync_before_loop():
     assert rows["blocking_sync_ns"]["a"] > 0 and rows["blocking_sync_ns"]["delta"] < 0
     same = cli("diff", str(AG_GEMM / "host-sync"), str(AG_GEMM / "host-sync"), "-f", "json")
     assert json.loads(same.stdout)["verdict"] == IDENTICAL
+
+
+def test_timeline_file_is_never_clobbered(tmp_path, hta_dir, capsys):
+    from overlapscope.cli import main
+
+    a, b = str(hta_dir / "trace_filter_sampled_rank-0.json.gz"), str(hta_dir / "trace_filter_sampled_rank-1.json.gz")
+    target = tmp_path / "timeline.csv"
+    target.write_text("my earlier plot data\n")
+    assert main(["diff", a, b, "--timeline", str(target), "-f", "json"]) == 2
+    err = capsys.readouterr().err
+    assert "the file exists; pass --overwrite" in err and str(target) in err and err.strip().count("\n") == 0
+    assert target.read_text() == "my earlier plot data\n"
+    assert main(["diff", a, b, "--timeline", str(tmp_path / "no" / "such" / "dir.csv"), "-f", "json"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["diff", a, b, "--timeline", str(target), "--overwrite", "-f", "json"]) == 0
+    assert target.read_text().startswith("side,") or "start" in target.read_text().splitlines()[0]
