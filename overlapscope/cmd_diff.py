@@ -1,7 +1,7 @@
-"""`overlapscope diff A B`: what a schedule change did, side by side (registered on the cli app).
+"""`overlapscope diff A B`: what a schedule change did, side by side.
 
 Lives in its own module so the diff command can grow without touching `analyze`; cli.py
-imports it once, at its end, to register the command.
+registers `diff_cmd` on the app.
 """
 
 from __future__ import annotations
@@ -21,14 +21,13 @@ from analyzers.model import TraceSet
 from analyzers.report import analyze
 
 from . import render, render_diff
-from .cli import (
+from .common import (
     CommKernelOpt,
     LikeHtaOpt,
     RulesOpt,
     StepPatternOpt,
     StepsOpt,
     UsageFailure,
-    app,
     err_console,
     load_set,
     options_from,
@@ -91,7 +90,6 @@ def emit_diff(d: TraceDiff, fmt: DiffFormat, top: int) -> None:
         render_diff.print_diff(d, out_console, top=top)
 
 
-@app.command("diff")
 def diff_cmd(
     a: Annotated[str, typer.Argument(help=SetArg, show_default=False)],
     b: Annotated[str, typer.Argument(help=SetArg, show_default=False)],
