@@ -6,10 +6,10 @@ from typing import Annotated
 
 import typer
 
-from analyzers.finding import CATALOGUE
-from analyzers.findings import findings_present
-from analyzers.iterations import DEFAULT_STEP_PATTERN
+from analyzers.diagnose.finding import CATALOGUE
+from analyzers.diagnose.findings import findings_present
 from analyzers.report import analyze
+from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN
 
 from . import render
 from .common import (

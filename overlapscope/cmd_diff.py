@@ -14,11 +14,11 @@ from typing import Annotated
 import typer
 
 from analyzers.diff import TraceDiff, aligned_timelines, diff_reports
-from analyzers.iterations import DEFAULT_STEP_PATTERN
-from analyzers.kernel_names import KERNEL_NAME_MODES
-from analyzers.load import TRACE_SUFFIXES
-from analyzers.model import TraceSet
+from analyzers.io.load import TRACE_SUFFIXES
 from analyzers.report import analyze
+from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN
+from analyzers.timeline.kernel_names import KERNEL_NAME_MODES
+from analyzers.timeline.model import TraceSet
 
 from . import render, render_diff
 from .common import (

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from analyzers.load import is_trace_name
+from analyzers.io.load import is_trace_name
 from analyzers.report import AnalysisReport, analyze
 
 from . import render

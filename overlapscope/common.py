@@ -19,12 +19,12 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from analyzers.classify import load_rules
-from analyzers.iterations import StepSelection
-from analyzers.load import load_traces
-from analyzers.metrics import AnalysisOptions
-from analyzers.model import TraceSet
+from analyzers.io.load import load_traces
+from analyzers.overlap.metrics import AnalysisOptions
 from analyzers.report import AnalysisReport
+from analyzers.timeline.classify import load_rules
+from analyzers.timeline.iterations import StepSelection
+from analyzers.timeline.model import TraceSet
 
 from . import render
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from analyzers.crossrank import CrossRankParams, analyze_cross_rank, cross_rank_findings, normalized_name
-from analyzers.load import load_traces
+from analyzers.io.load import load_traces
 
 from .conftest import NSYS_TRACES, SAMPLES
 from .synth import GEMM

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzers.finding import CATALOGUE, Finding, Severity
-from analyzers.findings import (
+from analyzers.diagnose.finding import CATALOGUE, Finding, Severity
+from analyzers.diagnose.findings import (
     FindingParams,
     _RankView,
     comm_overlap_comparison,
@@ -28,8 +28,8 @@ from analyzers.findings import (
     transfer_starts,
     windows_of,
 )
-from analyzers.iterations import StepSelection, launch_times
-from analyzers.metrics import AnalysisOptions, rank_metrics
+from analyzers.overlap.metrics import AnalysisOptions, rank_metrics
+from analyzers.timeline.iterations import StepSelection, launch_times
 
 from . import synth_findings as sf
 from .synth import COMM, GEMM
@@ -388,7 +388,7 @@ def _sample(name: str):
     """(TraceSet, manifest) of one sample run; expected counts come from its manifest."""
     import glob
 
-    from analyzers.load import load_traces
+    from analyzers.io.load import load_traces
 
     from .conftest import SAMPLES
 

@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyzers import nsys
-from analyzers.classify import classify_trace, load_rules
-from analyzers.collectives import collective_name_from_kernel, collective_names
 from analyzers.errors import BadInputError
-from analyzers.model import RankTrace
-from analyzers.nsys import is_nsys_rep, load_nsys, nsys_rep_to_sqlite, nsys_rep_version
+from analyzers.io import nsys
+from analyzers.io.nsys import is_nsys_rep, load_nsys, nsys_rep_to_sqlite, nsys_rep_version
+from analyzers.timeline.classify import classify_trace, load_rules
+from analyzers.timeline.collectives import collective_name_from_kernel, collective_names
+from analyzers.timeline.model import RankTrace
 
 NSYS_DIR = Path(__file__).parents[1].parent / "shared/traces/public/nsys"
 MFU_BEFORE = NSYS_DIR / "mfu_2gpu_before.sqlite"
@@ -77,7 +77,7 @@ def test_mfu_two_ranks_sendrecv_on_compute_stream_overlap_zero() -> None:
     assert sendrecv == 66
     assert sum(int((t.gpu["coll_name"] == "SendRecv").sum()) for t in traces) == 66
 
-    from analyzers.metrics import rank_metrics
+    from analyzers.overlap.metrics import rank_metrics
 
     for t in traces:
         classify_trace(t, load_rules())

@@ -11,10 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzers.load import load_traces
-from analyzers.model import SYNC_COLUMNS as SYNC_TABLE_COLUMNS
-from analyzers.model import make_table
-from analyzers.syncs import (
+from analyzers.diagnose.syncs import (
     SyncParams,
     api_base_name,
     blocking_syncs,
@@ -22,6 +19,9 @@ from analyzers.syncs import (
     nesting_depth,
     op_base_name,
 )
+from analyzers.io.load import load_traces
+from analyzers.timeline.model import SYNC_COLUMNS as SYNC_TABLE_COLUMNS
+from analyzers.timeline.model import make_table
 
 from .conftest import HTA_TRACES, NSYS_TRACES
 from .synth import GEMM, rank_trace

@@ -12,9 +12,9 @@ runs = ui.load_selected()
 if not runs:
     st.stop()
 try:
-    import analyzers.syncs  # noqa: F401
+    import analyzers.diagnose.syncs  # noqa: F401
 except ImportError:
-    ui.not_available("Host-sync analysis", "analyzers.syncs")
+    ui.not_available("Host-sync analysis", "analyzers.diagnose.syncs")
     st.stop()
 
 for run in runs:

@@ -36,9 +36,9 @@ import pandas as pd
 import sqlite_utils
 from platformdirs import user_cache_dir
 
-from .collectives import collective_names
-from .errors import BadInputError
-from .model import (
+from analyzers.errors import BadInputError
+from analyzers.timeline.collectives import collective_names
+from analyzers.timeline.model import (
     HOST_OP_COLUMNS,
     RUNTIME_COLUMNS,
     SYNC_COLUMNS,

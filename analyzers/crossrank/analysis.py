@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import intervals as iv
-from .finding import Finding, Severity
-from .iterations import DEFAULT_STEP_PATTERN, assign_steps, gpu_step_windows, host_steps
-from .model import RankTrace, TraceSet
+from analyzers.diagnose.finding import Finding, Severity
+from analyzers.timeline import intervals as iv
+from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN, assign_steps, gpu_step_windows, host_steps
+from analyzers.timeline.model import RankTrace, TraceSet
 
 _TIME_COLUMNS = ("start_ns", "end_ns")
 

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from . import intervals as iv
-from .iterations import DEFAULT_STEP_PATTERN, host_steps, launch_times
-from .model import RankTrace
+from analyzers.timeline import intervals as iv
+from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN, host_steps, launch_times
+from analyzers.timeline.model import RankTrace
 
 # API name (version / per-thread suffixes stripped) -> sync kind.
 DEFAULT_SYNC_APIS: dict[str, str] = {

@@ -2,12 +2,12 @@
 
 Each detector reads one rank's tables (and, for comm-slowed-by-overlap, its peers' to strip
 peer wait), decides against named thresholds (FindingParams) and returns Finding objects
-from the catalogue in analyzers/finding.py. Cross-rank findings (late-peer,
+from the catalogue in analyzers/diagnose/finding.py. Cross-rank findings (late-peer,
 cross-rank-order-mismatch) come from analyzers/crossrank.py and are passed in through
 ``extra``. Every detector is built so that a healthy look-alike trace stays silent: each
 condition that fires is paired with the condition that tells the healthy pattern apart.
 
-Interval work is vectorized (analyzers/intervals.py); Python loops run over iterations,
+Interval work is vectorized (analyzers/timeline/intervals.py); Python loops run over iterations,
 devices, streams and collective kinds, never over kernel rows.
 """
 
@@ -20,13 +20,13 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 import pandas as pd
 
-from . import intervals as iv
-from .finding import Finding, Severity, sort_findings
-from .iterations import DEFAULT_STEP_PATTERN, gpu_step_windows, host_steps, launch_times
-from .kernel_names import normalize_kernel_name
-from .metrics import RankMetrics
-from .model import RankTrace, TraceSet
-from .syncs import SyncParams, api_base_name, blocking_syncs, busy_before
+from analyzers.diagnose.finding import Finding, Severity, sort_findings
+from analyzers.diagnose.syncs import SyncParams, api_base_name, blocking_syncs, busy_before
+from analyzers.overlap.metrics import RankMetrics
+from analyzers.timeline import intervals as iv
+from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN, gpu_step_windows, host_steps, launch_times
+from analyzers.timeline.kernel_names import normalize_kernel_name
+from analyzers.timeline.model import RankTrace, TraceSet
 
 # Pack/unpack and layout copies that run as kernels (or DtoD copies) next to collectives.
 NO_CALLER = "(no enclosing op)"
@@ -50,7 +50,7 @@ class FindingParams:
     step_pattern: str = DEFAULT_STEP_PATTERN
     """Host ranges that are iterations (ProfilerStep#N); without any, the trace is one window."""
     sync: SyncParams = field(default_factory=SyncParams)
-    """What counts as a blocking host sync (analyzers/syncs.py)."""
+    """What counts as a blocking host sync (analyzers/diagnose/syncs.py)."""
 
     # ---- host-blocking-sync ----------------------------------------------------------------
     sync_min_idle_ns: int = 5_000
@@ -1068,7 +1068,7 @@ def detect_findings(traces: TraceSet, metrics: dict[int, RankMetrics] | None = N
 
 def trace_set_syncs(traces: TraceSet, params: SyncParams | None = None) -> pd.DataFrame:
     """blocking_syncs of every rank in one frame (rank column first)."""
-    from .syncs import empty_syncs
+    from analyzers.diagnose.syncs import empty_syncs
 
     frames = [blocking_syncs(traces.ranks[r], params) for r in traces.rank_ids()]
     frames = [f for f in frames if not f.empty]
@@ -1077,7 +1077,7 @@ def trace_set_syncs(traces: TraceSet, params: SyncParams | None = None) -> pd.Da
 
 def findings_present(findings: list[Finding], ids: list[str]) -> list[str]:
     """The ids among `ids` that some finding has (for --fail-on); unknown ids raise ValueError."""
-    from .finding import CATALOGUE
+    from analyzers.diagnose.finding import CATALOGUE
 
     unknown = [i for i in ids if i not in CATALOGUE]
     if unknown:

@@ -4,13 +4,13 @@ People move a sync, add a stream or reorder collectives and then compare two pro
 screenshots by eye. ``diff_reports`` puts every metric of two analyzed trace sets side by
 side with absolute and relative deltas, per rank and aggregated; compares iteration-time
 distributions; lists findings present on one side only; compares kernels by normalized
-name (analyzers.kernel_names) so compiler-chosen name parts do not show up as changes;
+name (analyzers.timeline.kernel_names) so compiler-chosen name parts do not show up as changes;
 notes where the two runs differ in structure (ranks, GPUs, iterations); and ends in one
 verdict line. ``aligned_timelines`` gives both sets' GPU intervals on a common time axis
 (an iteration start), for drawing A over B; ``compare_many`` is the n-variant table that
 ``overlapscope sweep`` prints.
 
-All metric definitions come from analyzers.metrics; nothing here redefines them.
+All metric definitions come from analyzers.overlap.metrics; nothing here redefines them.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .iterations import DEFAULT_STEP_PATTERN, assign_steps, gpu_step_windows, host_steps
-from .kernel_names import normalize_names
-from .metrics import AnalysisOptions, selected_gpu
-from .model import TraceSet
-from .report import AnalysisReport, _clean
+from analyzers.overlap.metrics import AnalysisOptions, selected_gpu
+from analyzers.report import AnalysisReport, _clean
+from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN, assign_steps, gpu_step_windows, host_steps
+from analyzers.timeline.kernel_names import normalize_names
+from analyzers.timeline.model import TraceSet
 
 # Metrics compared per rank. Times and counts add up across ranks; ratios do not.
 TIME_METRICS = ("comm_ns", "compute_ns", "overlap_ns", "exposed_comm_ns", "busy_ns", "span_ns", "idle_ns",

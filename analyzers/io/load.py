@@ -11,10 +11,10 @@ import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from .classify import Rule, classify_trace, load_rules
-from .errors import BadInputError, MixedRunsError
-from .kineto import load_kineto
-from .model import RankTrace, TraceSet
+from analyzers.errors import BadInputError, MixedRunsError
+from analyzers.io.kineto import load_kineto
+from analyzers.timeline.classify import Rule, classify_trace, load_rules
+from analyzers.timeline.model import RankTrace, TraceSet
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
 # Files the runners write beside a run's traces (runners/harness.py, runners/launch.py): a run
@@ -119,7 +119,7 @@ def _load_file(path: Path, rank: int | None) -> list[RankTrace]:
     fmt = sniff_format(path)
     if fmt == "kineto":
         return [load_kineto(path, rank)]
-    from . import nsys  # the nsys reader needs sqlite-utils; imported only when used
+    from analyzers.io import nsys  # the nsys reader needs sqlite-utils; imported only when used
 
     if fmt == "nsys-rep":
         path = nsys.nsys_rep_to_sqlite(path)

@@ -1,6 +1,6 @@
 """A finding: one diagnosed cause of lost overlap, with its evidence and the known fix.
 
-Detectors (analyzers/findings.py, analyzers/crossrank.py, analyzers/syncs.py) return these;
+Detectors (analyzers/diagnose/findings.py, analyzers/crossrank.py, analyzers/diagnose/syncs.py) return these;
 the CLI, the app and diff render them. Plain data, JSON-serializable through to_dict().
 """
 

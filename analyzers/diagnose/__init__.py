@@ -1,0 +1,1 @@
+"""Why overlap breaks: blocking host syncs and the findings (one detector per finding)."""
