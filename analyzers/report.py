@@ -9,11 +9,11 @@ from typing import Any
 
 import pandas as pd
 
-from analyzers.crossrank import CrossRankParams, CrossRankReport, analyze_cross_rank, cross_rank_findings
-from analyzers.diagnose.finding import Finding
-from analyzers.diagnose.findings import FindingParams, detect_findings
-from analyzers.diagnose.syncs import SyncParams, blocking_syncs, sync_records
+from analyzers.crossrank import CrossRankParams, CrossRankReport, analyze_cross_rank
+from analyzers.findings import FindingParams, cross_rank_findings, detect_findings
+from analyzers.findings.finding import Finding
 from analyzers.overlap.metrics import AnalysisOptions, RankMetrics, rank_metrics
+from analyzers.syncs.blocking import SyncParams, blocking_syncs, sync_records
 from analyzers.timeline.model import TraceSet
 
 

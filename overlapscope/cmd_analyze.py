@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from analyzers.diagnose.finding import CATALOGUE
-from analyzers.diagnose.findings import findings_present
+from analyzers.findings import findings_present
+from analyzers.findings.finding import CATALOGUE
 from analyzers.report import analyze
 from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN
 

@@ -533,7 +533,7 @@ def test_crossrank_page(app_env: Path, sample_sets) -> None:
 
 
 def test_syncs_page(app_env: Path, sample_sets) -> None:
-    from analyzers.diagnose.syncs import blocking_syncs
+    from analyzers.syncs.blocking import blocking_syncs
 
     at = _app()
     at.switch_page("views/syncs.py").run()
@@ -623,9 +623,9 @@ def test_command_line_paths_are_the_default_selection(app_env: Path, monkeypatch
 
 
 def test_finding_links_to_its_time_range(app_env: Path, sample_sets) -> None:
-    from analyzers.crossrank import analyze_cross_rank, cross_rank_findings
-    from analyzers.diagnose.findings import detect_findings
-    from analyzers.diagnose.syncs import blocking_syncs
+    from analyzers.crossrank import analyze_cross_rank
+    from analyzers.findings import cross_rank_findings, detect_findings
+    from analyzers.syncs.blocking import blocking_syncs
 
     kin = sample_sets[0]
     rep = analyze(kin)

@@ -19,7 +19,7 @@ MAX_LINES = 400
 SIZE_ALLOW_LIST: dict[str, str] = {}
 
 # analyzers' sub-packages, lowest first: a module may import its own layer or lower ones, never a higher one.
-LAYERS = ("errors", "timeline", "io", "overlap", "diagnose", "crossrank", "report", "diff")
+LAYERS = ("errors", "timeline", "io", "overlap", "syncs", "crossrank", "findings", "report", "diff")
 
 
 def module_name(path: Path) -> str:
@@ -48,7 +48,10 @@ def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base_parts = here[: len(here) - node.level + 1] if node.level else []
             base = ".".join(base_parts + ([node.module] if node.module else []))
-            candidates = [base] + [f"{base}.{a.name}" for a in node.names]
+            # `from pkg import mod` needs pkg.mod (pkg's __init__ need only have started); `from pkg import
+            # name` needs pkg itself
+            subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known]
+            candidates = subs + ([base] if len(subs) < len(node.names) else [])
         else:
             continue
         for c in candidates:
@@ -102,7 +105,9 @@ def test_graph_resolves_relative_and_function_level_imports(tmp_path):
     mod = pkg / "mod.py"
     mod.write_text("from . import other\n\ndef f():\n    from .third import x\n")
     known = {"pkg", "pkg.mod", "pkg.other", "pkg.third"}
-    assert imported_modules("pkg.mod", mod, known) == {"pkg", "pkg.other", "pkg.third"}
+    assert imported_modules("pkg.mod", mod, known) == {"pkg.other", "pkg.third"}
+    mod.write_text("from . import other, VALUE\n")
+    assert imported_modules("pkg.mod", mod, known) == {"pkg", "pkg.other"}
 
 
 def test_no_import_cycles():

@@ -16,8 +16,9 @@ import pandas as pd
 import pytest
 
 from analyzers.errors import BadInputError
-from analyzers.io import nsys
-from analyzers.io.nsys import is_nsys_rep, load_nsys, nsys_rep_to_sqlite, nsys_rep_version
+from analyzers.io import nsys_rep
+from analyzers.io.nsys import load_nsys
+from analyzers.io.nsys_rep import is_nsys_rep, nsys_rep_to_sqlite, nsys_rep_version
 from analyzers.timeline.classify import classify_trace, load_rules
 from analyzers.timeline.collectives import collective_name_from_kernel, collective_names
 from analyzers.timeline.model import RankTrace
@@ -117,7 +118,7 @@ def test_h100_two_ranks_eight_stream_synchronize() -> None:
 
 
 def test_nsys_rep_without_nsys_names_version_and_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(nsys, "find_nsys", lambda: None)
+    monkeypatch.setattr(nsys_rep, "find_nsys", lambda: None)
     assert is_nsys_rep(NVFUSER_REP) and not is_nsys_rep(NVFUSER_SQLITE)
     with pytest.raises(BadInputError) as info:
         load_nsys(NVFUSER_REP)

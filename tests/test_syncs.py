@@ -11,15 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzers.diagnose.syncs import (
-    SyncParams,
-    api_base_name,
-    blocking_syncs,
-    innermost_enclosing,
-    nesting_depth,
-    op_base_name,
-)
 from analyzers.io.load import load_traces
+from analyzers.syncs.blocking import SyncParams, api_base_name, blocking_syncs, op_base_name
+from analyzers.syncs.nesting import innermost_enclosing, nesting_depth
 from analyzers.timeline.model import SYNC_COLUMNS as SYNC_TABLE_COLUMNS
 from analyzers.timeline.model import make_table
 

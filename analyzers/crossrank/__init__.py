@@ -3,14 +3,9 @@
 This package's public face; callers import from `analyzers.crossrank`, the modules below hold one job each.
 """
 
-from analyzers.crossrank.analysis import (
-    ClockAlignment,
-    CrossRankParams,
-    CrossRankReport,
-    analyze_cross_rank,
-    cross_rank_findings,
-    normalized_name,
-)
+from analyzers.crossrank.analysis import analyze_cross_rank
+from analyzers.crossrank.frames import normalized_name
+from analyzers.crossrank.report import ClockAlignment, CrossRankParams, CrossRankReport
 
-__all__ = ["ClockAlignment", "CrossRankParams", "CrossRankReport", "analyze_cross_rank", "cross_rank_findings",
+__all__ = ["ClockAlignment", "CrossRankParams", "CrossRankReport", "analyze_cross_rank",
            "normalized_name"]

@@ -119,10 +119,10 @@ def _load_file(path: Path, rank: int | None) -> list[RankTrace]:
     fmt = sniff_format(path)
     if fmt == "kineto":
         return [load_kineto(path, rank)]
-    from analyzers.io import nsys  # the nsys reader needs sqlite-utils; imported only when used
+    from analyzers.io import nsys, nsys_rep  # the nsys reader needs sqlite-utils; imported only when used
 
     if fmt == "nsys-rep":
-        path = nsys.nsys_rep_to_sqlite(path)
+        path = nsys_rep.nsys_rep_to_sqlite(path)
     traces = nsys.load_nsys(path)
     if rank is not None and len(traces) == 1:
         traces[0].rank, traces[0].rank_source = rank, "given"

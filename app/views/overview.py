@@ -59,7 +59,7 @@ st.subheader("Findings")
 for run in runs:
     findings = run.findings()
     if findings is None:
-        ui.not_available("Diagnosis of lost overlap (findings)", "analyzers.diagnose.findings")
+        ui.not_available("Diagnosis of lost overlap (findings)", "analyzers.findings")
         break
     st.markdown(f"**{run.label}**: {len(findings)} finding(s)")
     if not findings:

@@ -1,1 +1,0 @@
-"""Why overlap breaks: blocking host syncs and the findings (one detector per finding)."""
