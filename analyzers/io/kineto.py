@@ -17,9 +17,9 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from .collectives import COLLECTIVES, collective_names
-from .errors import BadInputError
-from .model import (
+from analyzers.errors import BadInputError
+from analyzers.timeline.collectives import COLLECTIVES, collective_names
+from analyzers.timeline.model import (
     HOST_OP_COLUMNS,
     RUNTIME_COLUMNS,
     SYNC_COLUMNS,
