@@ -15,11 +15,11 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from analyzers.load import is_trace_name
+from analyzers.io.load import is_trace_name
 from analyzers.report import AnalysisReport, analyze
 
 from . import render
-from .cli import EXIT_RUN_FAILED, OutputFormat, UsageFailure, app, emit, err_console, load_set, out_console
+from .common import EXIT_RUN_FAILED, OutputFormat, UsageFailure, emit, err_console, load_set, out_console
 
 PROFILERS = ("torch", "nsys", "none")
 
@@ -144,7 +144,6 @@ OverwriteOpt = Annotated[bool, typer.Option(
                         "folder is refused.")]
 
 
-@app.command("run")
 def run_cmd(
     algo: AlgoArg,
     params: ParamsArg = None,
@@ -188,7 +187,6 @@ def run_cmd(
     emit(report, format)
 
 
-@app.command("sweep")
 def sweep_cmd(
     algo: AlgoArg,
     params: ParamsArg = None,
@@ -252,7 +250,6 @@ def emit_sweep(results: dict[str, Any], reports: dict[str, AnalysisReport], base
         print_sweep(table, out_console)
 
 
-@app.command("algorithms")
 def algorithms_cmd() -> None:
     """List the runner algorithms, their schedule variants and parameters."""
     launch = _launch_module()

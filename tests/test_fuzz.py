@@ -31,9 +31,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analyzers.errors import BadInputError
-from analyzers.iterations import gpu_step_windows
-from analyzers.load import load_traces
-from analyzers.metrics import OverlapMetrics, iteration_metrics, rank_metrics, window_metrics
+from analyzers.io.load import load_traces
+from analyzers.overlap.metrics import OverlapMetrics, iteration_metrics, rank_metrics, window_metrics
+from analyzers.timeline.iterations import gpu_step_windows
 
 from .conftest import NSYS_TRACES, ROOT
 from .synth import COMM, GEMM, rank_trace

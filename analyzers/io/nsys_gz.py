@@ -14,9 +14,9 @@ import os
 import zlib
 from pathlib import Path
 
-from .errors import BadInputError
-from .input_limits import InputLimitError, gunzip_stream
-from .nsys import _cache_paths
+from analyzers.errors import BadInputError
+from analyzers.io.input_limits import InputLimitError, gunzip_stream
+from analyzers.io.nsys_rep import _cache_paths
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 

@@ -15,10 +15,10 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from .collectives import COLLECTIVES, collective_names
-from .errors import BadInputError
-from .input_limits import InputLimitError, check_file_size, check_us_times, gunzip_bytes, json_problem
-from .model import (
+from analyzers.errors import BadInputError
+from analyzers.io.input_limits import InputLimitError, check_file_size, check_us_times, gunzip_bytes, json_problem
+from analyzers.timeline.collectives import COLLECTIVES, collective_names
+from analyzers.timeline.model import (
     HOST_OP_COLUMNS,
     RUNTIME_COLUMNS,
     SYNC_COLUMNS,

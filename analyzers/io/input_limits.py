@@ -27,7 +27,7 @@ from typing import BinaryIO
 import numpy as np
 import pandas as pd
 
-from .model import RankTrace
+from analyzers.timeline.model import RankTrace
 
 ENV_MAX_TRACE_MB = "OVERLAPSCOPE_MAX_TRACE_MB"
 ENV_MAX_GZIP_RATIO = "OVERLAPSCOPE_MAX_GZIP_RATIO"

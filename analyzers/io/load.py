@@ -11,11 +11,11 @@ import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from .classify import Rule, classify_trace, load_rules
-from .errors import BadInputError, MixedRunsError
-from .input_limits import InputLimitError, check_loaded_times
-from .kineto import load_kineto
-from .model import RankTrace, TraceSet
+from analyzers.errors import BadInputError, MixedRunsError
+from analyzers.io.input_limits import InputLimitError, check_loaded_times
+from analyzers.io.kineto import load_kineto
+from analyzers.timeline.classify import Rule, classify_trace, load_rules
+from analyzers.timeline.model import RankTrace, TraceSet
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
 # Files the runners write beside a run's traces (runners/harness.py, runners/launch.py): a run
@@ -40,7 +40,7 @@ def sniff_format(path: Path) -> str:
     if head.startswith(SQLITE_MAGIC):
         return "nsys"
     if head[:2] == b"\x1f\x8b":
-        from .nsys_gz import is_gzipped_sqlite
+        from analyzers.io.nsys_gz import is_gzipped_sqlite
 
         return "nsys-gz" if is_gzipped_sqlite(path) else "kineto"
     if head.lstrip()[:1] in (b"{", b"["):
@@ -138,12 +138,12 @@ def _load_file(path: Path, rank: int | None) -> list[RankTrace]:
     fmt = sniff_format(path)
     if fmt == "kineto":
         return [load_kineto(path, rank)]
-    from . import nsys  # the nsys reader needs sqlite-utils; imported only when used
+    from analyzers.io import nsys, nsys_rep  # the nsys reader needs sqlite-utils; imported only when used
 
     if fmt == "nsys-rep":
-        path = nsys.nsys_rep_to_sqlite(path)
+        path = nsys_rep.nsys_rep_to_sqlite(path)
     elif fmt == "nsys-gz":
-        from .nsys_gz import gunzip_to_cache
+        from analyzers.io.nsys_gz import gunzip_to_cache
 
         path = gunzip_to_cache(path)
     traces = nsys.load_nsys(path)
