@@ -228,3 +228,15 @@ def test_no_pickle_anywhere_user_data_flows() -> None:
     hits = [str(p.relative_to(ROOT)) for folder in ("app", "analyzers", "overlapscope")
             for p in (ROOT / folder).rglob("*.py") if pattern.search(p.read_text())]
     assert not hits, hits
+
+
+def test_run_page_refuses_an_output_folder_holding_a_run(app_env: Path, tmp_path: Path) -> None:
+    at = _app()
+    at.switch_page("views/run.py").run()
+    out = tmp_path / "earlier"
+    (out / "kineto").mkdir(parents=True)  # the sample's variant: the command writes OUT/VARIANT
+    (out / "kineto" / "manifest.json").write_text("{}")
+    at.text_input(key="run_out").set_value(str(out)).run()
+    assert not at.exception
+    assert any("already holds a run" in e.value for e in at.error), [e.value for e in at.error]
+    assert "run_go" not in [b.key for b in at.button]

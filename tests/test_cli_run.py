@@ -125,3 +125,14 @@ def test_overwrite_replaces_only_the_earlier_runs_files(tmp_path):
     assert json.loads((out / "manifest.json").read_text())["variant"] == "baseline"
     assert not (out / "rank2.json.gz").exists()  # would have mixed into the new run's analysis
     assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_runners_launch_refuses_a_folder_holding_a_run(tmp_path):
+    """The GPU-host entry (python -m runners.launch, what the app's Run page starts) refuses it too."""
+    (tmp_path / "baseline").mkdir()
+    (tmp_path / "baseline" / "launch.log").write_text("earlier\n")
+    r = subprocess.run([sys.executable, "-m", "runners.launch", "ag-gemm", "--variants", "baseline", "--nproc", "2",
+                        "--profiler", "none", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2 and "already holds a run (launch.log)" in r.stderr, r.stderr
+    assert (tmp_path / "baseline" / "launch.log").read_text() == "earlier\n"
