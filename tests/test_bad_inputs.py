@@ -244,3 +244,24 @@ def test_app_shows_one_error_never_a_stack_trace(name: str, corpus: dict[str, Ca
     assert case.problem in errors[0] and any(s in errors[0] for s in shown), errors
     assert "Traceback" not in errors[0] and "\n" not in errors[0]
     assert tree_digest(_case_root(case)) == before
+
+
+def test_wal_mode_export_is_read_without_a_trace_beside_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """An export left in WAL journal mode would grow -wal/-shm files on any ordinary open, even a
+    read-only one; opened immutable, the folder stays exactly as it was."""
+    import shutil
+    import sqlite3
+
+    from .bad_inputs import NSYS_SMALL
+
+    path = tmp_path / "export" / "report.sqlite"
+    path.parent.mkdir()
+    shutil.copy(NSYS_SMALL, path)
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+    conn.close()
+    before = tree_digest(path.parent)
+    assert main(["analyze", str(path), "-f", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ranks"]
+    assert tree_digest(path.parent) == before  # no report.sqlite-wal, no report.sqlite-shm
