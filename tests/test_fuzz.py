@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import sqlite3
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -86,12 +87,21 @@ def row_metrics(row: dict[str, Any]) -> OverlapMetrics:
 
 
 def check_loaded(path: Path) -> None:
-    """Load through the public entry; a BadInputError must be one line naming the file."""
-    try:
-        ts = load_traces([path])
-    except BadInputError as exc:
-        text = str(exc)
-        assert "\n" not in text and text.startswith(str(path)), text
+    """Load through the public entry; a BadInputError must be one line naming the file.
+
+    No warning may be printed either: it would break the one-line promise on stderr (and a numpy
+    cast warning means a value wrapped around).
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            ts = load_traces([path])
+        except BadInputError as exc:
+            text = str(exc)
+            assert "\n" not in text and text.startswith(str(path)), text
+            ts = None
+    assert not caught, [str(w.message) for w in caught]
+    if ts is None:
         return
     for t in ts:
         for table in (t.gpu, t.runtime, t.host_ops, t.sync_events):
@@ -286,3 +296,17 @@ def test_real_iterations_never_exceed_the_whole(hta_dir: Path) -> None:
     rm = rank_metrics(t)
     for col in ("comm_ns", "compute_ns", "overlap_ns"):
         assert 0 < rm.iterations[col].sum() <= getattr(rm.whole, col)
+
+
+def test_out_of_range_numbers_in_args_do_not_wrap_around(workdir: Path) -> None:
+    """Found by the field fuzz: an arg like "device": 1e300 was cast to int64 with a numpy warning on
+    stderr and a wrapped-around value; now it counts as missing, silently and exactly."""
+    doc = json.loads(KINETO_BASE)
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    kernels[0]["args"].update({"device": 1e300, "stream": "inf", "correlation": -1e30})
+    path = workdir / "huge args.json"
+    path.write_text(json.dumps(doc))
+    check_loaded(path)
+    (t,) = load_traces([path])
+    first = t.gpu[t.gpu["start_ns"] == t.gpu["start_ns"].min()].iloc[0]
+    assert first["correlation"] == -1 and 0 <= first["device"] < 16 and first["stream"] >= 0

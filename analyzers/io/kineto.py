@@ -119,8 +119,9 @@ def _int_or(values: list[Any], fill: int) -> np.ndarray:
         return arr
     except (TypeError, ValueError, OverflowError):
         pass
-    num = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce")
-    return num.fillna(fill).to_numpy(dtype=np.float64).astype(np.int64)
+    num = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
+    fits = np.isfinite(num) & (np.abs(num) < 2.0**63)  # 1e300 or "inf" would wrap around silently
+    return np.where(fits, num, fill).astype(np.int64)
 
 
 def _pid_tid(values: list[int | str]) -> np.ndarray:
