@@ -59,9 +59,9 @@ def pid_of(rank: int) -> int:
 def split_lanes(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """A lane per interval such that no two intervals of one key and lane overlap.
 
-    Lane 0 takes every interval that starts after everything before it on its key ended (all
-    of them on a well-formed stream, found vectorized); the rest are packed greedily (first
-    lane free again, by a heap) into lanes 1, 2, ...: as few lanes as their overlap needs.
+    Keys whose intervals never overlap (every well-formed stream; found vectorized) keep lane
+    0. The others are packed greedily in start order, each interval into a lane already free
+    (a heap of lane ends), else a new one: as few lanes as their deepest overlap needs.
     """
     n = start.size
     lane = np.zeros(n, dtype=np.int64)
@@ -76,16 +76,16 @@ def split_lanes(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarr
     run_end = np.maximum.accumulate((e - base) + dense * stride) - dense * stride + base
     prev_end = np.r_[np.int64(0), run_end[:-1]]
     clash = ~new_key & (s < prev_end)
-    if clash.any():
-        heaps: dict[int, list[tuple[int, int]]] = {}
-        for i in np.flatnonzero(clash):
-            h = heaps.setdefault(int(k[i]), [])
-            if h and h[0][0] <= s[i]:
-                _, free = heapq.heappop(h)
+    for bad in np.unique(k[clash]):
+        lo, hi = np.searchsorted(k, bad, "left"), np.searchsorted(k, bad, "right")
+        heap: list[tuple[int, int]] = []
+        for i in range(lo, hi):
+            if heap and heap[0][0] <= s[i]:
+                _, free = heapq.heappop(heap)
             else:
-                free = len(h) + 1
+                free = len(heap)
             lane[order[i]] = free
-            heapq.heappush(h, (int(e[i]), free))
+            heapq.heappush(heap, (int(e[i]), free))
     return lane
 
 

@@ -244,3 +244,4 @@ def run() -> None:
 from . import cmd_app  # noqa: E402,F401,I001  (registers the app command)
 from . import cmd_diff  # noqa: E402,F401,I001  (registers the diff command)
 from . import cmd_run  # noqa: E402,F401,I001  (registers run, sweep, algorithms)
+from . import cmd_export  # noqa: E402,F401,I001  (registers the export command)
