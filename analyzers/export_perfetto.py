@@ -168,7 +168,7 @@ def perfetto_data(traces: TraceSet, report: AnalysisReport) -> PerfettoData:
         exposed = iv.difference(iv.union(s[cat == "comm"], e[cat == "comm"]),
                                 iv.union(s[cat == "compute"], e[cat == "compute"]))
         tracks: list[tuple[str, pd.DataFrame]] = [
-            ("hidden comm (comm ∩ compute)", _spans(pid, *hidden, "hidden comm", "hidden")),
+            ("hidden comm: comm ∩ compute", _spans(pid, *hidden, "hidden comm", "hidden")),
             ("exposed comm", _spans(pid, *exposed, "exposed comm", "exposed")),
             ("peer wait", _wait_spans(report, t.rank)),
             ("blocking host syncs", _sync_spans(report, t.rank, offsets.get(t.rank, 0))),
@@ -179,7 +179,7 @@ def perfetto_data(traces: TraceSet, report: AnalysisReport) -> PerfettoData:
         for label, sp in tracks:
             lanes = split_lanes(np.zeros(len(sp), dtype=np.int64), sp["start_ns"].to_numpy(), sp["end_ns"].to_numpy())
             for k in range(int(lanes.max()) + 1 if lanes.size else 1):
-                track_rows.append({"pid": pid, "tid": next_tid + k, "name": label if k == 0 else f"{label} ({k + 1})"})
+                track_rows.append({"pid": pid, "tid": next_tid + k, "name": label + (f" · lane {k + 1}" if k else "")})
             span_parts.append(sp.assign(tid=next_tid + lanes))
             next_tid += int(lanes.max()) + 1 if lanes.size else 1
         first_ns.setdefault(t.rank, 0)

@@ -77,8 +77,9 @@ def event_lines(data: PerfettoData) -> list[str]:
         lines += _complete(sp, span_args).tolist()
     for m in data.markers:
         ts = _us(np.asarray([m["ts_ns"]]))[0]
-        lines.append('{"ph":"i","s":"t","pid":%d,"tid":%d,"ts":%s,"name":%s,"cat":"finding","args":%s}' % (
-            m["pid"], m["tid"], ts, _json.encode(m["name"]).decode(), _json.encode(m["args"]).decode()))
+        name, args = _json.encode(m["name"]).decode(), _json.encode(m["args"]).decode()
+        lines.append(f'{{"ph":"i","s":"t","pid":{m["pid"]},"tid":{m["tid"]},"ts":{ts},"name":{name},'
+                     f'"cat":"finding","args":{args}}}')
     return lines
 
 
