@@ -17,7 +17,6 @@ import pandas as pd
 from analyzers.export_perfetto import PerfettoData
 
 
-
 def _plain(obj: object) -> object:
     """numpy scalars and arrays in args / evidence -> Python values."""
     if isinstance(obj, np.generic | np.ndarray):
