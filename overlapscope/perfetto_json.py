@@ -82,15 +82,15 @@ def event_lines(data: PerfettoData) -> list[str]:
     return lines
 
 
-def write_perfetto(data: PerfettoData, out: Path) -> int:
-    """Write the trace (gzip when the name ends in .gz); returns the bytes written."""
+def encode_perfetto(data: PerfettoData, gz: bool = False) -> bytes:
+    """The whole trace file as bytes (gzip-compressed with gz)."""
     head = ('{"displayTimeUnit":"ns","otherData":' + _json.encode({"overlapscope": data.meta}).decode()
             + ',"traceEvents":[\n')
-    body = ",\n".join(event_lines(data)).encode()
-    payload = head.encode() + body + b"\n]}\n"
-    if str(out).endswith(".gz"):
-        with gzip.open(out, "wb", compresslevel=3) as fh:
-            fh.write(payload)
-    else:
-        Path(out).write_bytes(payload)
+    payload = head.encode() + ",\n".join(event_lines(data)).encode() + b"\n]}\n"
+    return gzip.compress(payload, compresslevel=3) if gz else payload
+
+
+def write_perfetto(data: PerfettoData, out: Path) -> int:
+    """Write the trace (gzip when the name ends in .gz); returns the bytes written."""
+    Path(out).write_bytes(encode_perfetto(data, gz=str(out).endswith(".gz")))
     return Path(out).stat().st_size

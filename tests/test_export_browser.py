@@ -12,7 +12,7 @@ from analyzers.report import analyze
 from overlapscope.export_html import report_html
 
 from .conftest import SAMPLES
-from .test_app_browser import ARTIFACTS, count_colour, launch_browser
+from .test_app_browser import ARTIFACTS, ERROR_SELECTORS, count_colour, launch_browser, served  # noqa: F401
 
 
 def open_offline(html_path):
@@ -63,3 +63,33 @@ def test_html_report_opens_offline_and_shows_timeline_and_findings(tmp_path):
         for c in closers[:2]:
             c.close()
         closers[2].stop()
+
+
+def test_app_timeline_offers_the_three_downloads(served: str, tmp_path) -> None:  # noqa: F811
+    """The Timeline page's download buttons give a valid Perfetto trace, an HTML report and a PNG."""
+    import gzip
+    import json
+
+    from .test_export import validate
+
+    with sync_playwright() as p:
+        browser = launch_browser(p)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1100}, accept_downloads=True)
+            page.goto(served + "/timeline", wait_until="domcontentloaded")
+            page.locator('[data-testid="stPlotlyChart"] canvas').first.wait_for(state="attached", timeout=90_000)
+            page.get_by_text("Download: Perfetto trace, HTML report, PNG").click()
+            got = {}
+            for label, name in (("Perfetto trace", "perfetto"), ("HTML report", "html"), ("Timeline as shown", "png")):
+                with page.expect_download(timeout=120_000) as dl:
+                    page.get_by_role("button", name=label).first.click()
+                got[name] = tmp_path / dl.value.suggested_filename
+                dl.value.save_as(got[name])
+            validate(json.loads(gzip.decompress(got["perfetto"].read_bytes())))
+            text = got["html"].read_text()
+            assert "<h2>Findings" in text and "Plotly.newPlot" in text and 'src="http' not in text
+            assert got["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            for sel in ERROR_SELECTORS:
+                assert page.locator(sel).count() == 0, page.locator(sel).first.inner_text()
+        finally:
+            browser.close()
