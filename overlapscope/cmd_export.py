@@ -123,7 +123,12 @@ def export_cmd(
             report = analyze(traces, options, diagnose=not no_diagnose, align=not no_align, progress=progress)
         return traces, report
 
-    from . import export_html
+    if any((html_out, png, svg)):
+        try:
+            from . import export_html
+        except ImportError as exc:
+            raise UsageFailure(f"--html, --png and --svg need the app extras ({exc.name} is missing): "
+                               "pip install -e '.[app]'") from None
 
     if diff is not None:
         names = parse_labels(labels)

@@ -39,7 +39,8 @@ from .render_findings import syncs_summary
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 PLOT_CONFIG = {"displaylogo": False, "scrollZoom": True}
 STYLE = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1700px;color:#222}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;padding:0 16px;max-width:1700px;
+color:#222}
 h1{font-size:1.6em}h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:1.6em}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}th,td{border:1px solid #ddd;padding:3px 8px}
 th{background:#f4f4f4;text-align:left}td{text-align:right}td.t{text-align:left}
