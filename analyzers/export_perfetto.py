@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from . import intervals as iv
 from .model import TraceSet
@@ -28,6 +29,7 @@ from .report import AnalysisReport
 ALIGNED_FINDINGS = frozenset({"late-peer", "cross-rank-order-mismatch"})
 
 SPAN_COLUMNS = ("pid", "tid", "start_ns", "end_ns", "name", "cat", "args")
+GPU_EVENT_COLUMNS = ("pid", "tid", "start_ns", "end_ns", "name", "cat", "kind", "correlation")
 
 
 @dataclass
@@ -101,9 +103,10 @@ def _spans(pid: int, s: np.ndarray, e: np.ndarray, name: Any, cat: str, args: li
     n = s.size
     return pd.DataFrame({"pid": np.full(n, pid, dtype=np.int64), "tid": np.zeros(n, dtype=np.int64),
                          "start_ns": np.asarray(s, dtype=np.int64), "end_ns": np.asarray(e, dtype=np.int64),
-                         "name": name if not isinstance(name, str) else np.full(n, name, dtype=object),
-                         "cat": np.full(n, cat, dtype=object),
-                         "args": args if args is not None else np.full(n, None, dtype=object)})
+                         "name": pd.Series(np.full(n, name, dtype=object) if isinstance(name, str) else name,
+                                           dtype=object),
+                         "cat": pd.Series(np.full(n, cat, dtype=object), dtype=object),
+                         "args": pd.Series(args if args is not None else [None] * n, dtype=object)})
 
 
 def _wait_spans(report: AnalysisReport, rank: int) -> pd.DataFrame:
@@ -149,6 +152,20 @@ def _finding_markers(report: AnalysisReport, offsets: dict[int, int], first_ns: 
     return out
 
 
+def _concat_columns(parts: list[dict[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
+    """One frame from per-rank columns: numpy arrays concatenated, categoricals united (no strings copied)."""
+    out: dict[str, Any] = {}
+    for c in columns:
+        cols = [p[c] for p in parts]
+        if cols and isinstance(cols[0], pd.Categorical):
+            out[c] = union_categoricals(cols)
+        elif cols and np.asarray(cols[0]).dtype.kind == "O":
+            out[c] = pd.Series(np.concatenate([np.asarray(x, dtype=object) for x in cols]), dtype=object)
+        else:
+            out[c] = np.concatenate([np.asarray(x) for x in cols]) if cols else np.zeros(0, dtype=np.int64)
+    return pd.DataFrame(out, columns=list(columns))
+
+
 def perfetto_data(traces: TraceSet, report: AnalysisReport) -> PerfettoData:
     """Tracks, events and markers of a trace set and its analyze() report (see module docstring)."""
     aligned, offsets = aligned_traces(traces, report)
@@ -162,11 +179,9 @@ def perfetto_data(traces: TraceSet, report: AnalysisReport) -> PerfettoData:
         e = np.maximum(g["end_ns"].to_numpy(dtype=np.int64), s)
         if s.size:
             first_ns[t.rank] = int(s.min())
-        cat = g["category"].astype(str).to_numpy(dtype=object)
-        hidden = iv.intersection(iv.union(s[cat == "comm"], e[cat == "comm"]),
-                                 iv.union(s[cat == "compute"], e[cat == "compute"]))
-        exposed = iv.difference(iv.union(s[cat == "comm"], e[cat == "comm"]),
-                                iv.union(s[cat == "compute"], e[cat == "compute"]))
+        is_comm, is_compute = (g["category"] == "comm").to_numpy(), (g["category"] == "compute").to_numpy()
+        comm, compute = iv.union(s[is_comm], e[is_comm]), iv.union(s[is_compute], e[is_compute])
+        hidden, exposed = iv.intersection(comm, compute), iv.difference(comm, compute)
         tracks: list[tuple[str, pd.DataFrame]] = [
             ("hidden comm: comm ∩ compute", _spans(pid, *hidden, "hidden comm", "hidden")),
             ("exposed comm", _spans(pid, *exposed, "exposed comm", "exposed")),
@@ -186,10 +201,9 @@ def perfetto_data(traces: TraceSet, report: AnalysisReport) -> PerfettoData:
         proc_rows[-1]["findings_tid"] = findings_tid
         if not s.size:
             continue
-        dev = g["device"].to_numpy(dtype=np.int64)
-        stream = g["stream"].to_numpy(dtype=np.int64)
-        pairs, inverse = np.unique(np.stack([dev, stream], axis=1), axis=0, return_inverse=True)
-        inverse = inverse.ravel().astype(np.int64)
+        keys = pd.DataFrame({"d": g["device"].to_numpy(dtype=np.int64), "s": g["stream"].to_numpy(dtype=np.int64)})
+        inverse = keys.groupby(["d", "s"], sort=True).ngroup().to_numpy(dtype=np.int64)  # hashing, no row sort
+        pairs = keys.drop_duplicates().sort_values(["d", "s"]).to_numpy()
         lanes = split_lanes(inverse, s, e)
         n_lanes = np.zeros(len(pairs), dtype=np.int64)
         np.maximum.at(n_lanes, inverse, lanes + 1)
@@ -198,15 +212,15 @@ def perfetto_data(traces: TraceSet, report: AnalysisReport) -> PerfettoData:
             for k in range(int(n_lanes[i])):
                 track_rows.append({"pid": pid, "tid": int(lane_tid[i] + k),
                                    "name": f"gpu {int(d)} · stream {int(st)}" + (f" · lane {k + 1}" if k else "")})
-        gpu_parts.append(pd.DataFrame({
+        gpu_parts.append({
             "pid": np.full(s.size, pid, dtype=np.int64), "tid": lane_tid[inverse] + lanes, "start_ns": s,
-            "end_ns": e, "name": t.names_of(g["name_id"].to_numpy()), "cat": cat,
-            "kind": g["kind"].astype(str).to_numpy(dtype=object),
-            "correlation": g["correlation"].to_numpy(dtype=np.int64)}))
+            "end_ns": e, "name": pd.Categorical.from_codes(g["name_id"].to_numpy(),
+                                                           pd.Index(t.names.names, dtype=object)),
+            "cat": pd.Categorical(g["category"]), "kind": pd.Categorical(g["kind"]),
+            "correlation": g["correlation"].to_numpy(dtype=np.int64)})
 
-    gpu = pd.concat(gpu_parts, ignore_index=True) if gpu_parts else pd.DataFrame(
-        {c: [] for c in ("pid", "tid", "start_ns", "end_ns", "name", "cat", "kind", "correlation")})
-    spans = pd.concat(span_parts, ignore_index=True) if span_parts else pd.DataFrame({c: [] for c in SPAN_COLUMNS})
+    gpu = _concat_columns(gpu_parts, GPU_EVENT_COLUMNS)
+    spans = _concat_columns([{c: f[c].to_numpy() for c in f} for f in span_parts], SPAN_COLUMNS)
     markers = _finding_markers(report, offsets, first_ns)
     procs = pd.DataFrame(proc_rows)
     for m in markers:
