@@ -57,18 +57,19 @@ def _check_out(path: Path | None, option: str, suffixes: tuple[str, ...]) -> Non
 
 def write_images(fig, png: Path | None, svg: Path | None, width: int, height: int | None) -> None:
     """PNG / SVG of a timeline figure through kaleido and the system Chromium; one line on failure."""
-    from .export_html import ImageExportError, figure_image
+    from .export_html import ImageExportError, figure_image, image_browser
 
-    for path, fmt in ((png, "png"), (svg, "svg")):
-        if path is None:
-            continue
-        t0 = time.perf_counter()
-        try:
-            path.write_bytes(figure_image(fig, fmt, width=width, height=height))
-        except ImageExportError as exc:
-            err_console.print(f"overlapscope: error: {exc}", markup=False, highlight=False)
-            raise typer.Exit(EXIT_RUN_FAILED) from None
-        _note(f"{fmt.upper()} timeline written to {path} ({_size(path)}, {time.perf_counter() - t0:.1f} s)")
+    try:
+        with image_browser():
+            for path, fmt in ((png, "png"), (svg, "svg")):
+                if path is None:
+                    continue
+                t0 = time.perf_counter()
+                path.write_bytes(figure_image(fig, fmt, width=width, height=height))
+                _note(f"{fmt.upper()} timeline written to {path} ({_size(path)}, {time.perf_counter() - t0:.1f} s)")
+    except ImageExportError as exc:
+        err_console.print(f"overlapscope: error: {exc}", markup=False, highlight=False)
+        raise typer.Exit(EXIT_RUN_FAILED) from None
 
 
 @app.command("export")

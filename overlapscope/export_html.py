@@ -16,7 +16,9 @@ import html
 import json
 import os
 import shutil
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -113,6 +115,19 @@ def static_figure(fig: go.Figure) -> go.Figure:
     return out
 
 
+@contextmanager
+def image_browser() -> Iterator[None]:
+    """One Chromium for several images (each figure_image inside reuses it: ~0.5 s instead of ~5 s)."""
+    import kaleido
+
+    os.environ["BROWSER_PATH"] = chromium_path()
+    kaleido.start_sync_server(n=1, mathjax=False, silence_warnings=True)
+    try:
+        yield
+    finally:
+        kaleido.stop_sync_server(silence_warnings=True)
+
+
 def figure_image(fig: go.Figure, fmt: str = "png", width: int = 1600, height: int | None = None) -> bytes:
     """PNG or SVG bytes of a figure at width x height pixels (height: the figure's own)."""
     import kaleido
@@ -120,8 +135,10 @@ def figure_image(fig: go.Figure, fmt: str = "png", width: int = 1600, height: in
     os.environ["BROWSER_PATH"] = chromium_path()
     h = int(height or fig.layout.height or 600)
     try:
-        return kaleido.calc_fig_sync(static_figure(fig), opts={"format": fmt, "width": int(width), "height": h,
-                                                               "scale": 1}, kopts={"mathjax": False})
+        with warnings.catch_warnings():  # inside image_browser() kaleido ignores kopts, and says so
+            warnings.simplefilter("ignore", UserWarning)
+            return kaleido.calc_fig_sync(static_figure(fig), opts={"format": fmt, "width": int(width), "height": h,
+                                                                   "scale": 1}, kopts={"mathjax": False})
     except Exception as exc:  # kaleido/choreographer raise many kinds; one clear line for the user
         raise ImageExportError(f"image export through kaleido failed: {exc}") from exc
 
