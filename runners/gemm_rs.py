@@ -7,7 +7,8 @@ The `tuned` schedule came from this tool's findings on the recorded 2×H200 trac
 (sample_traces/gemm-rs, sample_traces/symm-mem/fused-matmul-rs):
 
 - ring: `comm-starved-by-compute` on both ranks (its NCCL SendRecv kernels waited
-  2.5–2.6 ms in all for SMs held by the nvjet GEMM) and `late-peer`; overlap 0.64 / 0.54.
+  2.5–2.6 ms in all for SMs held by the nvjet GEMM) and `late-peer`; overlap 0.64 / 0.54
+  (session 3's sample; session 6's, now in sample_traces, shows the same finding).
   So: no SM-hungry transfer next to the GEMM. tuned pushes by copy engine (a copy into
   the peer's symmetric memory, `Memcpy PtoP` in the trace), which takes no SM.
 - fused_matmul_reduce_scatter: `late-peer`, its symmetric-memory barriers waited up to
@@ -188,13 +189,13 @@ class GemmRs(Workload):
 
         Before each own GEMM, the peers' pushes of its chunks must be complete: a barrier
         on a third (high-priority) stream, queued after this rank's push of the group's last
-        chunk. That push ends early in the next GEMM, so the barrier becomes ready while a
-        GEMM holds every SM and is dispatched at that GEMM's end, ahead of the next one;
-        a rank that runs ahead then waits for its peer inside that barrier while its own
-        next GEMM (which does not need it) computes. Only the trace's first step pays a
-        wait on the compute stream. Receive slots alternate between two buffers by
-        iteration; the barriers keep a peer less than one iteration ahead, so it never
-        overwrites a slot that is still being read.
+        chunk. That push ends early in the next GEMM, one GEMM before the barrier's consumer:
+        a rank that runs ahead waits for its peer inside the barrier while its own next GEMM
+        (which does not need it) computes. On 2×H200 every barrier started as its push ended
+        and ran beside a GEMM (the faster rank spun 158–190 µs there); one that found no SM
+        until that GEMM's end would still be a GEMM ahead of its consumer. Receive slots
+        alternate between two buffers by iteration; the barriers keep a peer less than one
+        iteration ahead, so it never overwrites a slot that is still being read.
         """
         ctx, p = self.ctx, self.ctx.params
         D, S, N, kp, r = self.D, self.S, self.N, self.kp, ctx.rank
