@@ -163,13 +163,17 @@ def sweep_cmd(
                            "all-gather+matmul and matmul+reduce-scatter) are never compared.")] = None,
     nproc: NprocOpt = 2,
     profiler: ProfilerOpt = "torch",
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder: one sub-folder per variant.")
-                   ] = Path("runs/sweep"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder: one sub-folder per variant, and "
+                                                           "sweep.json.")] = Path("runs/sweep"),
     timeout: TimeoutOpt = 3600.0,
     format: Annotated[OutputFormat, typer.Option("--format", "-f", help="table, json or md.")
                       ] = OutputFormat.table,
 ) -> None:
-    """Run several variants, then compare them in one table: every metric, time and speed-up."""
+    """Run several variants, then compare them: CUDA-event times (median ± spread within the run) and,
+    per workload, every trace metric and speed-up against that workload's own baseline.
+
+    The comparison is also written to OUT/sweep.json (the document `-f json` prints).
+    """
     launch = _launch_module()
     values = parse_params(params or [])
     if algo not in launch.ALGORITHMS:
