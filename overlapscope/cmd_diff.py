@@ -124,9 +124,12 @@ def diff_cmd(
     timeline: Annotated[Path | None, typer.Option(
         "--timeline", help="Also write both sides' GPU intervals, aligned at a common iteration start, "
                            "to this CSV file (for plotting A over B).")] = None,
+    html: Annotated[Path | None, typer.Option(
+        "--html", help="Also write a self-contained HTML report of the diff (verdict, tables, both timelines "
+                       "on one x axis; opens with no network access).")] = None,
     overwrite: Annotated[bool, typer.Option(
-        "--overwrite", help="Replace the --timeline file if it exists (otherwise an existing file is refused).")
-    ] = False,
+        "--overwrite", help="Replace the --timeline / --html file if it exists (otherwise an existing file is "
+                            "refused before any work).")] = False,
 ) -> None:
     """Compare two trace sets (schedule variants): every metric with deltas, findings on one side only,
     kernel changes, and a verdict."""
@@ -134,6 +137,8 @@ def diff_cmd(
     options = options_from(steps, like_hta, step_pattern)
     if timeline is not None:
         check_writable(timeline, overwrite, "--timeline")
+    if html is not None:
+        check_writable(html, overwrite, "--html")
     ta = load_set(set_inputs(a), rules=rules, comm_kernel=comm_kernel)
     tb = load_set(set_inputs(b), rules=rules, comm_kernel=comm_kernel)
     names = names or default_labels(ta, tb)
@@ -152,3 +157,11 @@ def diff_cmd(
         err_console.print(f"aligned timelines ({len(frame)} intervals, at {al['how']}: "
                           f"step {al['step_a']} / {al['step_b']}) written to {timeline}",
                           markup=False, highlight=False)
+    if html is not None:
+        from .export_html import diff_html
+
+        try:
+            html.write_text(diff_html(d, [(ta, ra), (tb, rb)]), encoding="utf-8")
+        except OSError as exc:
+            raise UsageFailure(f"--html {html}: cannot write ({exc.strerror or exc})") from None
+        err_console.print(f"HTML diff report written to {html}", markup=False, highlight=False)
