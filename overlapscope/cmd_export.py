@@ -45,11 +45,14 @@ def _size(path: Path) -> str:
     return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
 
 
-def _check_out(path: Path | None, option: str, suffixes: tuple[str, ...]) -> None:
+def _check_out(path: Path | None, option: str, suffixes: tuple[str, ...], overwrite: bool = False) -> None:
+    """Checked before any work: the right suffix, an existing folder, and no file clobbered unless asked."""
     if path is None:
         return
     if not str(path).lower().endswith(suffixes):
         raise UsageFailure(f"{option} {path}: the file name must end in {' or '.join(suffixes)}")
+    if path.exists() and not overwrite:
+        raise UsageFailure(f"{option} {path}: the file exists; pass --overwrite to replace it")
     if not path.parent.is_dir():
         raise UsageFailure(f"{option} {path}: folder {path.parent} does not exist")
 
@@ -100,14 +103,17 @@ def export_cmd(
     no_align: Annotated[bool, typer.Option("--no-align", help="Do not align rank clocks.")] = False,
     no_diagnose: Annotated[bool, typer.Option(
         "--no-diagnose", help="Metrics only: no findings, host syncs or their tracks.")] = False,
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="Replace output files that exist (otherwise they are refused before any work).")
+    ] = False,
 ) -> None:
     """Export a trace set for sharing: Perfetto JSON, a self-contained HTML report, a PNG/SVG timeline."""
     if not any((perfetto, html_out, png, svg)):
         raise UsageFailure("nothing to write: give --perfetto, --html, --png and/or --svg")
-    _check_out(perfetto, "--perfetto", (".json", ".json.gz"))
-    _check_out(html_out, "--html", (".html", ".htm"))
-    _check_out(png, "--png", (".png",))
-    _check_out(svg, "--svg", (".svg",))
+    _check_out(perfetto, "--perfetto", (".json", ".json.gz"), overwrite)
+    _check_out(html_out, "--html", (".html", ".htm"), overwrite)
+    _check_out(png, "--png", (".png",), overwrite)
+    _check_out(svg, "--svg", (".svg",), overwrite)
     if diff is not None and paths:
         raise UsageFailure("give either PATHS or --diff A B, not both")
     if diff is None and not paths:

@@ -248,3 +248,22 @@ def test_cli_bad_requests(tmp_path):
     assert res.returncode == 3 and "Traceback" not in res.stderr and str(bad.name) in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.json").exists()
     assert bad.read_text() == "{not json"
+
+
+def test_export_never_clobbers_an_existing_file(tmp_path, capsys):
+    """Every output is checked before any work: an existing file is refused (exit 2) unless --overwrite."""
+    from overlapscope.cli import main
+
+    from .conftest import HTA_TRACES
+
+    trace = str(HTA_TRACES / "trace_filter_sampled_rank-0.json.gz")
+    for option, name in (("--perfetto", "t.json"), ("--html", "r.html"), ("--png", "t.png"), ("--svg", "t.svg")):
+        target = tmp_path / name
+        target.write_text("mine\n")
+        assert main(["export", trace, option, str(target)]) == 2
+        err = capsys.readouterr().err
+        assert f"{option} {target}: the file exists; pass --overwrite" in err and err.strip().count("\n") == 0
+        assert target.read_text() == "mine\n"
+    target = tmp_path / "t.json"
+    assert main(["export", trace, "--perfetto", str(target), "--overwrite"]) == 0
+    assert json.loads(target.read_text())["traceEvents"]
