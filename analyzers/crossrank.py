@@ -35,6 +35,7 @@ from . import intervals as iv
 from .finding import Finding, Severity
 from .iterations import DEFAULT_STEP_PATTERN, assign_steps, gpu_step_windows, host_steps
 from .model import RankTrace, TraceSet
+from .plain import records, to_plain
 
 _TIME_COLUMNS = ("start_ns", "end_ns")
 
@@ -183,19 +184,11 @@ class CrossRankReport:
 
 def _plain(obj: Any) -> Any:
     """JSON-safe copy: numpy scalars -> Python, NaN -> None, tuple -> list, keys -> str."""
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not np.isfinite(obj):
-        return None
-    return obj
+    return to_plain(obj)
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    return _plain(df.astype(object).where(df.notna(), None).to_dict(orient="records"))
+    return records(df)
 
 
 _NAME_CUT = re.compile(r"[(<]")

@@ -124,6 +124,7 @@ _CATEGORY_ORDER = {c: i for i, c in enumerate(_TABLE_OF_CATEGORY)}
 # Above this many µs a double no longer holds a 3-decimal timestamp to the nanosecond
 # (2**43 µs: the spacing of doubles there is 2**-9 µs ≈ 1.95 ns; below it, < 1 ns).
 _EXACT_LIMIT_US = float(2**43)
+_FRACTIONAL_TS = re.compile(rb'"ts"\s*:\s*-?\d+[.eE]')
 
 _get = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur")}
 _get_arg = {f: attrgetter(f"args.{f}") for f in _Args.__struct_fields__}
@@ -239,7 +240,8 @@ def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
     used = np.concatenate([idx for idx, _ in rows.values()])
     ts_us = np.zeros(n_events, dtype=np.float64)
     ts_us[used] = _floats(events[used], _get["ts"])
-    if len(used) and np.abs(ts_us[used]).max() >= _EXACT_LIMIT_US:
+    if (len(used) and np.abs(ts_us[used]).max() >= _EXACT_LIMIT_US
+            and _FRACTIONAL_TS.search(data) is not None):
         start_all = _exact_starts(path, data, n_events)
     else:
         start_all = _ns(ts_us)

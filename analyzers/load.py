@@ -11,9 +11,10 @@ import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from .classify import Rule, classify_trace, load_rules
+from .classify import Rule, load_rules
 from .errors import BadInputError, MixedRunsError
 from .kineto import load_kineto
+from .metrics import AnalysisOptions
 from .model import RankTrace, TraceSet
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
@@ -146,22 +147,34 @@ def load_traces(
     rules: list[Rule] | None = None,
     label: str = "",
     progress: Progress | None = None,
+    jobs: int | None = 1,
+    cache: bool = False,
+    scheduler: str | None = None,
+    options: AnalysisOptions | None = None,
+    diagnose: bool = True,
 ) -> TraceSet:
-    """Load, validate and classify the traces of one run."""
+    """Load, validate and classify the traces of one run.
+
+    jobs: worker processes (None: one per core); cache: use the parse cache; scheduler: run
+    the per-rank stage on that Dask cluster instead. With options, the per-rank results
+    (metrics, syncs, per-rank findings) are computed beside the parse, for `analyze` to reuse.
+    """
+    from .parallel import PER_RANK_KEY, RankStage, run_files
+
     paths = expand_paths(inputs)
     if rank is not None and len(paths) > 1:
         raise BadInputError(", ".join(map(str, paths)), "--rank applies to a single trace file")
-    traces: list[RankTrace] = []
-    for i, p in enumerate(paths):
-        if progress:
-            progress(str(p), i, len(paths))
-        traces += load_file(p, rank)
+    rules = rules if rules is not None else load_rules()
+    stage = RankStage(tuple(rules), options, diagnose)
+    if progress:
+        progress(str(paths[0]) if paths else "", 0, len(paths))
+    done = run_files(paths, rank, stage, jobs=jobs, use_cache=cache, scheduler=scheduler, progress=progress)
     if progress:
         progress("", len(paths), len(paths))
-    ts = assemble(traces, label=label or _default_label(paths))
-    rules = rules if rules is not None else load_rules()
-    for t in ts:
-        classify_trace(t, rules)
+    ts = assemble([t for d in done for t in d.traces], label=label or _default_label(paths))
+    results = {r: res for d in done for r, res in d.results.items()}
+    if results:
+        ts.meta[PER_RANK_KEY] = results
     return ts
 
 

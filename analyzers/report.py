@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +13,8 @@ from .finding import Finding
 from .findings import FindingParams, detect_findings
 from .metrics import AnalysisOptions, RankMetrics, rank_metrics
 from .model import TraceSet
+from .parallel import precomputed_results
+from .plain import to_plain
 from .syncs import SyncParams, blocking_syncs, sync_records
 
 
@@ -72,19 +73,8 @@ class AnalysisReport:
 
 
 def _clean(obj: Any) -> Any:
-    """JSON-safe: NaN/inf -> None, numpy scalars -> Python, tuples -> lists."""
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
-        try:
-            obj = obj.item()
-        except (ValueError, AttributeError):
-            pass
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
+    """JSON-safe: NaN/inf -> None, numpy scalars -> Python, tuples -> lists (one msgspec pass)."""
+    return to_plain(obj)
 
 
 def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
@@ -110,7 +100,8 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
         if progress:
             progress(stage, done, stages)
 
-    metrics = [rank_metrics(traces.ranks[r], options) for r in ids]
+    pre = precomputed_results(traces, options, diagnose)
+    metrics = [pre[r].metrics if pre else rank_metrics(traces.ranks[r], options) for r in ids]
     tick("metrics")
     report = AnalysisReport(
         label=traces.label,
@@ -127,9 +118,11 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
             report.clock_offsets_ns = dict(report.cross_rank.clock.offsets_ns)
         tick("cross-rank")
     if diagnose:
-        report.syncs = {r: blocking_syncs(traces.ranks[r], sync_params) for r in ids}
+        defaults = bool(pre) and sync_params is None and finding_params is None
+        report.syncs = {r: pre[r].syncs if defaults else blocking_syncs(traces.ranks[r], sync_params) for r in ids}
         extra = cross_rank_findings(report.cross_rank) if report.cross_rank is not None else []
         report.findings = detect_findings(traces, {m.rank: m for m in metrics}, finding_params,
-                                          extra=extra, syncs=report.syncs)
+                                          extra=extra, syncs=report.syncs,
+                                          precomputed={r: pre[r].findings for r in ids} if defaults else None)
         tick("findings")
     return report

@@ -24,6 +24,7 @@ from analyzers.iterations import DEFAULT_STEP_PATTERN, StepSelection
 from analyzers.load import load_traces
 from analyzers.metrics import AnalysisOptions
 from analyzers.model import TraceSet
+from analyzers.parallel import ENV_SCHEDULER, scheduler_from_env
 from analyzers.report import AnalysisReport, analyze
 
 from . import render
@@ -81,12 +82,21 @@ def load_progress(enabled: bool):
 
 
 def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = None,
-             comm_kernel: list[str] | None = None, label: str = "") -> TraceSet:
-    """Load a trace set with progress on stderr (several files) and classification rules."""
+             comm_kernel: list[str] | None = None, label: str = "", jobs: int | None = None,
+             cache: bool = True, scheduler: str | None = None, options: AnalysisOptions | None = None,
+             diagnose: bool = True) -> TraceSet:
+    """Load a trace set with progress on stderr (several files) and classification rules.
+
+    Files are parsed in parallel (jobs workers, default one per core, or on the Dask cluster
+    at scheduler / $OVERLAPSCOPE_SCHEDULER), through the parse cache unless cache=False; with
+    options, the per-rank analysis runs beside the parse.
+    """
     rule_list = load_rules(rules, comm_kernel)
     many = len(paths) > 1 or any(Path(p).is_dir() or any(c in p for c in "*?[") for p in paths)
     with load_progress(many and err_console.is_terminal) as progress:
-        return load_traces(paths, rank=rank, rules=rule_list, label=label, progress=progress)
+        return load_traces(paths, rank=rank, rules=rule_list, label=label, progress=progress, jobs=jobs,
+                           cache=cache, scheduler=scheduler_from_env(scheduler), options=options,
+                           diagnose=diagnose)
 
 
 def options_from(steps: str | None, like_hta: bool, step_pattern: str) -> AnalysisOptions:
@@ -128,6 +138,17 @@ CommKernelOpt = Annotated[list[str] | None, typer.Option(
 LikeHtaOpt = Annotated[bool, typer.Option(
     "--like-hta", help="Drop kernels launched in the last profiler step (and round to µs), as "
                        "HolisticTraceAnalysis 0.5.0 does, to reproduce its overlap figure.")]
+JobsOpt = Annotated[int | None, typer.Option(
+    "--jobs", "-j", min=1, help="Worker processes that parse and analyze ranks in parallel (default: one per core).",
+    show_default=False)]
+NoCacheOpt = Annotated[bool, typer.Option(
+    "--no-cache", help="Parse every file again instead of reading its tables from the parse cache "
+                       "(see `overlapscope cache info`).")]
+SchedulerOpt = Annotated[str | None, typer.Option(
+    "--scheduler", metavar="ADDRESS",
+    help=f"Run the per-rank stage on this Dask distributed scheduler (e.g. tcp://host:8786; also "
+         f"${ENV_SCHEDULER}); the cross-rank stage runs here. Workers must see the same trace paths.",
+    show_default=False)]
 StepPatternOpt = Annotated[str, typer.Option(
     "--step-pattern", help="Regex naming iteration ranges (ProfilerStep#N or NVTX); group 1 = step number.")]
 
@@ -163,12 +184,16 @@ def analyze_cmd(
         "--fail-under-overlap", metavar="R",
         help="Exit 1 when any rank's overlap ratio is below R (0.8 or 80 both mean 80 %). "
              "Ranks without communication do not fail the gate.")] = None,
+    jobs: JobsOpt = None,
+    no_cache: NoCacheOpt = False,
+    scheduler: SchedulerOpt = None,
 ) -> None:
     """Measure comm/compute overlap per rank, stream and iteration."""
     options = options_from(steps, like_hta, step_pattern)
     threshold = gate_threshold(fail_under_overlap) if fail_under_overlap is not None else None
     fail_ids = check_finding_ids(fail_on or [], no_diagnose)
-    traces = load_set(paths, rank=rank, rules=rules, comm_kernel=comm_kernel)
+    traces = load_set(paths, rank=rank, rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache,
+                      scheduler=scheduler, options=options, diagnose=not no_diagnose)
     with stage_progress(err_console.is_terminal) as progress:
         report = analyze(traces, options, diagnose=not no_diagnose, align=not no_align, progress=progress)
     emit(report, format, streams=streams)
@@ -244,3 +269,4 @@ def run() -> None:
 from . import cmd_app  # noqa: E402,F401,I001  (registers the app command)
 from . import cmd_diff  # noqa: E402,F401,I001  (registers the diff command)
 from . import cmd_run  # noqa: E402,F401,I001  (registers run, sweep, algorithms)
+from . import cmd_cache  # noqa: E402,F401,I001  (registers cache info / cache clear)

@@ -23,8 +23,11 @@ from analyzers.report import analyze
 from . import render, render_diff
 from .cli import (
     CommKernelOpt,
+    JobsOpt,
     LikeHtaOpt,
+    NoCacheOpt,
     RulesOpt,
+    SchedulerOpt,
     StepPatternOpt,
     StepsOpt,
     UsageFailure,
@@ -116,13 +119,18 @@ def diff_cmd(
     timeline: Annotated[Path | None, typer.Option(
         "--timeline", help="Also write both sides' GPU intervals, aligned at a common iteration start, "
                            "to this CSV file (for plotting A over B).")] = None,
+    jobs: JobsOpt = None,
+    no_cache: NoCacheOpt = False,
+    scheduler: SchedulerOpt = None,
 ) -> None:
     """Compare two trace sets (schedule variants): every metric with deltas, findings on one side only,
     kernel changes, and a verdict."""
     names = parse_labels(labels)
     options = options_from(steps, like_hta, step_pattern)
-    ta = load_set(set_inputs(a), rules=rules, comm_kernel=comm_kernel)
-    tb = load_set(set_inputs(b), rules=rules, comm_kernel=comm_kernel)
+    common = dict(rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache, scheduler=scheduler,
+                  options=options, diagnose=not no_diagnose)
+    ta = load_set(set_inputs(a), **common)
+    tb = load_set(set_inputs(b), **common)
     names = names or default_labels(ta, tb)
     ra = analyze(ta, options, diagnose=not no_diagnose, align=not no_align)
     rb = analyze(tb, options, diagnose=not no_diagnose, align=not no_align)

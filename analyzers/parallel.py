@@ -1,0 +1,195 @@
+"""The per-rank stage, run on many cores or on a Dask cluster.
+
+One task per trace file: parse it (or read it from the parse cache), classify its kernels,
+and compute what depends on that rank alone (metrics, blocking syncs and, provisionally,
+the per-rank findings). Only those compact tables and results travel back, so the parent's
+memory grows with the tables, not with the JSON, and a worker holds one file's decode at a
+time. The cross-rank stage then runs on the caller (analyzers.report.analyze), which uses
+these results instead of recomputing them when they were made with the same options.
+
+Executors: in-process (jobs=1), a local process pool (jobs>1, default: one per core), or
+an existing dask.distributed cluster (scheduler address; workers must see the same paths).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .classify import Rule, classify_trace
+from .finding import Finding
+from .load import load_file
+from .metrics import AnalysisOptions, RankMetrics, rank_metrics
+from .model import RankTrace, TraceSet
+
+ENV_SCHEDULER = "OVERLAPSCOPE_SCHEDULER"
+PER_RANK_KEY = "per_rank_results"  # TraceSet.meta key holding {rank: RankResults}
+
+Progress = Callable[[str, int, int], None]
+
+
+def default_jobs() -> int:
+    """One worker per core this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class RankStage:
+    """What the per-rank stage computes besides the tables (None options: tables only)."""
+
+    rules: tuple[Rule, ...]
+    options: AnalysisOptions | None = None
+    diagnose: bool = True
+
+
+@dataclass
+class RankResults:
+    """Per-rank results computed next to the parse, with the options they were made for."""
+
+    options: AnalysisOptions
+    diagnose: bool
+    fingerprint: int  # of the tables they were computed from (see table_fingerprint)
+    metrics: RankMetrics
+    syncs: pd.DataFrame | None = None
+    findings: list[Finding] | None = None  # valid only when no cross-rank start shift applies
+
+
+@dataclass
+class FileResult:
+    path: str
+    traces: list[RankTrace]
+    results: dict[int, RankResults] = field(default_factory=dict)
+
+
+def run_rank_stage(path: str, rank: int | None, stage: RankStage, use_cache: bool) -> FileResult:
+    """One file through the per-rank stage (runs in a worker process, or in-process)."""
+    p = Path(path)
+    traces = _load_cached(p, rank) if use_cache else load_file(p, rank)
+    out = FileResult(path, traces)
+    for t in traces:
+        classify_trace(t, list(stage.rules))
+    if stage.options is None:
+        return out
+    for t in traces:
+        out.results[t.rank] = _rank_results(t, stage)
+    return out
+
+
+def _rank_results(trace: RankTrace, stage: RankStage) -> RankResults:
+    from .findings import FindingParams, detect_rank
+    from .syncs import blocking_syncs
+
+    metrics = rank_metrics(trace, stage.options)
+    res = RankResults(stage.options, stage.diagnose, table_fingerprint(trace), metrics)
+    if stage.diagnose:
+        res.syncs = blocking_syncs(trace, None)
+        res.findings = detect_rank(trace, metrics, FindingParams(), None, res.syncs)
+    return res
+
+
+def table_fingerprint(trace: RankTrace) -> int:
+    """A hash of what per-rank results depend on: GPU rows with their categories, host tables' sizes."""
+    gpu = trace.gpu[["start_ns", "end_ns", "stream", "name_id", "category"]]
+    h = int(pd.util.hash_pandas_object(gpu, index=False).sum()) if len(gpu) else 0
+    return hash((h, len(trace.runtime), len(trace.host_ops), len(trace.sync_events), trace.rank))
+
+
+def precomputed_results(traces: TraceSet, options: AnalysisOptions, diagnose: bool) -> dict[int, RankResults]:
+    """The per-rank results the loader made, when they fit this analysis exactly; else {}."""
+    results: dict[int, RankResults] = traces.meta.get(PER_RANK_KEY) or {}
+    ok = {}
+    for r, t in traces.ranks.items():
+        res = results.get(r)
+        if (res is None or res.options != options or (diagnose and not res.diagnose)
+                or res.fingerprint != table_fingerprint(t)):
+            return {}
+        ok[r] = res
+    return ok
+
+
+def _load_cached(path: Path, rank: int | None) -> list[RankTrace]:
+    from . import parse_cache
+
+    hit = parse_cache.get(path, rank)
+    if hit is not None:
+        return hit
+    traces = load_file(path, rank)
+    parse_cache.put(path, rank, traces)
+    return traces
+
+
+def _pool_context() -> multiprocessing.context.BaseContext:
+    """fork where it exists: workers start in milliseconds with the parent's imports."""
+    if sys.platform.startswith("linux"):
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context()
+
+
+def run_files(paths: list[Path], rank: int | None, stage: RankStage, *, jobs: int | None = None,
+              use_cache: bool = False, scheduler: str | None = None,
+              progress: Progress | None = None) -> list[FileResult]:
+    """The per-rank stage over every file, in input order, on the chosen executor."""
+    jobs = default_jobs() if jobs is None or jobs < 1 else jobs
+    total = len(paths)
+    results: dict[int, FileResult] = {}
+    for i, res in _execute(paths, rank, stage, jobs, use_cache, scheduler):
+        results[i] = res
+        if progress:
+            progress(res.path, len(results), total)
+    return [results[i] for i in range(total)]
+
+
+def _execute(paths: list[Path], rank: int | None, stage: RankStage, jobs: int, use_cache: bool,
+             scheduler: str | None) -> Iterator[tuple[int, FileResult]]:
+    args = [(str(p), rank, stage, use_cache) for p in paths]
+    if scheduler:
+        yield from _execute_dask(args, scheduler)
+    elif jobs == 1 or len(paths) == 1:
+        for i, a in enumerate(args):
+            yield i, run_rank_stage(*a)
+    else:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=_pool_context()) as pool:
+            futures = {pool.submit(run_rank_stage, *a): i for i, a in enumerate(args)}
+            try:
+                for fut in as_completed(futures):
+                    yield futures[fut], fut.result()
+            except BaseException:
+                for fut in futures:
+                    fut.cancel()
+                raise
+
+
+def _execute_dask(args: list[tuple[Any, ...]], scheduler: str) -> Iterator[tuple[int, FileResult]]:
+    """Each file a task on an existing dask.distributed cluster; results gathered here."""
+    from distributed import Client
+    from distributed import as_completed as dask_completed
+
+    from .errors import BadInputError
+
+    try:
+        client = Client(scheduler, timeout="20s", set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise BadInputError(scheduler, f"cannot reach the Dask scheduler ({exc})") from None
+    try:
+        futures = [client.submit(run_rank_stage, *a, pure=False) for a in args]
+        index = {f.key: i for i, f in enumerate(futures)}
+        for fut in dask_completed(futures):
+            yield index[fut.key], fut.result()
+    finally:
+        client.close()
+
+
+def scheduler_from_env(value: str | None) -> str | None:
+    """--scheduler wins; else $OVERLAPSCOPE_SCHEDULER; empty means local."""
+    return value or os.environ.get(ENV_SCHEDULER) or None
