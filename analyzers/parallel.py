@@ -184,7 +184,7 @@ def _execute_dask(args: list[tuple[Any, ...]], scheduler: str) -> Iterator[tuple
     try:
         futures = [client.submit(run_rank_stage, *a, pure=False) for a in args]
         index = {f.key: i for i, f in enumerate(futures)}
-        for fut in dask_completed(futures):
+        for fut in dask_completed(futures, loop=client.loop):
             yield index[fut.key], fut.result()
     finally:
         client.close()
