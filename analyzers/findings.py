@@ -26,7 +26,7 @@ from .iterations import DEFAULT_STEP_PATTERN, gpu_step_windows, host_steps, laun
 from .kernel_names import normalize_kernel_name
 from .metrics import RankMetrics
 from .model import RankTrace, TraceSet
-from .syncs import SyncParams, api_base_name, blocking_syncs, busy_before
+from .syncs import SyncParams, _name_lookup, api_base_name, blocking_syncs, busy_before
 
 # Pack/unpack and layout copies that run as kernels (or DtoD copies) next to collectives.
 NO_CALLER = "(no enclosing op)"
@@ -490,8 +490,7 @@ def detect_serialized_streams(view: _RankView, syncs: pd.DataFrame | None = None
     rt = t.runtime
     waits_per_it: dict[int, int] = {}
     if not rt.empty and any(r["host_lo"] >= 0 for r in hits):
-        is_wait = np.array([api_base_name(n) == "cudaStreamWaitEvent" for n in t.names_of(rt["name_id"].to_numpy())],
-                           dtype=bool)
+        is_wait = _name_lookup(t, rt["name_id"].to_numpy(), api_base_name) == "cudaStreamWaitEvent"
         ws = np.sort(rt["start_ns"].to_numpy(np.int64)[is_wait])
         for r in hits:
             if r["host_lo"] >= 0:
