@@ -10,11 +10,11 @@ import glob
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from .classify import Rule, load_rules
 from .errors import BadInputError, MixedRunsError
 from .kineto import load_kineto
-from .metrics import AnalysisOptions
 from .model import RankTrace, TraceSet
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
@@ -24,6 +24,7 @@ RUN_METADATA = re.compile(r"^(?:manifest(?:\.failed)?|rank\d+\.(?:status|error)|
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 Progress = Callable[[str, int, int], None]  # (file, index, total)
+PerRank = Callable[[RankTrace], Any]  # see analyzers.parallel
 
 
 def sniff_format(path: Path) -> str:
@@ -150,25 +151,23 @@ def load_traces(
     jobs: int | None = 1,
     cache: bool = False,
     scheduler: str | None = None,
-    options: AnalysisOptions | None = None,
-    diagnose: bool = True,
+    per_rank: PerRank | None = None,
 ) -> TraceSet:
     """Load, validate and classify the traces of one run.
 
     jobs: worker processes (None: one per core); cache: use the parse cache; scheduler: run
-    the per-rank stage on that Dask cluster instead. With options, the per-rank results
-    (metrics, syncs, per-rank findings) are computed beside the parse, for `analyze` to reuse.
+    the per-rank stage on that Dask cluster instead. per_rank (analyzers.report.RankStage) is
+    computed beside each rank's parse; its results land in meta for `analyze` to reuse.
     """
-    from .parallel import PER_RANK_KEY, RankStage, run_files
+    from .parallel import PER_RANK_KEY, run_files
 
     paths = expand_paths(inputs)
     if rank is not None and len(paths) > 1:
         raise BadInputError(", ".join(map(str, paths)), "--rank applies to a single trace file")
     rules = rules if rules is not None else load_rules()
-    stage = RankStage(tuple(rules), options, diagnose)
     if progress:
         progress(str(paths[0]) if paths else "", 0, len(paths))
-    done = run_files(paths, rank, stage, jobs=jobs, use_cache=cache, scheduler=scheduler, progress=progress)
+    done = run_files(paths, rank, rules, per_rank, jobs=jobs, use_cache=cache, scheduler=scheduler, progress=progress)
     if progress:
         progress("", len(paths), len(paths))
     ts = assemble([t for d in done for t in d.traces], label=label or _default_label(paths))

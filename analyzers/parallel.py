@@ -1,11 +1,11 @@
 """The per-rank stage, run on many cores or on a Dask cluster.
 
 One task per trace file: parse it (or read it from the parse cache), classify its kernels,
-and compute what depends on that rank alone (metrics, blocking syncs and, provisionally,
-the per-rank findings). Only those compact tables and results travel back, so the parent's
-memory grows with the tables, not with the JSON, and a worker holds one file's decode at a
-time. The cross-rank stage then runs on the caller (analyzers.report.analyze), which uses
-these results instead of recomputing them when they were made with the same options.
+and compute what depends on that rank alone through the caller's per-rank callable
+(analyzers.report.RankStage: metrics, blocking syncs, per-rank findings). Only those
+compact tables and results travel back, so the parent's memory grows with the tables, not
+with the JSON, and a worker holds one file's decode at a time. The cross-rank stage then
+runs on the caller (analyzers.report.analyze), which reuses the per-rank results.
 
 Executors: in-process (jobs=1), a local process pool (jobs>1, default: one per core), or
 an existing dask.distributed cluster (scheduler address; workers must see the same paths).
@@ -22,18 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from .classify import Rule, classify_trace
-from .finding import Finding
 from .load import load_file
-from .metrics import AnalysisOptions, RankMetrics, rank_metrics
-from .model import RankTrace, TraceSet
+from .model import RankTrace
 
 ENV_SCHEDULER = "OVERLAPSCOPE_SCHEDULER"
 PER_RANK_KEY = "per_rank_results"  # TraceSet.meta key holding {rank: RankResults}
 
 Progress = Callable[[str, int, int], None]
+# What the caller computes per rank beside the parse (a picklable callable; analyzers.report.RankStage).
+PerRank = Callable[[RankTrace], Any]
 
 
 def default_jobs() -> int:
@@ -44,78 +42,25 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-@dataclass(frozen=True)
-class RankStage:
-    """What the per-rank stage computes besides the tables (None options: tables only)."""
-
-    rules: tuple[Rule, ...]
-    options: AnalysisOptions | None = None
-    diagnose: bool = True
-
-
-@dataclass
-class RankResults:
-    """Per-rank results computed next to the parse, with the options they were made for."""
-
-    options: AnalysisOptions
-    diagnose: bool
-    fingerprint: int  # of the tables they were computed from (see table_fingerprint)
-    metrics: RankMetrics
-    syncs: pd.DataFrame | None = None
-    findings: list[Finding] | None = None  # valid only when no cross-rank start shift applies
-
-
 @dataclass
 class FileResult:
     path: str
     traces: list[RankTrace]
-    results: dict[int, RankResults] = field(default_factory=dict)
+    results: dict[int, Any] = field(default_factory=dict)  # rank -> what per_rank returned
 
 
-def run_rank_stage(path: str, rank: int | None, stage: RankStage, use_cache: bool) -> FileResult:
+def run_rank_stage(path: str, rank: int | None, rules: tuple[Rule, ...], per_rank: PerRank | None,
+                   use_cache: bool) -> FileResult:
     """One file through the per-rank stage (runs in a worker process, or in-process)."""
     p = Path(path)
     traces = _load_cached(p, rank) if use_cache else load_file(p, rank)
     out = FileResult(path, traces)
     for t in traces:
-        classify_trace(t, list(stage.rules))
-    if stage.options is None:
-        return out
-    for t in traces:
-        out.results[t.rank] = _rank_results(t, stage)
+        classify_trace(t, list(rules))
+    if per_rank is not None:
+        for t in traces:
+            out.results[t.rank] = per_rank(t)
     return out
-
-
-def _rank_results(trace: RankTrace, stage: RankStage) -> RankResults:
-    from .findings import FindingParams, detect_rank
-    from .syncs import blocking_syncs
-
-    metrics = rank_metrics(trace, stage.options)
-    res = RankResults(stage.options, stage.diagnose, table_fingerprint(trace), metrics)
-    if stage.diagnose:
-        res.syncs = blocking_syncs(trace, None)
-        res.findings = detect_rank(trace, metrics, FindingParams(), None, res.syncs)
-    return res
-
-
-def table_fingerprint(trace: RankTrace) -> int:
-    """A hash of what per-rank results depend on: GPU rows with their categories, host tables' sizes."""
-    gpu = trace.gpu[["start_ns", "end_ns", "stream", "name_id", "category"]]
-    h = int(pd.util.hash_pandas_object(gpu, index=False).sum()) if len(gpu) else 0
-    return hash((h, len(trace.runtime), len(trace.host_ops), len(trace.sync_events), trace.rank))
-
-
-def precomputed_results(traces: TraceSet, options: AnalysisOptions, diagnose: bool) -> dict[int, RankResults]:
-    """The per-rank results the loader made, when they fit this analysis exactly; else {}."""
-    results: dict[int, RankResults] = traces.meta.get(PER_RANK_KEY) or {}
-    ok = {}
-    for r, t in traces.ranks.items():
-        res = results.get(r)
-        if (res is None or res.options != options or (diagnose and not res.diagnose)
-                or res.fingerprint != table_fingerprint(t)):
-            return {}
-        ok[r] = res
-    return ok
 
 
 def _load_cached(path: Path, rank: int | None) -> list[RankTrace]:
@@ -136,23 +81,24 @@ def _pool_context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context()
 
 
-def run_files(paths: list[Path], rank: int | None, stage: RankStage, *, jobs: int | None = None,
+def run_files(paths: list[Path], rank: int | None, rules: list[Rule], per_rank: PerRank | None = None, *,
+              jobs: int | None = None,
               use_cache: bool = False, scheduler: str | None = None,
               progress: Progress | None = None) -> list[FileResult]:
     """The per-rank stage over every file, in input order, on the chosen executor."""
     jobs = default_jobs() if jobs is None or jobs < 1 else jobs
     total = len(paths)
     results: dict[int, FileResult] = {}
-    for i, res in _execute(paths, rank, stage, jobs, use_cache, scheduler):
+    for i, res in _execute(paths, rank, (tuple(rules), per_rank), jobs, use_cache, scheduler):
         results[i] = res
         if progress:
             progress(res.path, len(results), total)
     return [results[i] for i in range(total)]
 
 
-def _execute(paths: list[Path], rank: int | None, stage: RankStage, jobs: int, use_cache: bool,
-             scheduler: str | None) -> Iterator[tuple[int, FileResult]]:
-    args = [(str(p), rank, stage, use_cache) for p in paths]
+def _execute(paths: list[Path], rank: int | None, stage: tuple[tuple[Rule, ...], PerRank | None], jobs: int,
+             use_cache: bool, scheduler: str | None) -> Iterator[tuple[int, FileResult]]:
+    args = [(str(p), rank, *stage, use_cache) for p in paths]
     if scheduler:
         yield from _execute_dask(args, scheduler)
     elif jobs == 1 or len(paths) == 1:

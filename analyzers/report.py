@@ -10,10 +10,10 @@ import pandas as pd
 
 from .crossrank import CrossRankParams, CrossRankReport, analyze_cross_rank, cross_rank_findings
 from .finding import Finding
-from .findings import FindingParams, detect_findings
+from .findings import FindingParams, detect_findings, detect_rank
 from .metrics import AnalysisOptions, RankMetrics, rank_metrics
-from .model import TraceSet
-from .parallel import precomputed_results
+from .model import RankTrace, TraceSet
+from .parallel import PER_RANK_KEY
 from .plain import to_plain
 from .syncs import SyncParams, blocking_syncs, sync_records
 
@@ -70,6 +70,55 @@ class AnalysisReport:
             "findings": [f.to_dict() for f in self.findings] if self.findings is not None else None,
             **self.extra,
         })
+
+
+@dataclass(frozen=True)
+class RankStage:
+    """The per-rank part of `analyze`, run beside the parse (analyzers.parallel): picklable, so it
+    travels to worker processes and Dask workers."""
+
+    options: AnalysisOptions
+    diagnose: bool = True
+
+    def __call__(self, trace: RankTrace) -> RankResults:
+        metrics = rank_metrics(trace, self.options)
+        res = RankResults(self.options, self.diagnose, table_fingerprint(trace), metrics)
+        if self.diagnose:
+            res.syncs = blocking_syncs(trace, None)
+            res.findings = detect_rank(trace, metrics, FindingParams(), None, res.syncs)
+        return res
+
+
+@dataclass
+class RankResults:
+    """Per-rank results computed next to the parse, with the options they were made for."""
+
+    options: AnalysisOptions
+    diagnose: bool
+    fingerprint: int  # of the tables they were computed from (see table_fingerprint)
+    metrics: RankMetrics
+    syncs: pd.DataFrame | None = None
+    findings: list[Finding] | None = None  # with default parameters and no cross-rank start shift
+
+
+def table_fingerprint(trace: RankTrace) -> int:
+    """A hash of what per-rank results depend on: GPU rows with their categories, host tables' sizes."""
+    gpu = trace.gpu[["start_ns", "end_ns", "stream", "name_id", "category"]]
+    h = int(pd.util.hash_pandas_object(gpu, index=False).sum()) if len(gpu) else 0
+    return hash((h, len(trace.runtime), len(trace.host_ops), len(trace.sync_events), trace.rank))
+
+
+def precomputed_results(traces: TraceSet, options: AnalysisOptions, diagnose: bool) -> dict[int, RankResults]:
+    """The per-rank results the loader made, when they fit this analysis exactly; else {}."""
+    results: dict[int, RankResults] = traces.meta.get(PER_RANK_KEY) or {}
+    ok = {}
+    for r, t in traces.ranks.items():
+        res = results.get(r)
+        if (not isinstance(res, RankResults) or res.options != options or (diagnose and not res.diagnose)
+                or res.fingerprint != table_fingerprint(t)):
+            return {}
+        ok[r] = res
+    return ok
 
 
 def _clean(obj: Any) -> Any:

@@ -25,7 +25,7 @@ from analyzers.load import load_traces
 from analyzers.metrics import AnalysisOptions
 from analyzers.model import TraceSet
 from analyzers.parallel import ENV_SCHEDULER, scheduler_from_env
-from analyzers.report import AnalysisReport, analyze
+from analyzers.report import AnalysisReport, RankStage, analyze
 
 from . import render
 
@@ -95,8 +95,8 @@ def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = 
     many = len(paths) > 1 or any(Path(p).is_dir() or any(c in p for c in "*?[") for p in paths)
     with load_progress(many and err_console.is_terminal) as progress:
         return load_traces(paths, rank=rank, rules=rule_list, label=label, progress=progress, jobs=jobs,
-                           cache=cache, scheduler=scheduler_from_env(scheduler), options=options,
-                           diagnose=diagnose)
+                           cache=cache, scheduler=scheduler_from_env(scheduler),
+                           per_rank=RankStage(options, diagnose) if options is not None else None)
 
 
 def options_from(steps: str | None, like_hta: bool, step_pattern: str) -> AnalysisOptions:

@@ -19,7 +19,7 @@ from analyzers.load import load_file, load_traces
 from analyzers.metrics import AnalysisOptions
 from analyzers.parallel import PER_RANK_KEY
 from analyzers.plain import to_json, to_plain
-from analyzers.report import analyze
+from analyzers.report import RankStage, analyze
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces"
@@ -105,7 +105,7 @@ def test_cache_commands(cache_dir):
 
 def _report_json(paths, **load) -> str:
     options = AnalysisOptions()
-    traces = load_traces(paths, options=options, **load)
+    traces = load_traces(paths, per_rank=RankStage(options), **load)
     return to_json(analyze(traces, options).to_dict())
 
 
@@ -115,7 +115,7 @@ def test_jobs_cache_and_reference_agree(cache_dir, run):
     assert _report_json([run], jobs=1) == reference
     assert _report_json([run], jobs=2) == reference
     assert _report_json([run], jobs=2, cache=True) == reference  # writes the cache
-    traces = load_traces([run], jobs=2, cache=True, options=AnalysisOptions())
+    traces = load_traces([run], jobs=2, cache=True, per_rank=RankStage(AnalysisOptions()))
     assert set(traces.meta[PER_RANK_KEY]) == set(traces.ranks)
     assert _report_json([run], jobs=2, cache=True) == reference  # reads it
     assert len(list(cache_dir.joinpath("parsed").iterdir())) == len(traces.ranks)
@@ -123,7 +123,7 @@ def test_jobs_cache_and_reference_agree(cache_dir, run):
 
 def test_per_rank_results_are_not_reused_for_other_options(cache_dir):
     run = SETS[0]
-    traces = load_traces([run], jobs=2, options=AnalysisOptions())
+    traces = load_traces([run], jobs=2, per_rank=RankStage(AnalysisOptions()))
     other = AnalysisOptions(like_hta=True)
     assert to_json(analyze(traces, other).to_dict()) == to_json(analyze(load_traces([run]), other).to_dict())
 
