@@ -65,7 +65,7 @@ class _Event(msgspec.Struct, gc=False):
     name: str = ""
     pid: int | str = 0
     tid: int | str = 0
-    ts: float = 0.0
+    ts: int | float = 0  # int when the JSON has no fraction: tells whether an exact re-read is needed
     dur: float = 0.0
     args: _Args = msgspec.field(default_factory=_Args)
 
@@ -124,7 +124,6 @@ _CATEGORY_ORDER = {c: i for i, c in enumerate(_TABLE_OF_CATEGORY)}
 # Above this many µs a double no longer holds a 3-decimal timestamp to the nanosecond
 # (2**43 µs: the spacing of doubles there is 2**-9 µs ≈ 1.95 ns; below it, < 1 ns).
 _EXACT_LIMIT_US = float(2**43)
-_FRACTIONAL_TS = re.compile(rb'"ts"\s*:\s*-?\d+[.eE]')
 
 _get = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur")}
 _get_arg = {f: attrgetter(f"args.{f}") for f in _Args.__struct_fields__}
@@ -186,11 +185,25 @@ def _ints(rows: np.ndarray, getter: attrgetter, fill: int) -> np.ndarray:
     return num.fillna(fill).to_numpy(dtype=np.float64).astype(np.int64)
 
 
+def _factorize(col: np.ndarray) -> tuple[np.ndarray, list[Any]]:
+    """(codes, distinct values in first-seen order), hashing in C (dict), no per-row Python."""
+    uniques = list(dict.fromkeys(col))
+    lookup = {u: i for i, u in enumerate(uniques)}
+    return np.fromiter(map(lookup.__getitem__, col), dtype=np.int64, count=len(col)), uniques
+
+
+def _intern(names: NameTable, col: np.ndarray) -> np.ndarray:
+    """Name ids of a string column (ids given in first-seen order, as NameTable.intern_many)."""
+    codes, uniques = _factorize(col)
+    mapping = np.array([names.intern(str(u)) for u in uniques], dtype=np.int32)
+    return mapping[codes] if len(col) else np.zeros(0, dtype=np.int32)
+
+
 def _strings(rows: np.ndarray, getter: attrgetter) -> np.ndarray:
     """String column; null becomes "", anything else its str() (once per distinct value)."""
     if not len(rows):
         return np.zeros(0, dtype=object)
-    codes, uniques = pd.factorize(_column(rows, getter), use_na_sentinel=False)
+    codes, uniques = _factorize(_column(rows, getter))
     fixed = np.array(["" if u is None or (isinstance(u, float) and u != u) else u if isinstance(u, str)
                       else str(u) for u in uniques], dtype=object)
     return fixed[codes]
@@ -214,7 +227,7 @@ def _decode(path: Path, data: bytes | bytearray) -> _Trace:
 def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
     """Read one Kineto trace file into a RankTrace (rank: distributedInfo, file name, or given)."""
     data = read_bytes(path)
-    if not data.strip():
+    if not data or data.isspace():
         raise BadInputError(path, "empty file")
     doc = _decode(path, data)
     if doc.traceEvents is None:
@@ -238,14 +251,15 @@ def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
 
     rows = _select_rows(events)
     used = np.concatenate([idx for idx, _ in rows.values()])
+    ts_used = _column(events[used], _get["ts"])  # ints and floats, as written
     ts_us = np.zeros(n_events, dtype=np.float64)
-    ts_us[used] = _floats(events[used], _get["ts"])
+    ts_us[used] = ts_used.astype(np.float64)
     if (len(used) and np.abs(ts_us[used]).max() >= _EXACT_LIMIT_US
-            and _FRACTIONAL_TS.search(data) is not None):
+            and float in set(map(type, ts_used))):
         start_all = _exact_starts(path, data, n_events)
     else:
         start_all = _ns(ts_us)
-    del data, ts_us
+    del data, ts_us, ts_used
 
     def span(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         start = start_all[idx]
@@ -297,8 +311,8 @@ def _select_rows(events: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]
     out = {t: (empty, np.zeros(0, dtype=object)) for t in ("gpu", "runtime", "host", "sync")}
     if not len(events):
         return out
-    cat_codes, cats = pd.factorize(_column(events, _get["cat"]), use_na_sentinel=False)
-    ph_codes, phs = pd.factorize(_column(events, _get["ph"]), use_na_sentinel=False)
+    cat_codes, cats = _factorize(_column(events, _get["cat"]))
+    ph_codes, phs = _factorize(_column(events, _get["ph"]))
     complete = np.asarray([p == "X" for p in phs], dtype=bool)[ph_codes]
     lowered = [str(c).lower() for c in cats]
     for table in out:
@@ -351,7 +365,7 @@ def _gpu_table(events: np.ndarray, sel: tuple[np.ndarray, np.ndarray], span, nam
         end_ns=end,
         device=device,
         stream=stream,
-        name_id=names.intern_many(kernel_names),
+        name_id=_intern(names, kernel_names),
         kind=kind,
         correlation=_ints(rows, _get_arg["correlation"], -1),
         bytes=_ints(rows, _get_arg["bytes"], -1),
@@ -385,7 +399,7 @@ def _runtime_table(events: np.ndarray, sel: tuple[np.ndarray, np.ndarray], span,
     return _sorted_by_start(make_table(
         RUNTIME_COLUMNS, len(idx),
         start_ns=start, end_ns=end,
-        name_id=names.intern_many(_column(rows, _get["name"])),
+        name_id=_intern(names, _column(rows, _get["name"])),
         pid=_ints(rows, _get["pid"], -1), tid=_ints(rows, _get["tid"], -1),
         correlation=_ints(rows, _get_arg["correlation"], -1),
     ))
@@ -398,7 +412,7 @@ def _host_table(events: np.ndarray, sel: tuple[np.ndarray, np.ndarray], span, na
     return _sorted_by_start(make_table(
         HOST_OP_COLUMNS, len(idx),
         start_ns=start, end_ns=end,
-        name_id=names.intern_many(_column(rows, _get["name"])),
+        name_id=_intern(names, _column(rows, _get["name"])),
         pid=_ints(rows, _get["pid"], -1), tid=_ints(rows, _get["tid"], -1),
         correlation=_ints(rows, _get_arg["external_id"], -1),
         kind=kind,
@@ -414,6 +428,6 @@ def _sync_table(events: np.ndarray, sel: tuple[np.ndarray, np.ndarray], span, na
         start_ns=start, end_ns=end,
         device=np.maximum(_ints(rows, _get_arg["device"], 0), 0),
         stream=_ints(rows, _get_arg["stream"], -1),
-        name_id=names.intern_many(_column(rows, _get["name"])),
+        name_id=_intern(names, _column(rows, _get["name"])),
         correlation=_ints(rows, _get_arg["correlation"], -1),
     ))
