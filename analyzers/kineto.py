@@ -17,9 +17,7 @@ import decimal
 import gzip
 import re
 import zlib
-from operator import attrgetter
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import numpy as np
@@ -27,6 +25,24 @@ import pandas as pd
 
 from .collectives import COLLECTIVES, collective_names
 from .errors import BadInputError
+from .kineto_schema import (
+    CATEGORY_ORDER,
+    DECODER,
+    EXACT_DECODER,
+    EXACT_LIMIT_US,
+    GET,
+    GET_ARG,
+    TABLE_OF_CATEGORY,
+    Trace,
+    column,
+    exact_ns,
+    factorize,
+    floats,
+    intern,
+    ints,
+    ns_from_us,
+    strings,
+)
 from .model import (
     HOST_OP_COLUMNS,
     RUNTIME_COLUMNS,
@@ -40,93 +56,6 @@ from .model import (
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 # Bumped whenever the tables this loader produces change (the parse cache keys on it).
 LOADER_VERSION = 2
-
-
-class _Args(msgspec.Struct, gc=False):
-    """The args analyses read; a missing one decodes to its table's fill (-1 / "")."""
-
-    device: Any = -1
-    stream: Any = -1
-    correlation: Any = -1
-    external_id: Any = msgspec.field(name="External id", default=-1)
-    bytes: Any = -1
-    collective_name: Any = msgspec.field(name="Collective name", default="")
-    pg_name: Any = msgspec.field(name="Process Group Name", default="")
-    seq: Any = msgspec.field(name="Seq", default=-1)
-    in_nelems: Any = msgspec.field(name="In msg nelems", default=-1)
-    dtype: Any = ""
-    src_device: Any = msgspec.field(name="src device", default=-1)
-    dst_device: Any = msgspec.field(name="dst device", default=-1)
-
-
-class _Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: int | float = 0  # int when the JSON has no fraction: tells whether an exact re-read is needed
-    dur: float = 0.0
-    args: _Args = msgspec.field(default_factory=_Args)
-
-
-class _DistInfo(msgspec.Struct):
-    rank: int | None = None
-    world_size: int | None = None
-    backend: str | None = None
-    nccl_version: str | None = None
-
-
-class _Device(msgspec.Struct):
-    id: int = 0
-    name: str = ""
-
-
-class _Trace(msgspec.Struct):
-    traceEvents: list[_Event] | None = None  # noqa: N815 (Kineto's field name)
-    distributedInfo: _DistInfo | None = None  # noqa: N815
-    deviceProperties: list[_Device] | None = None  # noqa: N815
-    baseTimeNanoseconds: int | None = None  # noqa: N815
-    schemaVersion: int | None = None  # noqa: N815
-
-
-class _ExactTs(msgspec.Struct, gc=False):
-    ts: Any = 0
-
-
-class _ExactTrace(msgspec.Struct):
-    traceEvents: list[_ExactTs] | None = None  # noqa: N815
-
-
-_DECODER = msgspec.json.Decoder(_Trace)
-# Second, exact pass over timestamps only: untyped floats arrive as Decimal (exact digits).
-_EXACT_DECODER = msgspec.json.Decoder(_ExactTrace, float_hook=decimal.Decimal)
-
-# Lower-case category -> (table, kind). Today's names and the PyTorch <= 1.8 ones.
-_TABLE_OF_CATEGORY: dict[str, tuple[str, str]] = {
-    "kernel": ("gpu", "kernel"),
-    "gpu_memcpy": ("gpu", "memcpy"),
-    "memcpy": ("gpu", "memcpy"),
-    "gpu_memset": ("gpu", "memset"),
-    "memset": ("gpu", "memset"),
-    "cuda_runtime": ("runtime", ""),
-    "cuda_driver": ("runtime", ""),
-    "runtime": ("runtime", ""),
-    "cpu_op": ("host", "cpu_op"),
-    "operator": ("host", "cpu_op"),
-    "user_annotation": ("host", "user_annotation"),
-    "python_function": ("host", "python_function"),
-    "cpu_instant_event": ("host", "cpu_instant_event"),
-    "cuda_sync": ("sync", ""),
-}
-# Row order before the stable sort by start: categories in this order, file order within.
-_CATEGORY_ORDER = {c: i for i, c in enumerate(_TABLE_OF_CATEGORY)}
-# Above this many µs a double no longer holds a 3-decimal timestamp to the nanosecond
-# (2**43 µs: the spacing of doubles there is 2**-9 µs ≈ 1.95 ns; below it, < 1 ns).
-_EXACT_LIMIT_US = float(2**43)
-
-_get = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur")}
-_get_arg = {f: attrgetter(f"args.{f}") for f in _Args.__struct_fields__}
 
 
 def read_bytes(path: Path) -> bytes | bytearray:
@@ -149,74 +78,14 @@ def read_bytes(path: Path) -> bytes | bytearray:
     return out
 
 
-def _ns(us: np.ndarray) -> np.ndarray:
-    """µs floats -> int64 ns. Whole µs convert exactly (epoch µs fit in a double, epoch ns
-    do not); only the fraction is scaled, then rounded to the nearest ns."""
-    whole = np.floor(us)
-    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
-
-
-def _exact_ns(values: np.ndarray) -> np.ndarray:
-    """Decimal / int µs (object array) -> int64 ns, rounded half away from zero, without a
-    double in between."""
-    if not len(values):
-        return np.zeros(0, dtype=np.int64)
-    scaled = values * 1000
-    magnitude = (np.abs(scaled) + decimal.Decimal("0.5")).astype(np.int64)  # int() truncates
-    return magnitude * np.sign(scaled).astype(np.int64)
-
-
-def _column(rows: np.ndarray, getter: attrgetter) -> np.ndarray:
-    """One attribute of every row as an object array (C-level iteration)."""
-    return np.fromiter(map(getter, rows), dtype=object, count=len(rows))
-
-
-def _floats(rows: np.ndarray, getter: attrgetter) -> np.ndarray:
-    return np.fromiter(map(getter, rows), dtype=np.float64, count=len(rows))
-
-
-def _ints(rows: np.ndarray, getter: attrgetter, fill: int) -> np.ndarray:
-    """Integer column from values that are usually ints but may be missing or strings ("Spans")."""
-    try:
-        return np.fromiter(map(getter, rows), dtype=np.int64, count=len(rows))
-    except (TypeError, ValueError, OverflowError):
-        pass
-    num = pd.to_numeric(pd.Series(_column(rows, getter), dtype=object), errors="coerce")
-    return num.fillna(fill).to_numpy(dtype=np.float64).astype(np.int64)
-
-
-def _factorize(col: np.ndarray) -> tuple[np.ndarray, list[Any]]:
-    """(codes, distinct values in first-seen order), hashing in C (dict), no per-row Python."""
-    uniques = list(dict.fromkeys(col))
-    lookup = {u: i for i, u in enumerate(uniques)}
-    return np.fromiter(map(lookup.__getitem__, col), dtype=np.int64, count=len(col)), uniques
-
-
-def _intern(names: NameTable, col: np.ndarray) -> np.ndarray:
-    """Name ids of a string column (ids given in first-seen order, as NameTable.intern_many)."""
-    codes, uniques = _factorize(col)
-    mapping = np.array([names.intern(str(u)) for u in uniques], dtype=np.int32)
-    return mapping[codes] if len(col) else np.zeros(0, dtype=np.int32)
-
-
-def _strings(rows: np.ndarray, getter: attrgetter) -> np.ndarray:
-    """String column; null becomes "", anything else its str() (once per distinct value)."""
-    if not len(rows):
-        return np.zeros(0, dtype=object)
-    codes, uniques = _factorize(_column(rows, getter))
-    fixed = np.array(["" if u is None or (isinstance(u, float) and u != u) else u if isinstance(u, str)
-                      else str(u) for u in uniques], dtype=object)
-    return fixed[codes]
-
-
 def rank_from_filename(path: Path) -> int | None:
     m = RANK_IN_NAME.search(path.name)
     return int(m.group(1)) if m else None
 
 
-def _decode(path: Path, data: bytes | bytearray) -> _Trace:
+def _decode(path: Path, data: bytes | bytearray) -> Trace:
     try:
-        return _DECODER.decode(data)
+        return DECODER.decode(data)
     except msgspec.ValidationError as exc:
         raise BadInputError(path, f"not a Kineto trace (unexpected structure: {exc})") from None
     except msgspec.DecodeError as exc:
@@ -251,19 +120,19 @@ def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
 
     rows = _select_rows(events)
     used = np.concatenate([idx for idx, _ in rows.values()])
-    ts_used = _column(events[used], _get["ts"])  # ints and floats, as written
+    ts_used = column(events[used], GET["ts"])  # ints and floats, as written
     ts_us = np.zeros(n_events, dtype=np.float64)
     ts_us[used] = ts_used.astype(np.float64)
-    if (len(used) and np.abs(ts_us[used]).max() >= _EXACT_LIMIT_US
+    if (len(used) and np.abs(ts_us[used]).max() >= EXACT_LIMIT_US
             and float in set(map(type, ts_used))):
         start_all = _exact_starts(path, data, n_events)
     else:
-        start_all = _ns(ts_us)
+        start_all = ns_from_us(ts_us)
     del data, ts_us, ts_used
 
     def span(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         start = start_all[idx]
-        return start, start + np.maximum(_ns(_floats(events[idx], _get["dur"])), 0)
+        return start, start + np.maximum(ns_from_us(floats(events[idx], GET["dur"])), 0)
 
     gpu = _gpu_table(events, rows["gpu"], span, names)
     runtime = _runtime_table(events, rows["runtime"], span, names)
@@ -311,19 +180,19 @@ def _select_rows(events: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]
     out = {t: (empty, np.zeros(0, dtype=object)) for t in ("gpu", "runtime", "host", "sync")}
     if not len(events):
         return out
-    cat_codes, cats = _factorize(_column(events, _get["cat"]))
-    ph_codes, phs = _factorize(_column(events, _get["ph"]))
+    cat_codes, cats = factorize(column(events, GET["cat"]))
+    ph_codes, phs = factorize(column(events, GET["ph"]))
     complete = np.asarray([p == "X" for p in phs], dtype=bool)[ph_codes]
     lowered = [str(c).lower() for c in cats]
     for table in out:
-        members = [i for i, c in enumerate(lowered) if _TABLE_OF_CATEGORY.get(c, ("", ""))[0] == table]
+        members = [i for i, c in enumerate(lowered) if TABLE_OF_CATEGORY.get(c, ("", ""))[0] == table]
         if not members:
             continue
         order = np.full(len(cats), -1, dtype=np.int64)
         kinds = np.full(len(cats), "", dtype=object)
         for i in members:
-            order[i] = _CATEGORY_ORDER[lowered[i]]
-            kinds[i] = _TABLE_OF_CATEGORY[lowered[i]][1]
+            order[i] = CATEGORY_ORDER[lowered[i]]
+            kinds[i] = TABLE_OF_CATEGORY[lowered[i]][1]
         rank_of = order[cat_codes]
         idx = np.flatnonzero((rank_of >= 0) & complete)
         idx = idx[np.argsort(rank_of[idx], kind="stable")]
@@ -334,14 +203,14 @@ def _select_rows(events: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]
 def _exact_starts(path: Path, data: bytes | bytearray, n: int) -> np.ndarray:
     """Start times in ns read from the decimal digits themselves (epoch-scale timestamps)."""
     try:
-        exact = _EXACT_DECODER.decode(data).traceEvents or []
+        exact = EXACT_DECODER.decode(data).traceEvents or []
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise BadInputError(path, f"timestamps cannot be read ({exc})") from None
-    values = np.fromiter(map(_get["ts"], exact), dtype=object, count=n)
+    values = np.fromiter(map(GET["ts"], exact), dtype=object, count=n)
     bad = [v for v in pd.unique(values) if not isinstance(v, (int, decimal.Decimal))]
     if bad:
         raise BadInputError(path, f"not a Kineto trace: non-numeric ts {bad[0]!r}")
-    return _exact_ns(values)
+    return exact_ns(values)
 
 
 def _sorted_by_start(table: pd.DataFrame) -> pd.DataFrame:
@@ -354,28 +223,28 @@ def _gpu_table(events: np.ndarray, sel: tuple[np.ndarray, np.ndarray], span, nam
         return make_gpu_table(0)
     rows = events[idx]
     start, end = span(idx)
-    device = _ints(rows, _get_arg["device"], -1)
-    device = np.where(device >= 0, device, np.maximum(_ints(rows, _get["pid"], -1), 0))
-    stream = _ints(rows, _get_arg["stream"], -1)
-    stream = np.where(stream >= 0, stream, _ints(rows, _get["tid"], -1))
-    kernel_names = _column(rows, _get["name"])
+    device = ints(rows, GET_ARG["device"], -1)
+    device = np.where(device >= 0, device, np.maximum(ints(rows, GET["pid"], -1), 0))
+    stream = ints(rows, GET_ARG["stream"], -1)
+    stream = np.where(stream >= 0, stream, ints(rows, GET["tid"], -1))
+    kernel_names = column(rows, GET["name"])
     table = make_gpu_table(
         len(idx),
         start_ns=start,
         end_ns=end,
         device=device,
         stream=stream,
-        name_id=_intern(names, kernel_names),
+        name_id=intern(names, kernel_names),
         kind=kind,
-        correlation=_ints(rows, _get_arg["correlation"], -1),
-        bytes=_ints(rows, _get_arg["bytes"], -1),
-        src_device=_ints(rows, _get_arg["src_device"], -1),
-        dst_device=_ints(rows, _get_arg["dst_device"], -1),
-        seq=_ints(rows, _get_arg["seq"], -1),
-        msg_nelems=_ints(rows, _get_arg["in_nelems"], -1),
-        coll_name=_collective_column(kernel_names, _strings(rows, _get_arg["collective_name"])),
-        pg=_strings(rows, _get_arg["pg_name"]),
-        dtype=_strings(rows, _get_arg["dtype"]),
+        correlation=ints(rows, GET_ARG["correlation"], -1),
+        bytes=ints(rows, GET_ARG["bytes"], -1),
+        src_device=ints(rows, GET_ARG["src_device"], -1),
+        dst_device=ints(rows, GET_ARG["dst_device"], -1),
+        seq=ints(rows, GET_ARG["seq"], -1),
+        msg_nelems=ints(rows, GET_ARG["in_nelems"], -1),
+        coll_name=_collective_column(kernel_names, strings(rows, GET_ARG["collective_name"])),
+        pg=strings(rows, GET_ARG["pg_name"]),
+        dtype=strings(rows, GET_ARG["dtype"]),
     )
     return _sorted_by_start(table)
 
@@ -399,9 +268,9 @@ def _runtime_table(events: np.ndarray, sel: tuple[np.ndarray, np.ndarray], span,
     return _sorted_by_start(make_table(
         RUNTIME_COLUMNS, len(idx),
         start_ns=start, end_ns=end,
-        name_id=_intern(names, _column(rows, _get["name"])),
-        pid=_ints(rows, _get["pid"], -1), tid=_ints(rows, _get["tid"], -1),
-        correlation=_ints(rows, _get_arg["correlation"], -1),
+        name_id=intern(names, column(rows, GET["name"])),
+        pid=ints(rows, GET["pid"], -1), tid=ints(rows, GET["tid"], -1),
+        correlation=ints(rows, GET_ARG["correlation"], -1),
     ))
 
 
@@ -412,9 +281,9 @@ def _host_table(events: np.ndarray, sel: tuple[np.ndarray, np.ndarray], span, na
     return _sorted_by_start(make_table(
         HOST_OP_COLUMNS, len(idx),
         start_ns=start, end_ns=end,
-        name_id=_intern(names, _column(rows, _get["name"])),
-        pid=_ints(rows, _get["pid"], -1), tid=_ints(rows, _get["tid"], -1),
-        correlation=_ints(rows, _get_arg["external_id"], -1),
+        name_id=intern(names, column(rows, GET["name"])),
+        pid=ints(rows, GET["pid"], -1), tid=ints(rows, GET["tid"], -1),
+        correlation=ints(rows, GET_ARG["external_id"], -1),
         kind=kind,
     ))
 
@@ -426,8 +295,8 @@ def _sync_table(events: np.ndarray, sel: tuple[np.ndarray, np.ndarray], span, na
     return _sorted_by_start(make_table(
         SYNC_COLUMNS, len(idx),
         start_ns=start, end_ns=end,
-        device=np.maximum(_ints(rows, _get_arg["device"], 0), 0),
-        stream=_ints(rows, _get_arg["stream"], -1),
-        name_id=_intern(names, _column(rows, _get["name"])),
-        correlation=_ints(rows, _get_arg["correlation"], -1),
+        device=np.maximum(ints(rows, GET_ARG["device"], 0), 0),
+        stream=ints(rows, GET_ARG["stream"], -1),
+        name_id=intern(names, column(rows, GET["name"])),
+        correlation=ints(rows, GET_ARG["correlation"], -1),
     ))

@@ -167,7 +167,8 @@ def load_traces(
     rules = rules if rules is not None else load_rules()
     if progress:
         progress(str(paths[0]) if paths else "", 0, len(paths))
-    done = run_files(paths, rank, rules, per_rank, jobs=jobs, use_cache=cache, scheduler=scheduler, progress=progress)
+    done = run_files(paths, rank, rules, load_file, per_rank, jobs=jobs, use_cache=cache, scheduler=scheduler,
+                     progress=progress)
     if progress:
         progress("", len(paths), len(paths))
     ts = assemble([t for d in done for t in d.traces], label=label or _default_label(paths))

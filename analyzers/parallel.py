@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from .classify import Rule, classify_trace
-from .load import load_file
 from .model import RankTrace
 
 ENV_SCHEDULER = "OVERLAPSCOPE_SCHEDULER"
@@ -32,6 +31,9 @@ PER_RANK_KEY = "per_rank_results"  # TraceSet.meta key holding {rank: RankResult
 Progress = Callable[[str, int, int], None]
 # What the caller computes per rank beside the parse (a picklable callable; analyzers.report.RankStage).
 PerRank = Callable[[RankTrace], Any]
+# Reads one file into its rank traces (analyzers.load.load_file; passed in, so that the loader,
+# which calls this module, is not imported by it).
+Loader = Callable[[Path, "int | None"], list[RankTrace]]
 
 
 def default_jobs() -> int:
@@ -50,10 +52,10 @@ class FileResult:
 
 
 def run_rank_stage(path: str, rank: int | None, rules: tuple[Rule, ...], per_rank: PerRank | None,
-                   use_cache: bool) -> FileResult:
+                   use_cache: bool, loader: Loader) -> FileResult:
     """One file through the per-rank stage (runs in a worker process, or in-process)."""
     p = Path(path)
-    traces = _load_cached(p, rank) if use_cache else load_file(p, rank)
+    traces = _load_cached(p, rank, loader) if use_cache else loader(p, rank)
     out = FileResult(path, traces)
     for t in traces:
         classify_trace(t, list(rules))
@@ -63,13 +65,13 @@ def run_rank_stage(path: str, rank: int | None, rules: tuple[Rule, ...], per_ran
     return out
 
 
-def _load_cached(path: Path, rank: int | None) -> list[RankTrace]:
+def _load_cached(path: Path, rank: int | None, loader: Loader) -> list[RankTrace]:
     from . import parse_cache
 
     hit = parse_cache.get(path, rank)
     if hit is not None:
         return hit
-    traces = load_file(path, rank)
+    traces = loader(path, rank)
     parse_cache.put(path, rank, traces)
     return traces
 
@@ -81,24 +83,23 @@ def _pool_context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context()
 
 
-def run_files(paths: list[Path], rank: int | None, rules: list[Rule], per_rank: PerRank | None = None, *,
-              jobs: int | None = None,
-              use_cache: bool = False, scheduler: str | None = None,
-              progress: Progress | None = None) -> list[FileResult]:
+def run_files(paths: list[Path], rank: int | None, rules: list[Rule], loader: Loader,
+              per_rank: PerRank | None = None, *, jobs: int | None = None, use_cache: bool = False,
+              scheduler: str | None = None, progress: Progress | None = None) -> list[FileResult]:
     """The per-rank stage over every file, in input order, on the chosen executor."""
     jobs = default_jobs() if jobs is None or jobs < 1 else jobs
     total = len(paths)
     results: dict[int, FileResult] = {}
-    for i, res in _execute(paths, rank, (tuple(rules), per_rank), jobs, use_cache, scheduler):
+    for i, res in _execute(paths, rank, (tuple(rules), per_rank, use_cache, loader), jobs, scheduler):
         results[i] = res
         if progress:
             progress(res.path, len(results), total)
     return [results[i] for i in range(total)]
 
 
-def _execute(paths: list[Path], rank: int | None, stage: tuple[tuple[Rule, ...], PerRank | None], jobs: int,
-             use_cache: bool, scheduler: str | None) -> Iterator[tuple[int, FileResult]]:
-    args = [(str(p), rank, *stage, use_cache) for p in paths]
+def _execute(paths: list[Path], rank: int | None, stage: tuple[Any, ...], jobs: int,
+             scheduler: str | None) -> Iterator[tuple[int, FileResult]]:
+    args = [(str(p), rank, *stage) for p in paths]
     if scheduler:
         yield from _execute_dask(args, scheduler)
     elif jobs == 1 or len(paths) == 1:
