@@ -8,14 +8,14 @@ from typing import Any
 
 import pandas as pd
 
-from .crossrank import CrossRankParams, CrossRankReport, analyze_cross_rank, cross_rank_findings
-from .finding import Finding
-from .findings import FindingParams, detect_findings, detect_rank
-from .metrics import AnalysisOptions, RankMetrics, rank_metrics
-from .model import RankTrace, TraceSet
-from .parallel import PER_RANK_KEY
-from .plain import to_plain
-from .syncs import SyncParams, blocking_syncs, sync_records
+from analyzers.crossrank import CrossRankParams, CrossRankReport, analyze_cross_rank
+from analyzers.findings import FindingParams, cross_rank_findings, detect_findings, detect_rank
+from analyzers.findings.finding import Finding
+from analyzers.io.parallel import PER_RANK_KEY
+from analyzers.io.plain import to_plain
+from analyzers.overlap.metrics import AnalysisOptions, RankMetrics, rank_metrics
+from analyzers.syncs.blocking import SyncParams, blocking_syncs, sync_records
+from analyzers.timeline.model import RankTrace, TraceSet
 
 
 @dataclass
@@ -74,7 +74,7 @@ class AnalysisReport:
 
 @dataclass(frozen=True)
 class RankStage:
-    """The per-rank part of `analyze`, run beside the parse (analyzers.parallel): picklable, so it
+    """The per-rank part of `analyze`, run beside the parse (analyzers.io.parallel): picklable, so it
     travels to worker processes and Dask workers."""
 
     options: AnalysisOptions

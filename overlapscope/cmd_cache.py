@@ -1,12 +1,12 @@
-"""`overlapscope cache info` / `cache clear`: the parse cache (analyzers.parse_cache)."""
+"""`overlapscope cache info` / `cache clear`: the parse cache (analyzers.io.parse_cache)."""
 
 from __future__ import annotations
 
 import typer
 
-from analyzers import parse_cache
+from analyzers.io import parse_cache
 
-from .cli import app, out_console
+from .common import out_console
 
 cache_app = typer.Typer(
     name="cache",
@@ -15,7 +15,6 @@ cache_app = typer.Typer(
          "loader version; a changed file is parsed again.",
     no_args_is_help=True,
 )
-app.add_typer(cache_app)
 
 
 def _mb(n: int) -> str:

@@ -1,7 +1,7 @@
-"""`overlapscope diff A B`: what a schedule change did, side by side (registered on the cli app).
+"""`overlapscope diff A B`: what a schedule change did, side by side.
 
 Lives in its own module so the diff command can grow without touching `analyze`; cli.py
-imports it once, at its end, to register the command.
+registers `diff_cmd` on the app.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from typing import Annotated
 import typer
 
 from analyzers.diff import TraceDiff, aligned_timelines, diff_reports
-from analyzers.iterations import DEFAULT_STEP_PATTERN
-from analyzers.kernel_names import KERNEL_NAME_MODES
-from analyzers.load import TRACE_SUFFIXES
-from analyzers.model import TraceSet
+from analyzers.io.load import TRACE_SUFFIXES
 from analyzers.report import analyze
+from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN
+from analyzers.timeline.kernel_names import KERNEL_NAME_MODES
+from analyzers.timeline.model import TraceSet
 
 from . import render, render_diff
-from .cli import (
+from .common import (
     CommKernelOpt,
     JobsOpt,
     LikeHtaOpt,
@@ -31,7 +31,6 @@ from .cli import (
     StepPatternOpt,
     StepsOpt,
     UsageFailure,
-    app,
     err_console,
     load_set,
     options_from,
@@ -94,7 +93,6 @@ def emit_diff(d: TraceDiff, fmt: DiffFormat, top: int) -> None:
         render_diff.print_diff(d, out_console, top=top)
 
 
-@app.command("diff")
 def diff_cmd(
     a: Annotated[str, typer.Argument(help=SetArg, show_default=False)],
     b: Annotated[str, typer.Argument(help=SetArg, show_default=False)],

@@ -14,11 +14,11 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from analyzers.load import is_trace_name
+from analyzers.io.load import is_trace_name
 from analyzers.report import AnalysisReport, analyze
 
 from . import render
-from .cli import EXIT_RUN_FAILED, OutputFormat, UsageFailure, app, emit, err_console, load_set, out_console
+from .common import EXIT_RUN_FAILED, OutputFormat, UsageFailure, emit, err_console, load_set, out_console
 
 PROFILERS = ("torch", "nsys", "none")
 
@@ -105,7 +105,6 @@ TimeoutOpt = Annotated[float, typer.Option(
     "--timeout", help="Seconds before a hanging run is brought down (the hung rank is named).")]
 
 
-@app.command("run")
 def run_cmd(
     algo: AlgoArg,
     params: ParamsArg = None,
@@ -143,7 +142,6 @@ def run_cmd(
     emit(report, format)
 
 
-@app.command("sweep")
 def sweep_cmd(
     algo: AlgoArg,
     params: ParamsArg = None,
@@ -201,7 +199,6 @@ def emit_sweep(results: dict[str, Any], reports: dict[str, AnalysisReport], base
         print_sweep(table, out_console)
 
 
-@app.command("algorithms")
 def algorithms_cmd() -> None:
     """List the runner algorithms, their schedule variants and parameters."""
     launch = _launch_module()

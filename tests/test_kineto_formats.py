@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from analyzers.kineto import load_kineto
-from analyzers.load import load_traces
-from analyzers.metrics import rank_metrics
+from analyzers.io.kineto import load_kineto
+from analyzers.io.load import load_traces
+from analyzers.overlap.metrics import rank_metrics
 
 COMM = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"
 GEMM = "volta_sgemm_128x64_nn"

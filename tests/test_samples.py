@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analyzers.load import load_traces
+from analyzers.io.load import load_traces
 from analyzers.report import analyze
 
 from .conftest import SAMPLES

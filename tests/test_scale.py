@@ -14,11 +14,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyzers import parse_cache
-from analyzers.load import load_file, load_traces
-from analyzers.metrics import AnalysisOptions
-from analyzers.parallel import PER_RANK_KEY
-from analyzers.plain import to_json, to_plain
+from analyzers.io import parse_cache
+from analyzers.io.load import load_file, load_traces
+from analyzers.io.parallel import PER_RANK_KEY
+from analyzers.io.plain import to_json, to_plain
+from analyzers.overlap.metrics import AnalysisOptions
 from analyzers.report import RankStage, analyze
 
 ROOT = Path(__file__).resolve().parents[1]

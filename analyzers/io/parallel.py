@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .classify import Rule, classify_trace
-from .model import RankTrace
+from analyzers.timeline.classify import Rule, classify_trace
+from analyzers.timeline.model import RankTrace
 
 ENV_SCHEDULER = "OVERLAPSCOPE_SCHEDULER"
 PER_RANK_KEY = "per_rank_results"  # TraceSet.meta key holding {rank: RankResults}
@@ -31,7 +31,7 @@ PER_RANK_KEY = "per_rank_results"  # TraceSet.meta key holding {rank: RankResult
 Progress = Callable[[str, int, int], None]
 # What the caller computes per rank beside the parse (a picklable callable; analyzers.report.RankStage).
 PerRank = Callable[[RankTrace], Any]
-# Reads one file into its rank traces (analyzers.load.load_file; passed in, so that the loader,
+# Reads one file into its rank traces (analyzers.io.load.load_file; passed in, so that the loader,
 # which calls this module, is not imported by it).
 Loader = Callable[[Path, "int | None"], list[RankTrace]]
 
@@ -66,7 +66,7 @@ def run_rank_stage(path: str, rank: int | None, rules: tuple[Rule, ...], per_ran
 
 
 def _load_cached(path: Path, rank: int | None, loader: Loader) -> list[RankTrace]:
-    from . import parse_cache
+    from analyzers.io import parse_cache
 
     hit = parse_cache.get(path, rank)
     if hit is not None:
@@ -122,7 +122,7 @@ def _execute_dask(args: list[tuple[Any, ...]], scheduler: str) -> Iterator[tuple
     from distributed import Client
     from distributed import as_completed as dask_completed
 
-    from .errors import BadInputError
+    from analyzers.errors import BadInputError
 
     try:
         client = Client(scheduler, timeout="20s", set_as_default=False)

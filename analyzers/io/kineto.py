@@ -23,9 +23,8 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from .collectives import COLLECTIVES, collective_names
-from .errors import BadInputError
-from .kineto_schema import (
+from analyzers.errors import BadInputError
+from analyzers.io.kineto_schema import (
     CATEGORY_ORDER,
     DECODER,
     EXACT_DECODER,
@@ -43,7 +42,8 @@ from .kineto_schema import (
     ns_from_us,
     strings,
 )
-from .model import (
+from analyzers.timeline.collectives import COLLECTIVES, collective_names
+from analyzers.timeline.model import (
     HOST_OP_COLUMNS,
     RUNTIME_COLUMNS,
     SYNC_COLUMNS,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .model import RankTrace
+from analyzers.timeline.model import RankTrace
 
 DEFAULT_STEP_PATTERN = r"^ProfilerStep\s*#\s*(\d+)$"
 

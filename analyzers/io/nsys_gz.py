@@ -15,8 +15,8 @@ import shutil
 import zlib
 from pathlib import Path
 
-from .errors import BadInputError
-from .nsys import _cache_paths
+from analyzers.errors import BadInputError
+from analyzers.io.nsys_rep import _cache_paths
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 

@@ -15,7 +15,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from .model import NameTable
+from analyzers.timeline.model import NameTable
 
 
 class Args(msgspec.Struct, gc=False):

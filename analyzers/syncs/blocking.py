@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from . import intervals as iv
-from .iterations import DEFAULT_STEP_PATTERN, host_steps, launch_times
-from .model import RankTrace
+from analyzers.syncs.device_busy import _device_timelines, _sync_devices
+from analyzers.syncs.nesting import innermost_any_thread, innermost_enclosing
+from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN, host_steps
+from analyzers.timeline.model import RankTrace
 
 # API name (version / per-thread suffixes stripped) -> sync kind.
 DEFAULT_SYNC_APIS: dict[str, str] = {
@@ -57,7 +58,7 @@ DEFAULT_IMPLIED_SYNC_OPS: tuple[str, ...] = ("aten::item", "aten::_local_scalar_
 # never reported on their own, only named as callers.
 DEFAULT_COPY_SYNC_OPS: tuple[str, ...] = ("aten::to", "aten::_to_copy", "aten::copy_")
 
-# "cudaStreamSynchronize_v3020", "cudaMemcpy_ptds_v7000" -> the plain API name.
+
 _API_SUFFIX = re.compile(r"(?:_ptsz|_ptds)?(?:_v\d+)?(?:_ptsz|_ptds)?$")
 # nsys NVTX names of PyTorch ops carry ", seq = N, op_id = N, sizes = ..." after the op name.
 _OP_NAME = re.compile(r"^([^,(]+)")
@@ -119,220 +120,6 @@ def empty_syncs() -> pd.DataFrame:
     data = {c: (np.zeros(0, dtype=np.int64) if c in ints else np.zeros(0, dtype=object)) for c in SYNC_COLUMNS}
     data["confirmed"] = np.zeros(0, dtype=bool)
     return pd.DataFrame(data)[SYNC_COLUMNS]
-
-
-# ------------------------------------------------------------------------------------------
-# Interval joins on host ranges
-
-
-def nesting_depth(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
-    """Depth of each host range on its thread (0 = outermost), by one sweep per all threads.
-
-    At equal times ends sort before starts, so back-to-back ranges are siblings, not nested.
-    """
-    n = start.size
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    t = np.concatenate([start, end])
-    th = np.concatenate([tid, tid])
-    d = np.concatenate([np.ones(n, dtype=np.int64), -np.ones(n, dtype=np.int64)])
-    # Longer ranges first among equal starts, so a parent opens before its child.
-    length_key = np.concatenate([-(end - start), np.zeros(n, dtype=np.int64)])
-    idx = np.concatenate([np.arange(n), np.full(n, -1)])
-    order = np.lexsort((length_key, d, t, th))
-    th_o, d_o, idx_o = th[order], d[order], idx[order]
-    running = np.cumsum(d_o)
-    first = np.r_[True, th_o[1:] != th_o[:-1]]
-    base = np.maximum.accumulate(np.where(first, np.arange(th_o.size), 0))
-    before = np.r_[0, running[:-1]]
-    open_before = before - before[base]  # ranges open on this thread before this event
-    depth = np.zeros(n, dtype=np.int64)
-    is_start = idx_o >= 0
-    depth[idx_o[is_start]] = np.maximum(open_before[is_start], 0)
-    return depth
-
-
-def innermost_enclosing(q_start: np.ndarray, q_end: np.ndarray, q_tid: np.ndarray,
-                        r_start: np.ndarray, r_end: np.ndarray, r_tid: np.ndarray,
-                        q_exclude: np.ndarray | None = None) -> np.ndarray:
-    """For each query interval, the index of the innermost range on the same thread that encloses
-    it (start <= q_start and end >= q_end), or -1.
-
-    Ranges of one thread at one nesting depth are disjoint, so per depth one backward as-of join
-    finds the only candidate; the deepest hit wins. q_exclude (optional) is a range index per
-    query that must not be its answer (a host op is not its own caller).
-    """
-    nq = q_start.size
-    out = np.full(nq, -1, dtype=np.int64)
-    if nq == 0 or r_start.size == 0:
-        return out
-    depth = nesting_depth(r_start, r_end, r_tid)
-    exclude = q_exclude if q_exclude is not None else np.full(nq, -1, dtype=np.int64)
-    queries = pd.DataFrame({"t": q_start.astype(np.int64), "tid": q_tid.astype(np.int64), "q": np.arange(nq)})
-    queries = queries.sort_values("t", kind="stable")
-    for d in range(int(depth.max()) + 1):
-        at = np.flatnonzero(depth == d)
-        if at.size == 0:
-            continue
-        ranges = pd.DataFrame({"t": r_start[at].astype(np.int64), "tid": r_tid[at].astype(np.int64), "r": at})
-        ranges = ranges.sort_values("t", kind="stable")
-        hit = pd.merge_asof(queries, ranges, on="t", by="tid", direction="backward")
-        r = hit["r"].to_numpy(dtype=np.float64)
-        q = hit["q"].to_numpy()
-        ok = ~np.isnan(r)
-        ri = np.where(ok, r, 0).astype(np.int64)
-        ok &= (r_end[ri] >= q_end[q]) & (ri != exclude[q])
-        out[q[ok]] = ri[ok]
-    return out
-
-
-def innermost_any_thread(q_start: np.ndarray, q_end: np.ndarray,
-                         r_start: np.ndarray, r_end: np.ndarray, r_tid: np.ndarray,
-                         q_exclude: np.ndarray | None = None) -> np.ndarray:
-    """Like innermost_enclosing, but on any thread: each query is tried on every thread at once
-    (a cross join of queries x threads), and the deepest, then latest-starting, hit wins."""
-    nq = q_start.size
-    out = np.full(nq, -1, dtype=np.int64)
-    threads = np.unique(r_tid)
-    if nq == 0 or threads.size == 0:
-        return out
-    qs = np.repeat(q_start, threads.size)
-    qe = np.repeat(q_end, threads.size)
-    qt = np.tile(threads, nq)
-    ex = np.repeat(q_exclude, threads.size) if q_exclude is not None else None
-    hit = innermost_enclosing(qs, qe, qt, r_start, r_end, r_tid, ex)
-    owner = np.repeat(np.arange(nq), threads.size)
-    found = hit >= 0
-    if not found.any():
-        return out
-    depth = nesting_depth(r_start, r_end, r_tid)
-    cand = pd.DataFrame({"q": owner[found], "r": hit[found], "d": depth[hit[found]], "s": r_start[hit[found]]})
-    best = cand.sort_values(["q", "d", "s"], kind="stable").drop_duplicates("q", keep="last")
-    out[best["q"].to_numpy()] = best["r"].to_numpy()
-    return out
-
-
-# ------------------------------------------------------------------------------------------
-# GPU side
-
-
-def busy_before(ms: np.ndarray, me: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Busy time of merged intervals (ms, me) before each time t (a prefix sum, vectorized)."""
-    if ms.size == 0:
-        return np.zeros(t.size, dtype=np.int64)
-    cum = np.r_[0, np.cumsum(me - ms)]
-    i = np.searchsorted(ms, t, side="right") - 1
-    ic = np.clip(i, 0, ms.size - 1)
-    inside = np.where(i >= 0, np.clip(t - ms[ic], 0, me[ic] - ms[ic]), 0)
-    return np.where(i >= 0, cum[ic] + inside, 0)
-
-
-@dataclass
-class _DeviceTimeline:
-    """One device's activity, indexed for 'next launched after t' and 'busy in [a, b)' queries."""
-
-    merged_s: np.ndarray
-    merged_e: np.ndarray
-    launch_sorted: np.ndarray  # launch times, ascending (activities with a known launch)
-    start_suffix_min: np.ndarray  # min start over activities launched at or after launch_sorted[i]
-    end_prefix_max: np.ndarray  # max end over activities launched at or before launch_sorted[i]
-    starts_sorted: np.ndarray  # all starts, ascending (fallback without launches)
-    has_launches: bool
-
-    @classmethod
-    def build(cls, start: np.ndarray, end: np.ndarray, launch: np.ndarray) -> _DeviceTimeline:
-        ms, me = iv.union(start, end)
-        known = launch >= 0
-        order = np.argsort(launch[known], kind="stable")
-        ls = launch[known][order]
-        st = start[known][order]
-        en = end[known][order]
-        suffix = np.minimum.accumulate(st[::-1])[::-1] if st.size else st
-        prefix = np.maximum.accumulate(en) if en.size else en
-        return cls(ms, me, ls, suffix, prefix, np.sort(start), bool(known.any()))
-
-    def next_start_launched_from(self, t: np.ndarray) -> np.ndarray:
-        """Start of the first activity launched at or after t (-1 if none)."""
-        if self.has_launches:
-            i = np.searchsorted(self.launch_sorted, t, side="left")
-            ok = i < self.launch_sorted.size
-            return np.where(ok, self.start_suffix_min[np.clip(i, 0, max(self.launch_sorted.size - 1, 0))], -1)
-        i = np.searchsorted(self.starts_sorted, t, side="left")
-        ok = i < self.starts_sorted.size
-        return np.where(ok, self.starts_sorted[np.clip(i, 0, max(self.starts_sorted.size - 1, 0))], -1)
-
-    def pending_at(self, t: np.ndarray) -> np.ndarray:
-        """Whether work launched before t was still unfinished at t."""
-        if self.has_launches:
-            i = np.searchsorted(self.launch_sorted, t, side="left") - 1
-            ok = i >= 0
-            return ok & (self.end_prefix_max[np.clip(i, 0, max(self.end_prefix_max.size - 1, 0))] > t)
-        # without launch times: something is running at t
-        return busy_before(self.merged_s, self.merged_e, t + 1) > busy_before(self.merged_s, self.merged_e, t)
-
-    def drained_at(self, t: np.ndarray) -> np.ndarray:
-        """When the work launched before t had all finished (t itself without launch records)."""
-        if not self.has_launches:
-            return t
-        i = np.searchsorted(self.launch_sorted, t, side="left") - 1
-        done = self.end_prefix_max[np.clip(i, 0, max(self.end_prefix_max.size - 1, 0))]
-        return np.where(i >= 0, np.maximum(done, t), t)
-
-    def idle_between(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Time in [a, b) with nothing running (0 where b <= a)."""
-        span = np.maximum(b - a, 0)
-        busy = busy_before(self.merged_s, self.merged_e, np.maximum(b, a)) - busy_before(self.merged_s,
-                                                                                        self.merged_e, a)
-        return np.maximum(span - busy, 0)
-
-
-def _device_timelines(trace: RankTrace) -> dict[int, _DeviceTimeline]:
-    gpu = trace.gpu
-    launch = launch_times(trace)
-    dev = gpu["device"].to_numpy()
-    s, e = gpu["start_ns"].to_numpy(np.int64), gpu["end_ns"].to_numpy(np.int64)
-    return {int(d): _DeviceTimeline.build(s[dev == d], e[dev == d], launch[dev == d]) for d in np.unique(dev)}
-
-
-def _sync_devices(trace: RankTrace, start: np.ndarray, corr: np.ndarray, pid: np.ndarray) -> np.ndarray:
-    """Device of each sync: from its GPU-side record or its copy (correlation), else the device of
-    the last activity its process launched before it, else the rank's busiest device."""
-    out = np.full(start.size, -1, dtype=np.int64)
-    gpu = trace.gpu
-    if gpu.empty:
-        return np.zeros(start.size, dtype=np.int64)
-    devs = gpu["device"].to_numpy()
-    if np.unique(devs).size == 1:
-        return np.full(start.size, int(devs[0]), dtype=np.int64)
-    for table in (trace.sync_events, gpu):
-        if table.empty:
-            continue
-        by_corr = pd.Series(table["device"].to_numpy(), index=table["correlation"].to_numpy())
-        by_corr = by_corr[by_corr.index >= 0]
-        by_corr = by_corr[~by_corr.index.duplicated()]
-        found = by_corr.reindex(corr).to_numpy(dtype=np.float64)
-        fill = (out < 0) & ~np.isnan(found)
-        out[fill] = found[fill].astype(np.int64)
-    launch = launch_times(trace)
-    rt = trace.runtime
-    if (out < 0).any() and (launch >= 0).any() and not rt.empty:
-        corr_pid = pd.Series(rt["pid"].to_numpy(), index=rt["correlation"].to_numpy())
-        corr_pid = corr_pid[~corr_pid.index.duplicated()]
-        gpid = corr_pid.reindex(gpu["correlation"].to_numpy()).to_numpy(dtype=np.float64)
-        known = launch >= 0
-        acts = pd.DataFrame({"t": launch[known], "pid": np.nan_to_num(gpid[known], nan=-1).astype(np.int64),
-                             "dev": devs[known].astype(np.int64)}).sort_values("t", kind="stable")
-        need = np.flatnonzero(out < 0)
-        qs = pd.DataFrame({"t": start[need], "pid": pid[need].astype(np.int64), "q": need}).sort_values("t")
-        hit = pd.merge_asof(qs, acts, on="t", by="pid", direction="backward")
-        d = hit["dev"].to_numpy(dtype=np.float64)
-        ok = ~np.isnan(d)
-        out[hit["q"].to_numpy()[ok]] = d[ok].astype(np.int64)
-    if (out < 0).any():
-        busiest = int(gpu.assign(d=gpu["end_ns"] - gpu["start_ns"]).groupby("device")["d"].sum().idxmax())
-        out[out < 0] = busiest
-    return out
-
 
 # ------------------------------------------------------------------------------------------
 
@@ -510,7 +297,6 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
         "annotation": label(ann_idx, o_full), "frame": label(frame_idx, o_full), "step": step,
     })
     return df.sort_values("start_ns", kind="stable").reset_index(drop=True)[SYNC_COLUMNS]
-
 
 
 def sync_records(df: pd.DataFrame) -> list[dict]:

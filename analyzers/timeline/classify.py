@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .errors import BadInputError
-from .model import CATEGORIES, RankTrace, TraceSet
+from analyzers.errors import BadInputError
+from analyzers.timeline.model import CATEGORIES, RankTrace, TraceSet
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def _parse_rules(text: str, origin: str) -> tuple[list[Rule], bool]:
 
 
 def default_rules() -> list[Rule]:
-    text = resources.files("analyzers").joinpath("default_rules.toml").read_text()
+    text = resources.files("analyzers.timeline").joinpath("default_rules.toml").read_text()
     return _parse_rules(text, "default_rules.toml")[0]
 
 

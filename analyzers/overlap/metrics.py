@@ -17,15 +17,15 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from . import intervals as iv
-from .iterations import (
+from analyzers.timeline import intervals as iv
+from analyzers.timeline.iterations import (
     DEFAULT_STEP_PATTERN,
     StepSelection,
     gpu_step_windows,
     hta_rounded,
     like_hta_mask,
 )
-from .model import RankTrace
+from analyzers.timeline.model import RankTrace
 
 
 @dataclass

@@ -30,8 +30,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from platformdirs import user_cache_dir
 
-from .kineto import LOADER_VERSION as KINETO_LOADER_VERSION
-from .model import NameTable, RankTrace
+from analyzers.io.kineto import LOADER_VERSION as KINETO_LOADER_VERSION
+from analyzers.timeline.model import NameTable, RankTrace
 
 ENV_CACHE_DIR = "OVERLAPSCOPE_CACHE_DIR"
 # The nsys reader's table layout version: bump when analyzers' nsys loader changes its output.

@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from .classify import Rule, load_rules
-from .errors import BadInputError, MixedRunsError
-from .kineto import load_kineto
-from .model import RankTrace, TraceSet
+from analyzers.errors import BadInputError, MixedRunsError
+from analyzers.io.kineto import load_kineto
+from analyzers.timeline.classify import Rule, load_rules
+from analyzers.timeline.model import RankTrace, TraceSet
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
 # Files the runners write beside a run's traces (runners/harness.py, runners/launch.py): a run
@@ -24,7 +24,7 @@ RUN_METADATA = re.compile(r"^(?:manifest(?:\.failed)?|rank\d+\.(?:status|error)|
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 Progress = Callable[[str, int, int], None]  # (file, index, total)
-PerRank = Callable[[RankTrace], Any]  # see analyzers.parallel
+PerRank = Callable[[RankTrace], Any]  # see analyzers.io.parallel
 
 
 def sniff_format(path: Path) -> str:
@@ -41,7 +41,7 @@ def sniff_format(path: Path) -> str:
     if head.startswith(SQLITE_MAGIC):
         return "nsys"
     if head[:2] == b"\x1f\x8b":
-        from .nsys_gz import is_gzipped_sqlite
+        from analyzers.io.nsys_gz import is_gzipped_sqlite
 
         return "nsys-gz" if is_gzipped_sqlite(path) else "kineto"
     if head.lstrip()[:1] in (b"{", b"["):
@@ -127,12 +127,12 @@ def _load_file(path: Path, rank: int | None) -> list[RankTrace]:
     fmt = sniff_format(path)
     if fmt == "kineto":
         return [load_kineto(path, rank)]
-    from . import nsys  # the nsys reader needs sqlite-utils; imported only when used
+    from analyzers.io import nsys, nsys_rep  # the nsys reader needs sqlite-utils; imported only when used
 
     if fmt == "nsys-rep":
-        path = nsys.nsys_rep_to_sqlite(path)
+        path = nsys_rep.nsys_rep_to_sqlite(path)
     elif fmt == "nsys-gz":
-        from .nsys_gz import gunzip_to_cache
+        from analyzers.io.nsys_gz import gunzip_to_cache
 
         path = gunzip_to_cache(path)
     traces = nsys.load_nsys(path)
@@ -159,7 +159,7 @@ def load_traces(
     the per-rank stage on that Dask cluster instead. per_rank (analyzers.report.RankStage) is
     computed beside each rank's parse; its results land in meta for `analyze` to reuse.
     """
-    from .parallel import PER_RANK_KEY, run_files
+    from analyzers.io.parallel import PER_RANK_KEY, run_files
 
     paths = expand_paths(inputs)
     if rank is not None and len(paths) > 1:
