@@ -117,6 +117,9 @@ def diff_cmd(
     timeline: Annotated[Path | None, typer.Option(
         "--timeline", help="Also write both sides' GPU intervals, aligned at a common iteration start, "
                            "to this CSV file (for plotting A over B).")] = None,
+    html: Annotated[Path | None, typer.Option(
+        "--html", help="Also write a self-contained HTML report of the diff (verdict, tables, both timelines "
+                       "on one x axis; opens with no network access).")] = None,
     jobs: JobsOpt = None,
     no_cache: NoCacheOpt = False,
     scheduler: SchedulerOpt = None,
@@ -142,3 +145,8 @@ def diff_cmd(
         err_console.print(f"aligned timelines ({len(frame)} intervals, at {al['how']}: "
                           f"step {al['step_a']} / {al['step_b']}) written to {timeline}",
                           markup=False, highlight=False)
+    if html is not None:
+        from .export_html import diff_html
+
+        html.write_text(diff_html(d, [(ta, ra), (tb, rb)]), encoding="utf-8")
+        err_console.print(f"HTML diff report written to {html}", markup=False, highlight=False)
