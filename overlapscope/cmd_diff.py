@@ -23,8 +23,11 @@ from analyzers.timeline.model import TraceSet
 from . import render, render_diff
 from .common import (
     CommKernelOpt,
+    JobsOpt,
     LikeHtaOpt,
+    NoCacheOpt,
     RulesOpt,
+    SchedulerOpt,
     StepPatternOpt,
     StepsOpt,
     UsageFailure,
@@ -127,6 +130,9 @@ def diff_cmd(
     html: Annotated[Path | None, typer.Option(
         "--html", help="Also write a self-contained HTML report of the diff (verdict, tables, both timelines "
                        "on one x axis; opens with no network access).")] = None,
+    jobs: JobsOpt = None,
+    no_cache: NoCacheOpt = False,
+    scheduler: SchedulerOpt = None,
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace the --timeline / --html file if it exists (otherwise an existing file is "
                             "refused before any work).")] = False,
@@ -139,8 +145,10 @@ def diff_cmd(
         check_writable(timeline, overwrite, "--timeline")
     if html is not None:
         check_writable(html, overwrite, "--html")
-    ta = load_set(set_inputs(a), rules=rules, comm_kernel=comm_kernel)
-    tb = load_set(set_inputs(b), rules=rules, comm_kernel=comm_kernel)
+    common = dict(rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache, scheduler=scheduler,
+                  options=options, diagnose=not no_diagnose)
+    ta = load_set(set_inputs(a), **common)
+    tb = load_set(set_inputs(b), **common)
     names = names or default_labels(ta, tb)
     ra = analyze(ta, options, diagnose=not no_diagnose, align=not no_align)
     rb = analyze(tb, options, diagnose=not no_diagnose, align=not no_align)

@@ -132,6 +132,15 @@ def gunzip_bytes(packed: bytes, limits: Limits | None = None) -> bytes:
     return b"".join(_gunzip_chunks(io.BytesIO(packed), len(packed), limits))
 
 
+def gunzip_into(src: BinaryIO, packed_size: int, limits: Limits | None = None) -> bytearray:
+    """Unpack src into one growing buffer (no second copy), within the limits."""
+    limits = limits or Limits.from_env()
+    out = bytearray()
+    for chunk in _gunzip_chunks(src, packed_size, limits):
+        out += chunk
+    return out
+
+
 def gunzip_stream(src: BinaryIO, packed_size: int, dst: BinaryIO, limits: Limits | None = None) -> int:
     """Unpack src into dst chunk by chunk (constant memory); returns the unpacked size."""
     limits = limits or Limits.from_env()
