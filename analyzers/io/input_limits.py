@@ -111,7 +111,8 @@ def _gunzip_chunks(read: BinaryIO, packed_size: int, limits: Limits) -> Iterator
             decomp = zlib.decompressobj(16 + zlib.MAX_WBITS)
             in_member = False
     if in_member:
-        raise InputLimitError("truncated or corrupt gzip data (the stream ends early)")
+        raise InputLimitError("truncated or corrupt gzip data (Compressed file ended before the end-of-stream "
+                              "marker was reached)")  # the words of Python's gzip module, which users search
 
 
 def _check_growth(out_total: int, packed_size: int, limits: Limits) -> None:
