@@ -262,6 +262,13 @@ class _RankView:
     def in_range(self, lo: int, hi: int) -> np.ndarray:
         return (self.e > lo) & (self.s < hi)
 
+    def in_windows(self) -> np.ndarray:
+        """Rows inside some analysed window: with --steps 2,5 the steps between are not analysed."""
+        out = np.zeros(self.s.size, dtype=bool)
+        for lo, hi in zip(self.windows["lo"].to_numpy(np.int64), self.windows["hi"].to_numpy(np.int64), strict=True):
+            out |= self.in_range(int(lo), int(hi))
+        return out
+
     def span_ns(self) -> int:
         """Sum of the analysed windows (the denominator of 'share of time')."""
         return int((self.windows["hi"] - self.windows["lo"]).clip(lower=0).sum())
@@ -313,8 +320,9 @@ def syncs_in_overlap_region(view: _RankView, syncs: pd.DataFrame) -> pd.DataFram
     ranges, every sync of an iteration that has one such sync counts (the sync after the last
     step's collective blocks the same pipeline; whether that collective had just ended when the
     host got there is timing), and syncs outside the analysed iterations (the profiler's own
-    cudaDeviceSynchronize at the end) never count. Each counted sync left the GPU idle at least
-    sync_min_idle_ns.
+    cudaDeviceSynchronize at the end) never count. A sync after which nothing is launched (at the
+    very end of the recorded work) is never in the region: there is nothing left to overlap.
+    Each counted sync left the GPU idle at least sync_min_idle_ns.
     """
     p = view.params
     if syncs.empty or not view.comm.any() or view.windows.empty:
@@ -343,7 +351,7 @@ def syncs_in_overlap_region(view: _RankView, syncs: pd.DataFrame) -> pd.DataFram
         k = np.searchsorted(rl, start[on], side="right") - 1
         kc = np.clip(k, 0, max(rl.size - 1, 0))
         between = (k >= 0) & (rl[kc] >= 0) & (start[on] < rh[kc])
-        in_region[on] = in_flight | between
+        in_region[on] = (in_flight | between) & (syncs["next_gpu_start_ns"].to_numpy(np.int64)[on] >= 0)
         region_step[on] = np.where(between, rs[kc], -1)
     idle_ok = syncs["gpu_idle_ns"].to_numpy(np.int64) >= p.sync_min_idle_ns
     host_step = syncs["step"].to_numpy(np.int64)
@@ -636,10 +644,10 @@ def detect_copy_kernels(view: _RankView) -> list[Finding]:
     copies on a side stream of their own, copies small against the exposed communication.
     """
     p, t = view.params, view.trace
-    lo, hi = view.lo, view.hi
+    analysed = view.in_windows()
     findings_ev = []
     for d in view.devices():
-        on = view.in_range(lo, hi) & (view.device == d)
+        on = analysed & (view.device == d)
         cm, cp, cc = on & view.comm, on & view.compute, on & view.copy
         if not cm.any() or not cc.any():
             continue
@@ -696,7 +704,9 @@ def detect_copy_kernels(view: _RankView) -> list[Finding]:
 def launch_bound_gaps(view: _RankView, syncs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Idle gaps (per device) whose next activity was launched only after the gap began.
 
-    Gaps during which a blocking host sync returned are left out: host-blocking-sync owns them.
+    Gaps during which a blocking host sync that caused GPU idle returned are left out:
+    host-blocking-sync owns them. A sync that found the GPU already drained claimed nothing
+    (syncs.blocking_syncs charges it no idle): the gap after it stays a launch gap.
     Columns: device, start_ns, end_ns, gap_ns, next_launch_ns, next_name.
     """
     p, t = view.params, view.trace
@@ -727,7 +737,8 @@ def launch_bound_gaps(view: _RankView, syncs: pd.DataFrame | None = None) -> pd.
         k = np.searchsorted(wl, gs, side="right") - 1
         bound &= (k >= 0) & (ge <= wh[np.clip(k, 0, wl.size - 1)])
         if not syncs.empty:
-            se = np.sort(syncs.loc[syncs["device"] == d, "end_ns"].to_numpy(np.int64))
+            claimed = (syncs["device"] == d) & (syncs["gpu_idle_ns"] > 0)
+            se = np.sort(syncs.loc[claimed, "end_ns"].to_numpy(np.int64))
             has_sync = np.searchsorted(se, ge, side="right") > np.searchsorted(se, gs, side="left")
             bound &= ~has_sync
         parts.append(pd.DataFrame({"device": d, "start_ns": gs[bound], "end_ns": ge[bound],
@@ -836,7 +847,7 @@ def comm_overlap_comparison(view: _RankView, eff_start: np.ndarray | None = None
     p = view.params
     cols = ["collective", "size", "n_alone", "n_overlapped", "median_alone_ns", "median_overlapped_ns", "slowdown"]
     g = view.trace.gpu
-    cm = view.comm & (g["kind"] == "kernel").to_numpy() & view.in_range(view.lo, view.hi)
+    cm = view.comm & (g["kind"] == "kernel").to_numpy() & view.in_windows()
     if not cm.any():
         return pd.DataFrame({c: [] for c in cols})
     s0 = view.s if eff_start is None else eff_start
@@ -932,18 +943,22 @@ def starved_comm_kernels(view: _RankView) -> pd.DataFrame:
     start). It counts when it started starve_min_delay_ns or more after that, while a compute
     kernel on another stream, started by then (give or take starve_blocker_slack_ns), still ran;
     of those, the one that ran longest past the comm kernel's start is named. Copies (copy
-    engine) are left out: they need no SMs. Sorted running maxima per stream keep this
-    O(n log n). Columns: device, stream, start_ns, eligible_ns, delay_ns, name, blocker,
-    blocker_end_ns.
+    engine) are left out: they need no SMs. A comm kernel before which nothing recorded on its
+    device had ended is left out too: what it waited on may predate the trace (censored). Sorted
+    running maxima per stream keep this O(n log n). Columns: device, stream, start_ns, eligible_ns,
+    delay_ns, name, blocker, blocker_end_ns.
     """
     p, t = view.params, view.trace
     cols = ["device", "stream", "start_ns", "eligible_ns", "delay_ns", "name", "blocker", "blocker_end_ns"]
     is_kernel = (t.gpu["kind"] == "kernel").to_numpy()
     launch = launch_times(t)
+    analysed = view.in_windows()
     rows = []
     for d in view.devices():
-        idx = np.flatnonzero((view.device == d) & view.in_range(view.lo, view.hi))
-        cand = idx[view.comm[idx] & is_kernel[idx] & (launch[idx] >= 0)]
+        # Candidates come from the analysed windows; what they could have waited on (earlier work,
+        # last end, blockers) from the whole device, so a window's edge hides no dependency.
+        idx = np.flatnonzero(view.device == d)
+        cand = idx[analysed[idx] & view.comm[idx] & is_kernel[idx] & (launch[idx] >= 0)]
         if cand.size == 0:
             continue
         prev_end = np.full(cand.size, -1, dtype=np.int64)  # end of the earlier work on its stream
@@ -957,7 +972,8 @@ def starved_comm_kernels(view: _RankView) -> pd.DataFrame:
         last_end = np.where(before > 0, ends[np.clip(before - 1, 0, None)], -1)
         eligible = np.maximum.reduce([launch[cand], prev_end, last_end])
         delay = view.s[cand] - eligible
-        keep = delay >= p.starve_min_delay_ns
+        # Nothing recorded on the device ended before it: what it waited on may predate the trace.
+        keep = (delay >= p.starve_min_delay_ns) & (last_end >= 0)
         cand, eligible, delay = cand[keep], eligible[keep], delay[keep]
         comp = idx[view.compute[idx]]
         for k in np.unique(view.stream[cand]):

@@ -81,7 +81,10 @@ class _Trace(msgspec.Struct):
 _DECODER = msgspec.json.Decoder(_Trace)
 
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
-RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime"}
+RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime",
+                # other devices' runtimes (Kineto ActivityType names): read for launch correlation;
+                # syncs.py judges host syncs only by CUDA / HIP API names
+                "mtia_runtime", "xpu_runtime", "xpu_driver", "privateuse1_runtime", "privateuse1_driver"}
 HOST_CATS = {"cpu_op", "user_annotation", "python_function", "operator", "cpu_instant_event"}
 SYNC_CATS = {"cuda_sync"}
 
@@ -184,6 +187,10 @@ def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
         "backend": dist.backend if dist else None,
         "nccl_version": dist.nccl_version if dist else None,
         "n_events": len(events),
+        "runtime_categories": sorted(cat for cat in RUNTIME_CATS if by_cat.get(cat)),
+        # HTA 0.5.0 takes GPU-side ProfilerStep annotations for CPU events when it cuts the last step
+        # (iterations.like_hta_mask): the latest one's start, if any.
+        "gpu_step_annotation_last_start_ns": _last_gpu_step_start(by_cat.get("gpu_user_annotation", [])),
         # HTA rounds events to whole µs only when the trace's timestamps are fractional.
         "fractional_us_timestamps": bool(
             any((tab["start_ns"].to_numpy() % 1000).any() for tab in (gpu, runtime, host_ops))),
@@ -204,6 +211,11 @@ def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
         meta=meta,
         notes=notes,
     )
+
+
+def _last_gpu_step_start(rows: list[_Event]) -> int | None:
+    starts = [e.ts for e in rows if "ProfilerStep" in e.name]
+    return int(_ns(starts).max()) if starts else None
 
 
 def _arg(rows: list[_Event], field: str) -> list[Any]:

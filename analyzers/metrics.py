@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as iv
+from .classify import lookalike_note
 from .iterations import (
     DEFAULT_STEP_PATTERN,
     StepSelection,
@@ -319,6 +320,9 @@ def rank_metrics(trace: RankTrace, options: AnalysisOptions | None = None) -> Ra
         notes.append("no ProfilerStep / step ranges found: per-iteration metrics unavailable")
     if whole.n_comm == 0:
         notes.append("no communication activity: overlap ratio undefined")
+    lookalike = lookalike_note(trace, comm_found=bool((trace.gpu["category"] == "comm").any()))
+    if lookalike:
+        notes.append(lookalike)
     return RankMetrics(
         rank=trace.rank,
         source=trace.source,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
@@ -12,9 +12,10 @@ import pandas as pd
 from .crossrank import CrossRankParams, CrossRankReport, analyze_cross_rank, cross_rank_findings
 from .finding import Finding
 from .findings import FindingParams, detect_findings
+from .iterations import check_step_selection, select_step_rows
 from .metrics import AnalysisOptions, RankMetrics, rank_metrics
 from .model import TraceSet
-from .syncs import SyncParams, blocking_syncs, sync_records
+from .syncs import SyncParams, blocking_syncs, sync_records, sync_totals_beyond_span, syncs_not_judged
 
 
 @dataclass
@@ -87,6 +88,21 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
+def selected_steps_only(traces: TraceSet, options: AnalysisOptions) -> TraceSet:
+    """The trace set as the cross-rank analysis sees it: only the selected steps' GPU activity."""
+    if options.steps.steps is None:
+        return traces
+    return replace(traces, ranks={r: select_step_rows(t, options.steps, options.step_pattern)
+                                  for r, t in traces.ranks.items()})
+
+
+def in_selected_steps(syncs: pd.DataFrame, options: AnalysisOptions) -> pd.DataFrame:
+    """The blocking syncs called inside the selected steps (all of them when none are selected)."""
+    if options.steps.steps is None or syncs.empty:
+        return syncs
+    return syncs[syncs["step"].isin(list(options.steps.steps))].reset_index(drop=True)
+
+
 def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
             diagnose: bool = True, cross_rank: bool = True, align: bool = True,
             cross_rank_params: CrossRankParams | None = None, finding_params: FindingParams | None = None,
@@ -100,6 +116,7 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
     progress(stage, done, total) reports each stage.
     """
     options = options or AnalysisOptions()
+    check_step_selection(traces, options.steps, options.step_pattern)
     ids = traces.rank_ids()
     stages = 1 + int(cross_rank and len(ids) > 1) + int(diagnose)
     done = 0
@@ -122,12 +139,18 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
         clock_offsets_ns=dict(traces.clock_offsets_ns),
     )
     if cross_rank and len(ids) > 1:
-        report.cross_rank = analyze_cross_rank(traces, align=align, params=cross_rank_params)
+        report.cross_rank = analyze_cross_rank(selected_steps_only(traces, options), align=align,
+                                               params=cross_rank_params)
         if report.cross_rank.clock is not None:
             report.clock_offsets_ns = dict(report.cross_rank.clock.offsets_ns)
         tick("cross-rank")
     if diagnose:
-        report.syncs = {r: blocking_syncs(traces.ranks[r], sync_params) for r in ids}
+        report.syncs = {r: in_selected_steps(blocking_syncs(traces.ranks[r], sync_params), options)
+                        for r in ids}
+        for r in ids:
+            report.notes += sync_totals_beyond_span(traces.ranks[r], report.syncs[r])
+            if reason := syncs_not_judged(traces.ranks[r]):
+                report.notes.append(f"rank {r}: {reason}")
         extra = cross_rank_findings(report.cross_rank) if report.cross_rank is not None else []
         report.findings = detect_findings(traces, {m.rank: m for m in metrics}, finding_params,
                                           extra=extra, syncs=report.syncs)
