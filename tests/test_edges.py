@@ -177,6 +177,29 @@ def test_findings_syncs_and_cross_rank_honour_the_selected_steps(tmp_path: Path)
     assert cli("analyze", *paths, "--fail-on", "host-blocking-sync", "-f", "csv").returncode == 1
 
 
+def test_whole_window_of_steps_apart_leaves_out_the_steps_between(tmp_path: Path) -> None:
+    """Steps 1-3 at host [1000n, 1000n + 900) µs, g = 1000n + 100. Steps 1 and 3: GEMM [g, g+300] with
+    an all-reduce [g+50, g+150] under it; step 2: the all-reduce [g, g+100] alone, then the GEMM
+    [g+150, g+300]."""
+    k = Kineto()
+    for n in (1, 2, 3):
+        h, g = 1000 * n, 1000 * n + 100
+        k.step(n, h, h + 900)
+        k.kernel(g + (150 if n == 2 else 0), g + 300, GEMM, launch=h + 5)
+        k.kernel(g + (0 if n == 2 else 50), g + (100 if n == 2 else 150), NCCL_ALLREDUCE, launch=h + 6, stream=20)
+    p = k.write(tmp_path / "apart.json")
+    apart = analyze_json(p, "--steps", "1,3", "--no-diagnose")["ranks"][0]
+    # steps 1 and 3 only: 200 µs of comm, all hidden; span 300 + 300 (step 2 was counted before: 66.7 %)
+    assert (apart["comm_ns"], apart["overlap_ns"], apart["n_comm"]) == (200_000, 200_000, 2)
+    assert apart["overlap_ratio"] == 1.0 and (apart["span_ns"], apart["idle_ns"]) == (600_000, 0)
+    assert sum(s["n"] for s in apart["streams"]) == 4
+    # look-alike: adjacent steps keep the one window they always had
+    every = analyze_json(p, "--steps", "1-3", "--no-diagnose")["ranks"][0]
+    whole = analyze_json(p, "--no-diagnose")["ranks"][0]
+    assert every["overlap_ratio"] == whole["overlap_ratio"] == 2 / 3
+    assert (every["comm_ns"], every["span_ns"]) == (whole["comm_ns"], whole["span_ns"]) == (300_000, 2_300_000)
+
+
 # --- 19.4: a gate that measured nothing fails loudly; common custom comm kernels are known -------
 
 DEEPEP = "void deep_ep::intranode::dispatch<8, 768, 6144>(int4*, float*, int*, long*, float*, int*)"
