@@ -223,3 +223,31 @@ def test_copy_kernels_of_an_unselected_step_between_selected_ones_are_silent(tmp
     for picked in ("2", "1-3"):
         f = finding(analyze_json(p, "--steps", picked), "copy-kernels-block-overlap")
         assert f is not None and f["evidence"]["exposed_copy_ns"] == 40_000
+
+
+def slowed_in_step_two(path: Path) -> Path:
+    """Steps 1-3 at host [1000n, 1000n + 900), g = 1000n + 100; three all-reduces of 1 Mi elements
+    per step at g, g+200, g+400. Steps 1 and 3: 100 µs each, nothing beside them. Step 2: 150 µs
+    each, under a GEMM [g, g+600]: 50 % slower overlapped."""
+    k = Kineto()
+    size = {"In msg nelems": 1 << 20}
+    for n in (1, 2, 3):
+        h, g = 1000 * n, 1000 * n + 100
+        k.step(n, h, h + 900)
+        if n == 2:
+            k.kernel(g, g + 600, GEMM, launch=h + 5)
+        for i in range(3):
+            s0 = g + 200 * i
+            k.kernel(s0, s0 + (150 if n == 2 else 100), NCCL_ALLREDUCE, launch=h + 6 + i, stream=20, **size)
+    return k.write(path)
+
+
+def test_comm_slowed_of_an_unselected_step_between_selected_ones_is_silent(tmp_path: Path) -> None:
+    p = slowed_in_step_two(tmp_path / "slowed.json")
+    # --steps 1,3: six samples alone, none overlapped (step 2's three used to be compared too)
+    assert finding(analyze_json(p, "--steps", "1,3"), "comm-slowed-by-overlap") is None
+    f = finding(analyze_json(p, "--steps", "1-3"), "comm-slowed-by-overlap")
+    assert f is not None
+    c = f["evidence"]["collectives"][0]
+    assert (c["n_alone"], c["n_overlapped"], c["median_alone_ns"], c["median_overlapped_ns"]) == (6, 3, 100_000,
+                                                                                                  150_000)

@@ -35,11 +35,12 @@ class Kineto:
                             "args": args})
 
     def kernel(self, start: float, end: float, name: str = GEMM, *, launch: float | None = None,
-               stream: int = 7, device: int = 0) -> int:
-        """A kernel on the GPU, launched by a cudaLaunchKernel at `launch` (None: no launch record)."""
+               stream: int = 7, device: int = 0, **args: Any) -> int:
+        """A kernel on the GPU, launched by a cudaLaunchKernel at `launch` (None: no launch record);
+        `args` go into its args (e.g. **{"In msg nelems": 1024})."""
         self.corr += 1
         self._x("kernel", name, start, end - start, device, stream, device=device, stream=stream,
-                correlation=self.corr)
+                correlation=self.corr, **args)
         if launch is not None:
             self._x(self.runtime_cat, "cudaLaunchKernel", launch, 2, self.pid, self.tid, correlation=self.corr)
         return self.corr
