@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from .model import RankTrace
+from .model import RankTrace, TraceSet
 
 DEFAULT_STEP_PATTERN = r"^ProfilerStep\s*#\s*(\d+)$"
 
@@ -65,7 +65,7 @@ def format_steps(steps: list[int]) -> str:
     return ", ".join(str(r[0]) if r.size == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
-def check_step_selection(traces, selection: StepSelection, pattern: str = DEFAULT_STEP_PATTERN) -> None:
+def check_step_selection(traces: TraceSet, selection: StepSelection, pattern: str = DEFAULT_STEP_PATTERN) -> None:
     """Refuse a selection naming a step that some rank's trace does not hold (UnknownStepsError,
     listing the steps present), so that no section silently measures nothing or everything."""
     if selection.steps is None:
