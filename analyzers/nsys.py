@@ -734,11 +734,12 @@ def _gpu_table(parts: list[pd.DataFrame], names: NameTable) -> pd.DataFrame:
 
 
 def nested_duplicate_calls(df: pd.DataFrame) -> np.ndarray:
-    """Rows that repeat an enclosing call: same thread, same correlation id, inside it.
+    """Rows that repeat an earlier call: same thread, same correlation id, overlapping it in time.
 
     Some exports (seen with nsys 2022.2 on an MPI+CUDA run) record every runtime call twice,
     e.g. ``cudaMemcpy`` with ``cudaMemcpy_v3020`` inside it; counted twice, each sync would be
-    charged twice. The outermost call of each (thread, correlation id) is kept.
+    charged twice. One thread cannot make two calls at once except by nesting, and nested calls
+    get their own correlation ids, so such a pair is one call: the outermost row is kept.
     """
     if df.empty:
         return np.zeros(0, dtype=bool)
@@ -747,8 +748,8 @@ def nested_duplicate_calls(df: pd.DataFrame) -> np.ndarray:
     d = d[d["corr"] >= 0].sort_values(["tid", "corr", "s", "e"], ascending=[True, True, True, False],
                                      kind="stable")
     first_s = d.groupby(["tid", "corr"])["s"].transform("first")
-    first_e = d.groupby(["tid", "corr"])["e"].transform("first")
-    repeat = d.duplicated(["tid", "corr"], keep="first") & (d["s"] >= first_s) & (d["e"] <= first_e)
+    first_e = d.groupby(["tid", "corr"])["e"].transform("first")  # the outermost (earliest, longest)
+    repeat = d.duplicated(["tid", "corr"], keep="first") & (d["s"] >= first_s) & (d["s"] < first_e)
     out = np.zeros(len(df), dtype=bool)
     out[d.loc[repeat, "i"].to_numpy()] = True
     return out
