@@ -9,13 +9,19 @@ from typing import Any
 
 import pandas as pd
 
-from .crossrank import CrossRankParams, CrossRankReport, analyze_cross_rank, cross_rank_findings
-from .finding import Finding
-from .findings import FindingParams, detect_findings
-from .iterations import check_step_selection, select_step_rows
-from .metrics import AnalysisOptions, RankMetrics, rank_metrics
-from .model import TraceSet
-from .syncs import SyncParams, blocking_syncs, sync_records, sync_totals_beyond_span, syncs_not_judged
+from analyzers.crossrank import CrossRankParams, CrossRankReport, analyze_cross_rank
+from analyzers.findings import FindingParams, cross_rank_findings, detect_findings
+from analyzers.findings.finding import Finding
+from analyzers.overlap.metrics import AnalysisOptions, RankMetrics, rank_metrics
+from analyzers.syncs.blocking import (
+    SyncParams,
+    blocking_syncs,
+    sync_records,
+    sync_totals_beyond_span,
+    syncs_not_judged,
+)
+from analyzers.timeline.iterations import check_step_selection, select_step_rows
+from analyzers.timeline.model import TraceSet
 
 
 @dataclass

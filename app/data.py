@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from analyzers.errors import BadInputError
-from analyzers.load import expand_paths, load_traces
-from analyzers.model import TraceSet
+from analyzers.io.load import expand_paths, load_traces
+from analyzers.timeline.model import TraceSet
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ENV_SAMPLES = "OVERLAPSCOPE_SAMPLES"

@@ -2,7 +2,7 @@
 
 No streamlit here, so the same figures work in a notebook:
 
-    from analyzers.load import load_traces
+    from analyzers.io.load import load_traces
     from app.timeline import prepare_timeline, lod_for_windows
     from app.figures import timeline_figure
     data = prepare_timeline(load_traces(["run_dir"]))

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analyzers import intervals as iv
-from analyzers.iterations import gpu_step_windows
-from analyzers.model import CATEGORIES, TraceSet
+from analyzers.timeline import intervals as iv
+from analyzers.timeline.iterations import gpu_step_windows
+from analyzers.timeline.model import CATEGORIES, TraceSet
 
 from .lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX, Segments, lod_segments, sort_for_lod
 
@@ -60,14 +60,15 @@ class TimelineData:
 
 
 def blocking_syncs_frame(traces: TraceSet) -> tuple[pd.DataFrame, str | None]:
-    """Blocking host syncs of every rank from analyzers.syncs, in SYNC_COLUMNS.
+    """Blocking host syncs of every rank from analyzers.syncs.blocking, in SYNC_COLUMNS.
 
     Returns (frame, note): the note says why there are none when the analysis is missing.
     """
     try:
-        from analyzers.syncs import blocking_syncs
+        from analyzers.syncs.blocking import blocking_syncs
     except ImportError:
-        return pd.DataFrame({c: [] for c in SYNC_COLUMNS}), "host-sync analysis (analyzers.syncs) not available yet"
+        return (pd.DataFrame({c: [] for c in SYNC_COLUMNS}),
+                "host-sync analysis (analyzers.syncs.blocking) not available yet")
     frames = []
     for t in traces:
         df = blocking_syncs(t)
@@ -110,7 +111,7 @@ def _bands(s: np.ndarray, e: np.ndarray, cat: np.ndarray) -> tuple[iv.Intervals,
 def prepare_timeline(traces: TraceSet, syncs: pd.DataFrame | None = None, label: str = "") -> TimelineData:
     """Flatten a trace set into sorted lane/colour rows (see the module docstring).
 
-    syncs: a frame in SYNC_COLUMNS (blocking_syncs_frame); None fetches it from analyzers.syncs.
+    syncs: a frame in SYNC_COLUMNS (blocking_syncs_frame); None fetches it from analyzers.syncs.blocking.
     """
     notes: list[str] = []
     if syncs is None:

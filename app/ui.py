@@ -17,9 +17,9 @@ import pandas as pd
 import streamlit as st
 
 from analyzers.errors import BadInputError
-from analyzers.metrics import AnalysisOptions, OverlapMetrics, window_metrics
-from analyzers.model import TraceSet
+from analyzers.overlap.metrics import AnalysisOptions, OverlapMetrics, window_metrics
 from analyzers.report import AnalysisReport, analyze
+from analyzers.timeline.model import TraceSet
 
 from . import data
 from .timeline import SYNC_COLUMNS, TimelineData, normalize_syncs, prepare_timeline

@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from analyzers.load import load_traces  # noqa: E402
-from analyzers.model import NameTable, RankTrace, TraceSet  # noqa: E402
+from analyzers.io.load import load_traces  # noqa: E402
+from analyzers.timeline.model import NameTable, RankTrace, TraceSet  # noqa: E402
 from app.figures import figure_payload_bytes, timeline_figure  # noqa: E402
 from app.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX  # noqa: E402
 from app.timeline import lod_for_windows, prepare_timeline  # noqa: E402

@@ -87,7 +87,7 @@ def measure(path: Path, trace_python_heap: bool) -> dict:
     sys.path.insert(0, str(REPO))
     import tracemalloc
 
-    from analyzers.nsys import load_nsys
+    from analyzers.io.nsys import load_nsys
 
     base = _rss_now_mb()
     if trace_python_heap:

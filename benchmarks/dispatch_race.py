@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analyzers.load import load_traces
+from analyzers.io.load import load_traces
 
 
 def classify_steps(run_dir: Path, gemm: str, barrier: str, late_us: float) -> Counter[str]:

@@ -18,7 +18,7 @@ import typer
 
 from analyzers.errors import BadInputError
 
-from .cli import EXIT_USAGE, app, err_console
+from .common import EXIT_USAGE, err_console
 
 APP_SCRIPT = Path(__file__).resolve().parents[1] / "app" / "main.py"
 
@@ -37,7 +37,6 @@ def streamlit_command(paths: list[Path], *, port: int, address: str, max_upload_
     ]
 
 
-@app.command("app")
 def app_cmd(
     paths: Annotated[list[str] | None, typer.Argument(
         help="Runs to open: run folders or trace files (files of one folder form one run). "

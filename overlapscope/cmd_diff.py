@@ -1,7 +1,7 @@
-"""`overlapscope diff A B`: what a schedule change did, side by side (registered on the cli app).
+"""`overlapscope diff A B`: what a schedule change did, side by side.
 
 Lives in its own module so the diff command can grow without touching `analyze`; cli.py
-imports it once, at its end, to register the command.
+registers `diff_cmd` on the app.
 """
 
 from __future__ import annotations
@@ -14,21 +14,20 @@ from typing import Annotated
 import typer
 
 from analyzers.diff import TraceDiff, aligned_timelines, diff_reports
-from analyzers.iterations import DEFAULT_STEP_PATTERN
-from analyzers.kernel_names import KERNEL_NAME_MODES
-from analyzers.load import TRACE_SUFFIXES
-from analyzers.model import TraceSet
+from analyzers.io.load import TRACE_SUFFIXES
 from analyzers.report import analyze
+from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN
+from analyzers.timeline.kernel_names import KERNEL_NAME_MODES
+from analyzers.timeline.model import TraceSet
 
 from . import render, render_diff
-from .cli import (
+from .common import (
     CommKernelOpt,
     LikeHtaOpt,
     RulesOpt,
     StepPatternOpt,
     StepsOpt,
     UsageFailure,
-    app,
     err_console,
     load_set,
     options_from,
@@ -91,7 +90,6 @@ def emit_diff(d: TraceDiff, fmt: DiffFormat, top: int) -> None:
         render_diff.print_diff(d, out_console, top=top)
 
 
-@app.command("diff")
 def diff_cmd(
     a: Annotated[str, typer.Argument(help=SetArg, show_default=False)],
     b: Annotated[str, typer.Argument(help=SetArg, show_default=False)],
@@ -116,6 +114,9 @@ def diff_cmd(
     timeline: Annotated[Path | None, typer.Option(
         "--timeline", help="Also write both sides' GPU intervals, aligned at a common iteration start, "
                            "to this CSV file (for plotting A over B).")] = None,
+    html: Annotated[Path | None, typer.Option(
+        "--html", help="Also write a self-contained HTML report of the diff (verdict, tables, both timelines "
+                       "on one x axis; opens with no network access).")] = None,
 ) -> None:
     """Compare two trace sets (schedule variants): every metric with deltas, findings on one side only,
     kernel changes, and a verdict."""
@@ -136,3 +137,8 @@ def diff_cmd(
         err_console.print(f"aligned timelines ({len(frame)} intervals, at {al['how']}: "
                           f"step {al['step_a']} / {al['step_b']}) written to {timeline}",
                           markup=False, highlight=False)
+    if html is not None:
+        from .export_html import diff_html
+
+        html.write_text(diff_html(d, [(ta, ra), (tb, rb)]), encoding="utf-8")
+        err_console.print(f"HTML diff report written to {html}", markup=False, highlight=False)

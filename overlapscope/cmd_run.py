@@ -14,11 +14,11 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from analyzers.load import is_trace_name
+from analyzers.io.load import is_trace_name
 from analyzers.report import AnalysisReport, analyze
 
 from . import render
-from .cli import EXIT_RUN_FAILED, OutputFormat, UsageFailure, app, emit, err_console, load_set, out_console
+from .common import EXIT_RUN_FAILED, OutputFormat, UsageFailure, emit, err_console, load_set, out_console
 
 PROFILERS = ("torch", "nsys", "none")
 
@@ -69,20 +69,28 @@ def _run_failed(exc: Exception, out: Path) -> typer.Exit:
     return typer.Exit(EXIT_RUN_FAILED)
 
 
+def _pm(median: float, spread: float) -> str:
+    """A median with the spread measured in the same run (chunk medians' half range)."""
+    return f"{median:.3f}" if spread != spread else f"{median:.3f} ±{spread:.3f}"
+
+
 def timings_table(results: dict[str, Any]) -> Table:
-    """CUDA-event timings of each variant (medians), with the standalone compute and comm times."""
-    table = Table(title="timings (CUDA events, median)", title_justify="left", header_style="bold")
+    """CUDA-event timings of each variant (medians ± spread), with the standalone compute and comm times."""
+    table = Table(title="timings (CUDA events, median ± half the range of its chunk medians)", title_justify="left",
+                  header_style="bold")
     for col in ("variant", "time ms", "baseline ms", "speed-up", "compute alone ms", "comm alone ms",
-                "ideal ms", "max rel. error"):
+                "time/compute", "ideal ms", "max rel. error"):
         table.add_column(col, justify="left" if col == "variant" else "right")
     for name, r in results.items():
         t = r.timings
         steps = r.manifest.get("params", {}).get("steps")
         ideal = t.compute_ms + t.comm_ms / steps if steps else None
         err = max((x.get("rel_error", 0.0) for x in r.manifest.get("ranks", [])), default=float("nan"))
-        table.add_row(name, f"{t.variant_ms:.3f}", f"{t.baseline_ms:.3f}",
+        table.add_row(name, _pm(t.variant_ms, t.variant_spread_ms), _pm(t.baseline_ms, t.baseline_spread_ms),
                       f"{t.baseline_ms / t.variant_ms:.2f}x" if t.variant_ms > 0 else "n/a",
-                      f"{t.compute_ms:.3f}", f"{t.comm_ms:.3f}", f"{ideal:.3f}" if ideal else "n/a", f"{err:.2g}")
+                      _pm(t.compute_ms, t.compute_spread_ms), _pm(t.comm_ms, t.comm_spread_ms),
+                      f"{t.variant_ms / t.compute_ms:.3f}" if t.compute_ms > 0 else "n/a",
+                      f"{ideal:.3f}" if ideal else "n/a", f"{err:.2g}")
     return table
 
 
@@ -105,7 +113,6 @@ TimeoutOpt = Annotated[float, typer.Option(
     "--timeout", help="Seconds before a hanging run is brought down (the hung rank is named).")]
 
 
-@app.command("run")
 def run_cmd(
     algo: AlgoArg,
     params: ParamsArg = None,
@@ -143,23 +150,28 @@ def run_cmd(
     emit(report, format)
 
 
-@app.command("sweep")
 def sweep_cmd(
     algo: AlgoArg,
     params: ParamsArg = None,
     variants: Annotated[str | None, typer.Option(
         "--variants", help="Comma-separated variants (default: all of the algorithm's).")] = None,
     baseline: Annotated[str | None, typer.Option(
-        "--baseline", help="Variant the others are compared with (default: baseline, else the first).")] = None,
+        "--baseline", help="Variant the others of its workload are compared with (default: each workload's "
+                           "`baseline` variant, else its first). Variants of different workloads (symm-mem's "
+                           "all-gather+matmul and matmul+reduce-scatter) are never compared.")] = None,
     nproc: NprocOpt = 2,
     profiler: ProfilerOpt = "torch",
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder: one sub-folder per variant.")
-                   ] = Path("runs/sweep"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder: one sub-folder per variant, and "
+                                                           "sweep.json.")] = Path("runs/sweep"),
     timeout: TimeoutOpt = 3600.0,
     format: Annotated[OutputFormat, typer.Option("--format", "-f", help="table, json or md.")
                       ] = OutputFormat.table,
 ) -> None:
-    """Run several variants, then compare them in one table: every metric, time and speed-up."""
+    """Run several variants, then compare them: CUDA-event times (median ± spread within the run) and,
+    per workload, every trace metric and speed-up against that workload's own baseline.
+
+    The comparison is also written to OUT/sweep.json (the document `-f json` prints).
+    """
     launch = _launch_module()
     values = parse_params(params or [])
     if algo not in launch.ALGORITHMS:
@@ -167,41 +179,49 @@ def sweep_cmd(
     chosen = [v.strip() for v in variants.split(",") if v.strip()] if variants else list(
         launch.ALGORITHMS[algo].variants)
     _check(algo, chosen, values, profiler)
-    base = baseline or ("baseline" if "baseline" in chosen else chosen[0])
-    if base not in chosen:
-        raise UsageFailure(f"--baseline {base!r} is not among the variants run")
+    if baseline is not None and baseline not in chosen:
+        raise UsageFailure(f"--baseline {baseline!r} is not among the variants run")
+    groups = launch.workload_groups(algo, chosen, baseline)
     try:
         results = launch.sweep(algo, chosen, nproc=nproc, profiler=profiler, out=out, params=values,
                                timeout_s=timeout, on_progress=_progress)
     except launch.RunFailed as exc:
         raise _run_failed(exc, out) from None
     reports = {v: rep for v, r in results.items() if (rep := _analyze_out(r.out_dir, v)) is not None}
-    emit_sweep(results, reports, base, format)
+    emit_sweep(results, reports, groups, format, out)
 
 
-def emit_sweep(results: dict[str, Any], reports: dict[str, AnalysisReport], base: str,
-               fmt: OutputFormat) -> None:
-    """One comparison: trace metrics per variant (compare_many) joined with the CUDA-event timings."""
+def emit_sweep(results: dict[str, Any], reports: dict[str, AnalysisReport],
+               groups: list[tuple[str, str, list[str]]], fmt: OutputFormat, out: Path | None = None) -> None:
+    """Per workload, trace metrics of its variants against its own baseline (compare_many), with the
+    CUDA-event timings; the same document is written to OUT/sweep.json."""
     from analyzers.diff import compare_many
 
     from .render_diff import print_sweep, sweep_markdown
 
-    table = compare_many(reports, base) if reports and base in reports else None
+    tables = []
+    for workload, base, members in groups:
+        mine = {v: reports[v] for v in members if v in reports}
+        tables.append((workload, base, compare_many(mine, base) if base in mine else None))
     timings = {v: vars(r.timings) for v, r in results.items()}
+    doc = {"timings_ms": timings,
+           "groups": [{"workload": w, "baseline": b, "variants": [] if t is None else t.to_dict(orient="records")}
+                      for w, b, t in tables]}
+    if out is not None and Path(out).is_dir():
+        (Path(out) / "sweep.json").write_text(render.to_json(doc) + "\n")
     if fmt is OutputFormat.json:
-        doc = {"baseline": base, "timings_ms": timings,
-               "variants": table.to_dict(orient="records") if table is not None else []}
         sys.stdout.write(render.to_json(doc) + "\n")
         return
     if fmt is OutputFormat.md:
-        sys.stdout.write((sweep_markdown(table) if table is not None else "") + "\n")
+        sys.stdout.write("\n".join(f"#### {w} (baseline {b})\n\n{sweep_markdown(t)}" for w, b, t in tables
+                                    if t is not None) + "\n")
         return
     out_console.print(timings_table(results))
-    if table is not None:
-        print_sweep(table, out_console)
+    for workload, base, table in tables:
+        if table is not None:
+            print_sweep(table, out_console, f"{workload}, baseline {base}")
 
 
-@app.command("algorithms")
 def algorithms_cmd() -> None:
     """List the runner algorithms, their schedule variants and parameters."""
     launch = _launch_module()

@@ -15,16 +15,9 @@ from rich.table import Table
 
 from analyzers.report import AnalysisReport
 
-UNDEFINED = "n/a"
-
-
-def ms(ns: float | int | None) -> str:
-    return UNDEFINED if ns is None else f"{ns / 1e6:.3f}"
-
-
-def pct(ratio: float | None) -> str:
-    return UNDEFINED if ratio is None else f"{100 * ratio:.1f}%"
-
+from .render_crossrank import cross_rank_markdown, cross_rank_table
+from .render_findings import findings_markdown, findings_table, syncs_table
+from .render_format import UNDEFINED, ms, pct  # noqa: F401  (render.pct is the formatter commands use)
 
 RANK_COLUMNS: list[tuple[str, str]] = [
     ("rank", "rank"),
@@ -91,10 +84,6 @@ def _all_syncs(report: AnalysisReport):
 
 
 def print_table(report: AnalysisReport, console: Console, streams: bool = False) -> None:
-    # The section renderers import this module's formatters, so they are imported here.
-    from .render_crossrank import cross_rank_table
-    from .render_findings import findings_table, syncs_table
-
     console.print(report_table(report))
     if streams:
         for t in stream_tables(report):
@@ -118,9 +107,6 @@ def print_table(report: AnalysisReport, console: Console, streams: bool = False)
 
 
 def to_markdown(report: AnalysisReport) -> str:
-    from .render_crossrank import cross_rank_markdown
-    from .render_findings import findings_markdown
-
     lines = [f"### overlap — {report.label}", ""]
     lines.append("| " + " | ".join(n for n, _ in RANK_COLUMNS) + " |")
     lines.append("|" + "---|" * len(RANK_COLUMNS))

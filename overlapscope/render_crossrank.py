@@ -14,7 +14,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from analyzers.crossrank import CrossRankReport, normalized_name
-from overlapscope.render import UNDEFINED, pct
+
+from .render_format import UNDEFINED, pct
 
 TOP_COLLECTIVES = 10  # collectives with the most waiting shown in tables (JSON carries all)
 TOP_MISMATCHES = 10

@@ -302,11 +302,12 @@ def sweep_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def print_sweep(df: pd.DataFrame, console: Console) -> None:
+def print_sweep(df: pd.DataFrame, console: Console, workload: str = "") -> None:
     header, rows = sweep_rows(df)
     basis = str(df["speed_basis"].iloc[0]) if len(df) else ""
     agg = str(df["aggregation"].iloc[0]) if len(df) else ""
-    t = Table(title=f"variants ({agg}; speed-up of {basis.replace('_ns', '').replace('_', ' ')})",
+    what = f"{workload}: variants" if workload else "variants"
+    t = Table(title=f"{what} ({agg}; speed-up of {basis.replace('_ns', '').replace('_', ' ')})",
               title_justify="left", header_style="bold")
     for i, c in enumerate(header):
         t.add_column(c, justify="left" if i == 0 else "right")

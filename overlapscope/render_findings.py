@@ -1,6 +1,6 @@
 """Rendering of findings and blocking host syncs: rich tables for the terminal, Markdown for reports.
 
-The analyses return data (analyzers.findings, analyzers.syncs); only this module turns them into
+The analyses return data (analyzers.findings, analyzers.syncs.blocking); only this module turns them into
 text, so JSON output stays the data itself.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 from rich.table import Table
 
-from analyzers.finding import Finding, Severity, sort_findings
+from analyzers.findings.finding import Finding, Severity, sort_findings
 
 SEVERITY_STYLE = {Severity.critical: "bold red", Severity.warning: "yellow", Severity.info: "cyan"}
 SYNC_GROUP_LIMIT = 20  # rows of the grouped sync table; the JSON output has every sync
@@ -59,7 +59,7 @@ def syncs_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def syncs_table(df: pd.DataFrame, title: str = "blocking host syncs", limit: int = SYNC_GROUP_LIMIT) -> Table:
-    """Blocking syncs per rank, API and caller (analyzers.syncs.blocking_syncs rows, any ranks)."""
+    """Blocking syncs per rank, API and caller (analyzers.syncs.blocking.blocking_syncs rows, any ranks)."""
     table = Table(title=title, title_justify="left", header_style="bold")
     for name in ("rank", "api", "caller", "syncs", "host blocked ms", "GPU idle ms", "idle median µs", "steps"):
         table.add_column(name, justify="left" if name in ("api", "caller") else "right")

@@ -3,6 +3,24 @@
 Rank r holds A_r [M, K/D] and B_r [K/D, N]; the result on rank r is rows
 [r*M/D, (r+1)*M/D) of sum_r A_r @ B_r, as reduce_scatter_tensor gives it.
 
+The `tuned` schedule came from this tool's findings on the recorded 2×H200 traces
+(sample_traces/gemm-rs, sample_traces/symm-mem/fused-matmul-rs):
+
+- ring: `comm-starved-by-compute` on both ranks (its NCCL SendRecv kernels waited
+  2.5–2.6 ms in all for SMs held by the nvjet GEMM) and `late-peer`; overlap 0.64 / 0.54
+  (session 3's sample; session 6's, now in sample_traces, shows the same finding).
+  So: no SM-hungry transfer next to the GEMM. tuned pushes by copy engine (a copy into
+  the peer's symmetric memory, `Memcpy PtoP` in the trace), which takes no SM.
+- fused_matmul_reduce_scatter: `late-peer`, its symmetric-memory barriers waited up to
+  0.4 ms for the other rank, because each chunk's barrier sits between producer and copy
+  on the critical path. So: tuned never waits for a peer inside the pipeline. The peers'
+  partial blocks are computed first and pushed while the next one computes; the
+  barriers that say a chunk has arrived run on their own stream, each ready one GEMM
+  before its consumer, so the compute stream only waits where a peer is a whole GEMM late.
+- the reduction: the received partials land in the rank's output buffer, and the rank's
+  own block, computed last, is added into it by the GEMM's epilogue (addmm_, beta = 1):
+  no separate reduction pass.
+
 Run under torchrun:  python -m torch.distributed.run --nproc-per-node 2 -m runners.gemm_rs \
     --variant ring --profiler torch --out out/gemm-rs
 """
@@ -15,7 +33,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runners.harness import Ctx, Streams, Workload, main, region
+from runners import symm
+from runners.harness import Ctx, Marker, Streams, Workload, main, region
 from runners.specs import GEMM_RS
 
 
@@ -37,6 +56,8 @@ class GemmRs(Workload):
         self.out_base = torch.empty(self.M // self.D, self.N, device=dev, dtype=dt)
         self.streams = Streams(ctx, int(p["streams"]))
         self._fns: dict[str, Callable[[], Any]] = {}
+        self._tuned_mode: str | None = None
+        self._fallbacks: dict[str, str] = {}
         for v in variants:
             self.variant_fn(v)
 
@@ -75,6 +96,8 @@ class GemmRs(Workload):
             "collective-pipelined": self._make_collective_pipelined,
             "ring": lambda: self._make_ring(coalesced=True),
             "ring-uncoalesced": lambda: self._make_ring(coalesced=False),
+            "tuned": self._make_tuned,
+            "fused-ref": self._make_fused,
         }
         return self._cached("v:" + variant, makers[variant])
 
@@ -154,9 +177,159 @@ class GemmRs(Workload):
 
         return run
 
+    def _make_tuned(self) -> Callable[[], torch.Tensor]:
+        """Peers' partial blocks first, pushed as they finish; the own block last, reduced in its epilogue.
+
+        Each rank's output block of M/D rows is split into S chunks. First, on the compute
+        stream: for chunk s = 0..S-1 and every peer q, the partial A_r[q's chunk s] @ B_r;
+        as each finishes, a high-priority copy stream pushes it into q's receive slot (copy
+        engine into q's symmetric memory; NCCL or gloo point-to-point where that is not
+        available). Then the own block, C = received + A_r[own rows] @ B_r, as addmm_ into
+        the receive slot itself, in three GEMMs: chunks 0..S-3, S-2, S-1.
+
+        Before each own GEMM, the peers' pushes of its chunks must be complete: a barrier
+        on a third (high-priority) stream, queued after this rank's push of the group's last
+        chunk. That push ends early in the next GEMM, one GEMM before the barrier's consumer:
+        a rank that runs ahead waits for its peer inside the barrier while its own next GEMM
+        (which does not need it) computes. On 2×H200 every barrier started as its push ended
+        and ran beside a GEMM (the faster rank spun 158–190 µs there); one that found no SM
+        until that GEMM's end would still be a GEMM ahead of its consumer. Receive slots
+        alternate between two buffers by iteration; the barriers keep a peer less than one
+        iteration ahead, so it never overwrites a slot that is still being read.
+        """
+        ctx, p = self.ctx, self.ctx.params
+        D, S, N, kp, r = self.D, self.S, self.N, self.kp, ctx.rank
+        rows = self.M // D
+        mc = rows // S
+        dev, dt = ctx.device, ctx.dtype
+        mode = str(p["tuned_comm"])
+        if mode in ("auto", "ce"):
+            if symm.available(ctx):
+                mode = "ce"
+            elif mode == "ce" and ctx.cuda:
+                raise RuntimeError(f"--tuned-comm ce: symmetric memory unavailable ({symm.why_unavailable(ctx)})")
+            else:
+                mode = "p2p"
+                self._fallbacks["tuned"] = "ce unavailable here: " + symm.why_unavailable(ctx)
+        self._tuned_mode = mode
+        peers = [(r + j) % D for j in range(1, D)]
+        a_blocks = self.a.view(D, S, mc, kp)  # [destination rank, chunk, rows, K/D]
+        partial = torch.empty(S, max(D - 1, 1), mc, N, device=dev, dtype=dt)  # what this rank sends
+        # receive slots: [iteration parity, source (index j-1 holds rank r-j's partials), chunk, rows, N]
+        slot_shape = (2, max(D - 1, 1), S, mc, N)
+        # the own block's GEMMs: chunks 0..S-3 together, then S-2 and S-1 alone (their data comes last)
+        groups = [range(0, S - 2), range(S - 2, S - 1), range(S - 1, S)] if S >= 3 else [range(s, s + 1)
+                                                                                          for s in range(S)]
+        last_of = {g[-1]: gi for gi, g in enumerate(groups)}
+        copies = Streams(ctx, 1, priority=int(p["comm_priority"]))
+        syncs = Streams(ctx, 1, priority=int(p["comm_priority"]))
+        computed = [[Marker(ctx) for _ in peers] for _ in range(S)]
+        pushed = [Marker(ctx) for _ in range(S)]
+        synced = [Marker(ctx) for _ in groups]
+        calls = [0]
+
+        def slot_at(q: int) -> int:
+            """Where this rank's partials go among rank q's receive slots."""
+            return (q - r) % D - 1
+
+        if mode == "ce":
+            handle, recv = symm.alloc(ctx, slot_shape)
+            remote = {q: handle.get_buffer(q, slot_shape, dt) for q in peers}
+
+            def push(par: int, s: int) -> None:
+                with copies.on(0), region(f"tuned: push chunk {s}"):
+                    for qi, q in enumerate(peers):
+                        computed[s][qi].wait()
+                        remote[q][par, slot_at(q), s].copy_(partial[s, qi])
+                    pushed[s].record()
+                if s in last_of:
+                    gi = last_of[s]
+                    with syncs.on(0), region(f"tuned: barrier, chunks {groups[gi][0]}..{s} arrived"):
+                        pushed[s].wait()  # our pushes up to chunk s are complete ...
+                        handle.barrier(channel=0)  # ... and so are the peers' (they queued the same)
+                        synced[gi].record()
+
+            def arrived(par: int, gi: int) -> None:
+                synced[gi].wait()
+        else:
+            recv = torch.empty(slot_shape, device=dev, dtype=dt)
+            works: dict[int, list[Any]] = {}
+
+            def push(par: int, s: int) -> None:
+                with copies.on(0), region(f"tuned: push chunk {s}"):
+                    for qi in range(len(peers)):
+                        computed[s][qi].wait()
+                    ops = [dist.P2POp(dist.isend, partial[s, qi], q, ctx.group) for qi, q in enumerate(peers)]
+                    ops += [dist.P2POp(dist.irecv, recv[par, j - 1, s], (r - j) % D, ctx.group)
+                            for j in range(1, D)]
+                    works[s] = dist.batch_isend_irecv(ops) if ops else []
+
+            def arrived(par: int, gi: int) -> None:
+                for s in groups[gi]:
+                    for w in works.pop(s, []):
+                        w.wait()  # CUDA: the compute stream waits for the transfer; gloo: the host does
+
+        def own(par: int, chunks: range) -> None:
+            first, last = chunks[0], chunks[-1] + 1
+            out = recv[par, 0, first:last].view(len(chunks) * mc, N)
+            with region(f"tuned: own rows, chunks {first}..{last - 1}"):
+                for j in range(1, D - 1):  # more than one peer: add the other received partials first
+                    out.add_(recv[par, j, first:last].view(len(chunks) * mc, N))
+                a_own = a_blocks[r, first:last].reshape(len(chunks) * mc, kp)
+                if D == 1:
+                    torch.matmul(a_own, self.b, out=out)
+                else:
+                    out.addmm_(a_own, self.b)  # the reduction rides in the GEMM's epilogue (beta = 1)
+
+        def run() -> torch.Tensor:
+            par = calls[0] % 2
+            calls[0] += 1
+            for s in range(S):
+                for qi, q in enumerate(peers):
+                    with region(f"tuned: partial for rank {q}, chunk {s}"):
+                        torch.matmul(a_blocks[q, s], self.b, out=partial[s, qi])
+                    computed[s][qi].record()
+                if D > 1:
+                    push(par, s)
+            for gi, g in enumerate(groups):
+                if D > 1:
+                    arrived(par, gi)
+                own(par, g)
+            copies.main_waits(0)
+            syncs.main_waits(0)
+            return recv[par, 0].view(rows, N)
+
+        return run
+
+    def _make_fused(self) -> Callable[[], torch.Tensor]:
+        """PyTorch's fused_matmul_reduce_scatter (CUDA symmetric memory); unfused with gloo."""
+        ctx = self.ctx
+        if not symm.available(ctx):
+            self._fallbacks["fused-ref"] = "fused op unavailable: " + symm.why_unavailable(ctx)
+            c, out = torch.empty_like(self.c_full), torch.empty_like(self.out_base)
+
+            def unfused() -> torch.Tensor:
+                torch.matmul(self.a, self.b, out=c)
+                dist.reduce_scatter_tensor(out, c, group=ctx.group)
+                return out
+
+            return unfused
+        symm.enable(ctx)
+        name = ctx.group.group_name
+
+        def fused() -> torch.Tensor:
+            return torch.ops.symm_mem.fused_matmul_reduce_scatter(self.a, self.b, "sum", 0, name)
+
+        return fused
+
     def describe(self, variant: str) -> dict[str, Any]:
-        return {"M": self.M, "K": self.K, "N": self.N, "K_per_rank": self.kp, "S": self.S, "D": self.D,
-                "streams": len(self.streams)}
+        d: dict[str, Any] = {"M": self.M, "K": self.K, "N": self.N, "K_per_rank": self.kp, "S": self.S,
+                             "D": self.D, "streams": len(self.streams)}
+        if variant == "tuned":
+            d["tuned_comm"] = self._tuned_mode
+        if variant in self._fallbacks:
+            d["fallback"] = self._fallbacks[variant]
+        return d
 
 
 def build(ctx: Ctx, variants: list[str]) -> GemmRs:

@@ -3,11 +3,12 @@
 # for a 2-GPU host (each launch is runners.launch = torchrun, one process per GPU).
 #
 # usage (repo root, on the GPU host):  OUT=/some/dir bash runners/gpu_experiments.sh [STEP...]
-# STEP names: env sweep-ag ag-gate ag-tuned-steps ag-base ag-tuned ag-tune-nccl ag-tune-steps gemm-rs
+# STEP names: env sweep-rs rs-chunks rs-tuned-steps app-run sweep-symm sweep-ag ag-gate ag-tuned-steps ag-base ag-tuned ag-tune-nccl ag-tune-steps gemm-rs
 #             symm-fused symm-two fsdp-main fsdp-prefetch nsys smoke-gemm-rs smoke-symm smoke-fsdp check
 #             (default: the session-3 list below; session 4 ran: env sweep-ag ag-tuned-steps check,
 #             ag-gate sweep-ag check, nsys check; session 5: env sweep-ag check smoke-gemm-rs smoke-symm
-#             smoke-fsdp)
+#             smoke-fsdp; session 6 (issue 18): env rs-chunks sweep-rs app-run rs-tuned-steps, then
+#             sweep-rs sweep-symm app-run)
 # Every step writes under $OUT/r/<step>/ and the whole tree is re-tarred to $OUT/results.tgz after
 # each step, so a call cut short still returns what was done. BUDGET_S stops starting new steps.
 set -u
@@ -38,11 +39,25 @@ s_env() {
 }
 # `overlapscope sweep` itself, the acceptance command of the runners issue: its analyzer needs
 # msgspec/typer/rich/sqlite-utils, which the host lacks: carry .pydeps (runners/pack_host_deps.sh).
-OSC() { PYTHONPATH="$PWD/.pydeps:$PWD" COLUMNS=220 python3 -m overlapscope "$@"; }
+OSC() { PYTHONPATH="$PWD/.pydeps:$PWD:${PYTHONPATH:-}" COLUMNS=220 python3 -m overlapscope "$@"; }
 s_sweep-ag() {
     OSC sweep ag-gemm M=16384 K=8192 N=8192 steps=4 dtype=bf16 --out "$R/sweep-ag" --timeout 400
     OSC analyze "$R/sweep-ag/tuned" --no-diagnose
     OSC analyze "$R/sweep-ag/tuned" --no-diagnose --steps 1
+}
+# gemm-rs (issue 18): the acceptance sweep, then the findings on the tuned and fused-ref traces
+s_sweep-rs() {
+    OSC sweep gemm-rs M=16384 K=16384 N=8192 steps=4 dtype=bf16 --out "$R/sweep-rs" --timeout 400
+    for v in tuned fused-ref; do OSC analyze "$R/sweep-rs/$v" | sed -n '/^findings/,$p'; done
+}
+s_rs-chunks() { for s in 4 2 8; do python3 benchmarks/gemm_chunks.py 16384 8192 8192 $s; done; }
+s_rs-tuned-steps() {
+    for s in 2 8; do L gemm-rs --variants tuned,fused-ref --set steps=$s --profiler none --out "$R/rs-steps$s"; done
+}
+# the app's Run page, headless (streamlit AppTest), its button reproducing a recorded sample on the GPUs
+s_app-run() {
+    PYTHONPATH="$PWD:${PYTHONPATH:-}" python3 benchmarks/app_run_page.py "$PWD/sample_traces" "${APP_SAMPLE:-gemm-rs/ring}" \
+        "$R/app-runs" "$R/app-run.json"
 }
 s_ag-tuned-steps() {  # the tuned schedule at S=2 and S=8, traced (the S=4 one is in the sweep)
     for s in 2 8; do
@@ -81,6 +96,7 @@ s_fsdp-main()   { L fsdp --variants baseline,zero3,zero2,front-loaded --profiler
 s_fsdp-prefetch() { L fsdp --variants zero3-no-prefetch,zero3-prefetch,zero2-no-prefetch --profiler torch --out "$R/fsdp-prefetch"; }
 # every other algorithm's variants at the current runners, timings and correctness only (the
 # traced samples of these are session 3's)
+s_sweep-symm() { OSC sweep symm-mem M=16384 K=16384 N=8192 dtype=bf16 --out "$R/sweep-symm" --timeout 400; }
 s_smoke-gemm-rs() { L gemm-rs --variants all --profiler none --out "$R/smoke-gemm-rs"; }
 s_smoke-symm()    { L symm-mem --variants all --profiler none --out "$R/smoke-symm-mem"; }
 s_smoke-fsdp()    { L fsdp --variants all --profiler none --out "$R/smoke-fsdp"; }

@@ -519,6 +519,7 @@ def write_manifest(ctx: Ctx, wl: Workload, variant: str, out_dir: Path, records:
         "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
         "rel_error_bound": REL_ERROR_BOUND[ctx.dtype],
         "timings_ms": _summary(records),
+        "timing_chunk": TIMING_CHUNK,
         "timing_method": ("CUDA events around each iteration, back to back on the current stream, in chunks of "
                           f"{TIMING_CHUNK} alternating variant/baseline/compute/comm; median of iters per rank, "
                           "then the slowest rank" if ctx.cuda else

@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -31,8 +32,8 @@ from typing import Any
 
 from runners.specs import ALGORITHMS, AlgorithmSpec, ParamValue
 
-__all__ = ["ALGORITHMS", "AlgorithmSpec", "RunFailed", "RunResult", "Timings", "build_command", "find_nsys",
-           "run", "sweep"]
+__all__ = ["ALGORITHMS", "AlgorithmSpec", "RunFailed", "RunResult", "Timings", "build_command", "chunk_spread_ms",
+           "find_nsys", "run", "sweep", "workload_groups"]
 
 PREFIX = "[overlapscope]"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -60,12 +61,60 @@ class RunFailed(RuntimeError):
 
 @dataclass
 class Timings:
-    """Medians in ms; each is the slowest rank's median (a step waits for the slowest rank)."""
+    """Medians in ms; each is the slowest rank's median (a step waits for the slowest rank).
+
+    The *_spread_ms fields say how far that median moved within the run: half the range of
+    the medians of its timing chunks (the harness times each kind in chunks of a few
+    iterations, alternating with the other kinds, so each chunk is a repeat taken at
+    another moment and temperature). NaN where the manifest holds no samples.
+    """
 
     variant_ms: float
     compute_ms: float
     comm_ms: float
     baseline_ms: float
+    variant_spread_ms: float = float("nan")
+    compute_spread_ms: float = float("nan")
+    comm_spread_ms: float = float("nan")
+    baseline_spread_ms: float = float("nan")
+
+
+DEFAULT_TIMING_CHUNK = 5  # runners/harness.py TIMING_CHUNK, for manifests that do not record it
+
+
+def chunk_spread_ms(samples: Sequence[float], chunk: int) -> float:
+    """Half the range of the medians of consecutive chunks of `chunk` samples (NaN if < 2 chunks)."""
+    medians = [statistics.median(samples[i:i + chunk]) for i in range(0, len(samples), chunk)
+               if len(samples[i:i + chunk]) == chunk]
+    return (max(medians) - min(medians)) / 2 if len(medians) >= 2 else float("nan")
+
+
+def _spread(manifest: dict[str, Any], kind: str) -> float:
+    """Spread of the reported median of `kind`: that of the slowest rank, the one reported."""
+    ranks = [r for r in manifest.get("ranks", []) if kind in r.get("timings_ms", {})]
+    if not ranks:
+        return float("nan")
+    slowest = max(ranks, key=lambda r: r["timings_ms"][kind]["median"])
+    samples = slowest["timings_ms"][kind].get("samples") or []
+    return chunk_spread_ms(samples, int(manifest.get("timing_chunk", DEFAULT_TIMING_CHUNK)))
+
+
+def workload_groups(algo: str, variants: Sequence[str], baseline: str | None = None
+                    ) -> list[tuple[str, str, list[str]]]:
+    """(workload, its baseline, its variants) in the order given: only like is compared with like.
+
+    Each group's baseline is `baseline` where it belongs to that group, else the group's
+    variant named "baseline", else its first variant.
+    """
+    spec = _spec(algo)
+    groups: dict[str, list[str]] = {}
+    for v in variants:
+        groups.setdefault(spec.workload_of(v), []).append(v)
+    out = []
+    for name, members in groups.items():
+        base = baseline if baseline in members else ("baseline" if "baseline" in members else members[0])
+        out.append((name, base, members))
+    return out
 
 
 @dataclass
@@ -275,7 +324,9 @@ def _result(algo: str, variant: str, out_dir: Path, log: Path | None, wall: floa
     manifest_path.write_text(json.dumps(manifest, indent=1, default=str))
     t = manifest["timings_ms"]
     timings = Timings(variant_ms=t["variant_ms"], compute_ms=t["compute_alone_ms"], comm_ms=t["comm_alone_ms"],
-                      baseline_ms=t["baseline_ms"])
+                      baseline_ms=t["baseline_ms"], variant_spread_ms=_spread(manifest, "variant"),
+                      compute_spread_ms=_spread(manifest, "compute_alone"),
+                      comm_spread_ms=_spread(manifest, "comm_alone"), baseline_spread_ms=_spread(manifest, "baseline"))
     return RunResult(algo=algo, variant=variant, out_dir=out_dir, manifest=manifest, traces=traces,
                      timings=timings, log=log, wall_s=wall, command=cmd)
 
@@ -421,12 +472,12 @@ def sweep(algo: str, variants: Sequence[str], *, nproc: int, profiler: str, out:
 
 
 def format_table(results: dict[str, RunResult]) -> str:
-    rows = [("variant", "time_ms", "baseline_ms", "compute_ms", "comm_ms", "max_rel_err")]
+    rows = [("variant", "time_ms", "±", "baseline_ms", "compute_ms", "±", "comm_ms", "max_rel_err")]
     for v, r in results.items():
         err = max(x["rel_error"] for x in r.manifest["ranks"])
         t = r.timings
-        rows.append((v, f"{t.variant_ms:.3f}", f"{t.baseline_ms:.3f}", f"{t.compute_ms:.3f}", f"{t.comm_ms:.3f}",
-                     f"{err:.2g}"))
+        rows.append((v, f"{t.variant_ms:.3f}", f"{t.variant_spread_ms:.3f}", f"{t.baseline_ms:.3f}",
+                     f"{t.compute_ms:.3f}", f"{t.compute_spread_ms:.3f}", f"{t.comm_ms:.3f}", f"{err:.2g}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
 

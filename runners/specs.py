@@ -47,6 +47,12 @@ class AlgorithmSpec:
     params: tuple[ParamSpec, ...]
     # variants that need CUDA; the value says what the CPU/gloo fallback runs instead
     cuda_only: dict[str, str] = field(default_factory=dict)
+    # what a variant computes: variants are compared (overlap, speed-up) only within one workload
+    workload: str = ""
+    workloads: dict[str, str] = field(default_factory=dict)  # variants whose workload is not `workload`
+
+    def workload_of(self, variant: str) -> str:
+        return self.workloads.get(variant, self.workload or self.name)
 
     def param(self, name: str) -> ParamSpec:
         for p in self.params:
@@ -148,6 +154,7 @@ AG_GEMM = AlgorithmSpec(
         "tuned": "with gloo: the same local-first schedule with async all-gathers (no copy engine)",
         "fused-ref": "with gloo: all-gather then matmul (the unfused semantics)",
     },
+    workload="all-gather + matmul",
 )
 
 GEMM_RS = AlgorithmSpec(
@@ -160,15 +167,28 @@ GEMM_RS = AlgorithmSpec(
         "ring": "ring reduce-scatter: step j computes the partial for rank (r+j+1) % D, adds what the "
                 "right neighbour sent, passes it left with coalesced batch_isend_irecv",
         "ring-uncoalesced": "the ring with separate isend/irecv (ordered by rank parity to avoid deadlock)",
+        "tuned": "peers' partial blocks first, each pushed by copy engine into the peer's symmetric memory "
+                 "while the next computes; own block last, the received partials added in its GEMM epilogue",
+        "fused-ref": "PyTorch's torch.ops.symm_mem.fused_matmul_reduce_scatter, as the reference to beat",
     },
     params=(
         ParamSpec("M", int, 16384, "rows of A and C (global)", cpu_default=256),
         ParamSpec("K", int, 16384, "global K (each rank holds K / ranks)", cpu_default=128),
         ParamSpec("N", int, 8192, "columns of B and C", cpu_default=128),
-        ParamSpec("steps", int, 4, "S: pipeline steps (for ring: a multiple of the number of ranks)"),
+        ParamSpec("steps", int, 4, "S: pipeline steps (for ring: a multiple of the number of ranks; "
+                  "tuned: chunks per rank's block)"),
         _STREAMS,
+        ParamSpec("tuned_comm", str, "auto", "tuned variant's transport: ce (copy engine, symmetric memory), "
+                  "p2p (NCCL/gloo send/recv), or auto (ce when CUDA symmetric memory works, else p2p)",
+                  choices=("auto", "ce", "p2p")),
+        ParamSpec("comm_priority", int, -1, "CUDA priority of the tuned variant's comm stream (-1 = high)"),
         *COMMON,
     ),
+    cuda_only={
+        "tuned": "with gloo: the same schedule with batch_isend_irecv instead of copy-engine pushes",
+        "fused-ref": "with gloo: matmul then reduce-scatter (the unfused semantics)",
+    },
+    workload="matmul + reduce-scatter",
 )
 
 SYMM_MEM = AlgorithmSpec(
@@ -198,6 +218,8 @@ SYMM_MEM = AlgorithmSpec(
         "two-stream": "with gloo: the same producer -> exchange schedule with batch_isend_irecv, no streams",
         "two-stream-sleep": "with gloo: as two-stream (no GPU scheduler to order, the sleep is skipped)",
     },
+    workload="matmul + reduce-scatter",
+    workloads={"fused-ag-matmul": "all-gather + matmul"},
 )
 
 FSDP = AlgorithmSpec(
@@ -223,6 +245,7 @@ FSDP = AlgorithmSpec(
         ParamSpec("lr", float, 1e-3, "SGD learning rate"),
         *COMMON,
     ),
+    workload="training step",
 )
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {a.name: a for a in (AG_GEMM, GEMM_RS, SYMM_MEM, FSDP)}

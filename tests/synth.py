@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from analyzers.classify import classify_trace, load_rules
-from analyzers.model import HOST_OP_COLUMNS, RUNTIME_COLUMNS, NameTable, RankTrace, make_gpu_table, make_table
+from analyzers.timeline.classify import classify_trace, load_rules
+from analyzers.timeline.model import HOST_OP_COLUMNS, RUNTIME_COLUMNS, NameTable, RankTrace, make_gpu_table, make_table
 
 COMM = "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analyzers.collectives import collective_names
-from analyzers.model import RankTrace, TraceSet
+from analyzers.timeline.collectives import collective_names
+from analyzers.timeline.model import RankTrace, TraceSet
 
 from .synth import COMM, GEMM, rank_trace
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from analyzers.collectives import collective_names
-from analyzers.model import TraceSet
+from analyzers.timeline.collectives import collective_names
+from analyzers.timeline.model import TraceSet
 
 from .synth import GEMM, rank_trace
 

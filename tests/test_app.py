@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyzers import intervals as iv
-from analyzers.load import load_traces
+from analyzers.io.load import load_traces
 from analyzers.report import analyze
+from analyzers.timeline import intervals as iv
 from app import data
 from app.figures import (
     arrival_lateness,
@@ -200,7 +200,7 @@ def test_lod_empty_and_outside_window() -> None:
 
 
 def _synthetic_set():
-    from analyzers.model import TraceSet
+    from analyzers.timeline.model import TraceSet
 
     ranks = {}
     for r in (0, 1):
@@ -533,7 +533,7 @@ def test_crossrank_page(app_env: Path, sample_sets) -> None:
 
 
 def test_syncs_page(app_env: Path, sample_sets) -> None:
-    from analyzers.syncs import blocking_syncs
+    from analyzers.syncs.blocking import blocking_syncs
 
     at = _app()
     at.switch_page("views/syncs.py").run()
@@ -623,9 +623,9 @@ def test_command_line_paths_are_the_default_selection(app_env: Path, monkeypatch
 
 
 def test_finding_links_to_its_time_range(app_env: Path, sample_sets) -> None:
-    from analyzers.crossrank import analyze_cross_rank, cross_rank_findings
-    from analyzers.findings import detect_findings
-    from analyzers.syncs import blocking_syncs
+    from analyzers.crossrank import analyze_cross_rank
+    from analyzers.findings import cross_rank_findings, detect_findings
+    from analyzers.syncs.blocking import blocking_syncs
 
     kin = sample_sets[0]
     rep = analyze(kin)

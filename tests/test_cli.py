@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from analyzers.classify import classify_names, load_rules
 from analyzers.errors import BadInputError
+from analyzers.timeline.classify import classify_names, load_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -47,7 +47,25 @@ def test_failed_rank_exits_4_and_names_it(tmp_path):
 
 def test_sweep_compares_variants(tmp_path):
     r = cli("sweep", "gemm-rs", "--variants", "baseline,ring", "--out", str(tmp_path / "sweep"), "-f", "json",
-            "--profiler", "none")
+            "--profiler", "none", "iters=10")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert set(doc["timings_ms"]) == {"baseline", "ring"} and doc["baseline"] == "baseline"
+    assert set(doc["timings_ms"]) == {"baseline", "ring"}
+    assert [(g["workload"], g["baseline"]) for g in doc["groups"]] == [("matmul + reduce-scatter", "baseline")]
+    assert json.loads((tmp_path / "sweep" / "sweep.json").read_text()) == doc
+    t = doc["timings_ms"]["ring"]
+    assert t["variant_spread_ms"] >= 0 and t["compute_spread_ms"] >= 0  # iters=10: two chunks of 5
+
+
+def test_sweep_compares_each_workload_with_its_own_baseline(tmp_path, monkeypatch):
+    """symm-mem runs two computations: the all-gather+matmul is not the reduce-scatter's baseline."""
+    monkeypatch.setenv("COLUMNS", "250")  # table titles on one line
+    r = cli("sweep", "symm-mem", "--variants", "fused-ag-matmul,fused-matmul-rs,two-stream", "--out",
+            str(tmp_path / "s"), "--profiler", "torch", "iters=2", "profile_steps=1")
+    assert r.returncode == 0, r.stderr
+    assert "all-gather + matmul, baseline fused-ag-matmul" in r.stdout
+    assert "matmul + reduce-scatter, baseline fused-matmul-rs" in r.stdout
+    doc = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    groups = {g["workload"]: (g["baseline"], [v["variant"] for v in g["variants"]]) for g in doc["groups"]}
+    assert groups == {"all-gather + matmul": ("fused-ag-matmul", ["fused-ag-matmul"]),
+                      "matmul + reduce-scatter": ("fused-matmul-rs", ["fused-matmul-rs", "two-stream"])}

@@ -9,8 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from analyzers.crossrank import CrossRankParams, analyze_cross_rank, cross_rank_findings, normalized_name
-from analyzers.load import load_traces
+from analyzers.crossrank import CrossRankParams, analyze_cross_rank, normalized_name
+from analyzers.findings import cross_rank_findings
+from analyzers.io.load import load_traces
 
 from .conftest import NSYS_TRACES, SAMPLES
 from .synth import GEMM

@@ -23,11 +23,11 @@ from analyzers.diff import (
     pair_ranks,
     section_total,
 )
-from analyzers.iterations import StepSelection
-from analyzers.load import load_traces
-from analyzers.metrics import AnalysisOptions
-from analyzers.model import TraceSet
+from analyzers.io.load import load_traces
+from analyzers.overlap.metrics import AnalysisOptions
 from analyzers.report import analyze
+from analyzers.timeline.iterations import StepSelection
+from analyzers.timeline.model import TraceSet
 from overlapscope import render_diff
 
 from .synth import COMM, GEMM, rank_trace

@@ -14,22 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzers.finding import CATALOGUE, Finding, Severity
-from analyzers.findings import (
-    FindingParams,
-    _RankView,
-    comm_overlap_comparison,
-    detect_findings,
-    detect_rank,
-    findings_present,
-    launch_bound_gaps,
-    starved_comm_kernels,
-    trace_set_syncs,
-    transfer_starts,
-    windows_of,
-)
-from analyzers.iterations import StepSelection, launch_times
-from analyzers.metrics import AnalysisOptions, rank_metrics
+from analyzers.findings import detect_findings, detect_rank, findings_present, trace_set_syncs
+from analyzers.findings.comm_slowed_by_overlap import comm_overlap_comparison, transfer_starts
+from analyzers.findings.comm_starved_by_compute import starved_comm_kernels
+from analyzers.findings.finding import CATALOGUE, Finding, Severity
+from analyzers.findings.launch_bound_gaps import launch_bound_gaps
+from analyzers.findings.registry import FindingParams
+from analyzers.findings.view import RankView, windows_of
+from analyzers.overlap.metrics import AnalysisOptions, rank_metrics
+from analyzers.timeline.iterations import StepSelection, launch_times
 
 from . import synth_findings as sf
 from .synth import COMM, GEMM
@@ -197,7 +190,7 @@ def test_copy_kernels_far_from_collectives_are_silent():
 
 
 def test_copy_kernels_are_not_compute_for_the_detectors():
-    view = _RankView(sf.copies("exposed"), FindingParams(), windows_of(sf.copies("exposed"), None,
+    view = RankView(sf.copies("exposed"), FindingParams(), windows_of(sf.copies("exposed"), None,
                                                                      FindingParams().step_pattern))
     assert view.copy.sum() == 6 and not (view.copy & view.compute).any()
 
@@ -215,7 +208,7 @@ def test_launch_bound_gaps_fire_with_count_and_total():
 
 def test_gaps_with_work_already_queued_are_silent():
     t = sf.launch_gaps("queued")
-    view = _RankView(t, FindingParams(), windows_of(t, None, FindingParams().step_pattern))
+    view = RankView(t, FindingParams(), windows_of(t, None, FindingParams().step_pattern))
     gaps = launch_bound_gaps(view)
     assert len(gaps) == 2  # only the two between iterations; the 21 inside were queued
     assert "launch-bound-gaps" not in ids(t)
@@ -227,7 +220,7 @@ def test_short_gaps_are_silent():
 
 def test_gaps_explained_by_a_host_sync_are_not_launch_bound():
     t = sf.pipeline("host-sync")
-    view = _RankView(t, FindingParams(), windows_of(t, None, FindingParams().step_pattern))
+    view = RankView(t, FindingParams(), windows_of(t, None, FindingParams().step_pattern))
     assert launch_bound_gaps(view).empty
 
 
@@ -244,7 +237,7 @@ def test_collective_slower_when_overlapped_fires():
 def test_equal_durations_are_silent_but_still_compared():
     t = sf.slowed("equal")
     assert "comm-slowed-by-overlap" not in ids(t)
-    view = _RankView(t, FindingParams(), windows_of(t, None, FindingParams().step_pattern))
+    view = RankView(t, FindingParams(), windows_of(t, None, FindingParams().step_pattern))
     cmp_ = comm_overlap_comparison(view)
     assert cmp_[["n_alone", "n_overlapped"]].values.tolist() == [[6, 6]] and cmp_["slowdown"].iloc[0] == 0.0
 
@@ -271,7 +264,7 @@ def test_waiting_for_a_late_peer_is_not_taken_for_contention():
 def test_findings_are_json_data_with_catalogue_fix():
     fs = detect_findings(sf.trace_set(sf.pipeline("host-sync")))
     d = json.loads(json.dumps([f.to_dict() for f in fs]))
-    assert d[0]["id"] == "host-blocking-sync" and d[0]["fix"] == CATALOGUE["host-blocking-sync"][1]
+    assert d[0]["id"] == "host-blocking-sync" and d[0]["fix"] == CATALOGUE["host-blocking-sync"].fix
     assert d[0]["start_ns"] < d[0]["end_ns"] and d[0]["severity"] == "critical"
 
 
@@ -390,7 +383,7 @@ def _sample(name: str):
     """(TraceSet, manifest) of one sample run; expected counts come from its manifest."""
     import glob
 
-    from analyzers.load import load_traces
+    from analyzers.io.load import load_traces
 
     from .conftest import SAMPLES
 
@@ -516,7 +509,7 @@ def test_real_comm_slowed_compares_the_same_all_gather_alone_and_overlapped():
     eff = transfer_starts(ts, params)
     for r in ts.rank_ids():
         t = ts.ranks[r]
-        view = _RankView(t, params, windows_of(t, None, params.step_pattern))
+        view = RankView(t, params, windows_of(t, None, params.step_pattern))
         cmp_ = comm_overlap_comparison(view, eff[r]).set_index(["collective", "size"])
         row = cmp_.loc[("AllGather", size)]
         # step 0's all-gather of each iteration runs before any GEMM: the 'alone' samples
@@ -597,7 +590,7 @@ def test_starved_comm_kernels_match_the_definition(spec):
         b.kernel(s0, s0 + dur * 10_000, stream, COMM if is_comm else GEMM, launch=s0 - lead * 10_000)
     t = b.build()
     params = FindingParams()
-    view = _RankView(t, params, pd.DataFrame({"lo": [0], "hi": [10_000_000]}))
+    view = RankView(t, params, pd.DataFrame({"lo": [0], "hi": [10_000_000]}))
     got = starved_comm_kernels(view)
     assert sorted(zip(got["start_ns"], got["eligible_ns"], got["delay_ns"], strict=True)) == \
         _starved_by_brute_force(t, params)

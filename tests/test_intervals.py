@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzers import intervals as iv
+from analyzers.timeline import intervals as iv
 
 interval = st.tuples(st.integers(0, 60), st.integers(0, 25)).map(lambda t: (t[0], t[0] + t[1]))
 interval_sets = st.lists(interval, max_size=12)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzers.kernel_names import normalize_kernel_name, normalize_names
+from analyzers.timeline.kernel_names import normalize_kernel_name, normalize_names
 
 # (raw name from a real trace, expected normalized name)
 CASES = [

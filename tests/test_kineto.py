@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from analyzers.errors import BadInputError, MixedRunsError
-from analyzers.kineto import load_kineto
-from analyzers.load import load_traces
-from analyzers.metrics import AnalysisOptions, rank_metrics
+from analyzers.io.kineto import load_kineto
+from analyzers.io.load import load_traces
+from analyzers.overlap.metrics import AnalysisOptions, rank_metrics
 
 # (file, rank, world, whole-trace overlap %, HTA 0.5.0 overlap %) from tests/data/public/README.md
 REFERENCE = [

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from analyzers.iterations import StepSelection, gpu_step_windows
-from analyzers.metrics import AnalysisOptions, rank_metrics, window_metrics
+from analyzers.overlap.metrics import AnalysisOptions, rank_metrics, window_metrics
+from analyzers.timeline.iterations import StepSelection, gpu_step_windows
 
 from .synth import COMM, GEMM, rank_trace
 

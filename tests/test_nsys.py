@@ -15,12 +15,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyzers import nsys
-from analyzers.classify import classify_trace, load_rules
-from analyzers.collectives import collective_name_from_kernel, collective_names
 from analyzers.errors import BadInputError
-from analyzers.model import RankTrace
-from analyzers.nsys import is_nsys_rep, load_nsys, nsys_rep_to_sqlite, nsys_rep_version
+from analyzers.io import nsys_rep
+from analyzers.io.nsys import load_nsys
+from analyzers.io.nsys_rep import is_nsys_rep, nsys_rep_to_sqlite, nsys_rep_version
+from analyzers.timeline.classify import classify_trace, load_rules
+from analyzers.timeline.collectives import collective_name_from_kernel, collective_names
+from analyzers.timeline.model import RankTrace
 
 from .conftest import NSYS_TRACES
 
@@ -79,7 +80,7 @@ def test_mfu_two_ranks_sendrecv_on_compute_stream_overlap_zero() -> None:
     assert sendrecv == 66
     assert sum(int((t.gpu["coll_name"] == "SendRecv").sum()) for t in traces) == 66
 
-    from analyzers.metrics import rank_metrics
+    from analyzers.overlap.metrics import rank_metrics
 
     for t in traces:
         classify_trace(t, load_rules())
@@ -119,7 +120,7 @@ def test_h100_two_ranks_eight_stream_synchronize() -> None:
 
 
 def test_nsys_rep_without_nsys_names_version_and_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(nsys, "find_nsys", lambda: None)
+    monkeypatch.setattr(nsys_rep, "find_nsys", lambda: None)
     assert is_nsys_rep(NVFUSER_REP) and not is_nsys_rep(NVFUSER_SQLITE)
     with pytest.raises(BadInputError) as info:
         load_nsys(NVFUSER_REP)
@@ -462,7 +463,7 @@ def test_collective_names_vectorized() -> None:
 # ---------------------------------------------------------------------------------------------
 
 def test_gzipped_export_loads_like_the_plain_one(private_cache: Path) -> None:
-    from analyzers.load import load_traces
+    from analyzers.io.load import load_traces
 
     from .conftest import NSYS_PACKED
 
@@ -487,7 +488,7 @@ def test_gzipped_file_that_is_neither_json_nor_sqlite_is_one_clear_error(tmp_pat
                                                                           private_cache: Path) -> None:
     import gzip
 
-    from analyzers.load import load_traces
+    from analyzers.io.load import load_traces
 
     p = tmp_path / "notes.sqlite.gz"
     p.write_bytes(gzip.compress(b"plain text, not a trace\n" * 10))
@@ -497,7 +498,7 @@ def test_gzipped_file_that_is_neither_json_nor_sqlite_is_one_clear_error(tmp_pat
 
 
 def test_directory_reads_gzipped_export_and_skips_its_report(tmp_path: Path, private_cache: Path) -> None:
-    from analyzers.load import expand_paths
+    from analyzers.io.load import expand_paths
 
     from .conftest import NSYS_PACKED
 

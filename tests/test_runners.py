@@ -45,10 +45,12 @@ def test_every_variant_on_two_cpu_processes(algo: str, tmp_path: Path) -> None:
     if algo == "symm-mem":  # CUDA-only variants say which fallback ran
         for res in results.values():
             assert "fallback" in res.manifest["workload"]
+    for variant in ALGORITHMS[algo].cuda_only:
+        assert "fallback" in results[variant].manifest["workload"], (algo, variant)
 
 
 @pytest.mark.parametrize(("algo", "variants", "params"), [
-    ("gemm-rs", "ring,ring-uncoalesced,collective-pipelined", {"steps": 3, "M": 144, "K": 96}),
+    ("gemm-rs", "ring,ring-uncoalesced,collective-pipelined,tuned", {"steps": 3, "M": 144, "K": 96}),
     ("symm-mem", "two-stream,two-stream-sleep", {"steps": 2, "M": 192, "K": 96}),
     ("ag-gemm", "sync-before-loop,tuned", {"steps": 2, "M": 96}),
 ])

@@ -14,7 +14,7 @@ def test_algorithms_and_variants_as_the_issue_lists_them() -> None:
     assert set(ALGORITHMS) == {"ag-gemm", "gemm-rs", "symm-mem", "fsdp"}
     need = {
         "ag-gemm": {"baseline", "sync-in-loop", "sync-before-loop", "host-sync", "tuned"},
-        "gemm-rs": {"baseline", "collective-pipelined", "ring", "ring-uncoalesced"},
+        "gemm-rs": {"baseline", "collective-pipelined", "ring", "ring-uncoalesced", "tuned", "fused-ref"},
         "symm-mem": {"fused-ag-matmul", "fused-matmul-rs", "two-stream", "two-stream-sleep"},
         "fsdp": {"zero3", "zero2", "zero3-no-prefetch", "zero3-prefetch", "front-loaded"},
     }
@@ -74,3 +74,32 @@ def test_torchrun_summary_names_rank() -> None:
            "  rank      : 3 (local_rank: 1)\n")
     assert launch._rank_from_torchrun_log(log) == 3
     assert launch._rank_from_torchrun_log("nothing here") is None
+
+
+def test_sweep_groups_variants_by_workload() -> None:
+    groups = launch.workload_groups("symm-mem", ["two-stream", "fused-ag-matmul", "fused-matmul-rs"])
+    assert groups == [("matmul + reduce-scatter", "two-stream", ["two-stream", "fused-matmul-rs"]),
+                      ("all-gather + matmul", "fused-ag-matmul", ["fused-ag-matmul"])]
+    # --baseline applies to its own workload only; the others keep theirs
+    groups = launch.workload_groups("symm-mem", list(ALGORITHMS["symm-mem"].variants), baseline="two-stream-sleep")
+    assert [(w, b) for w, b, _ in groups] == [("all-gather + matmul", "fused-ag-matmul"),
+                                              ("matmul + reduce-scatter", "two-stream-sleep")]
+    # one workload: the variant named baseline, wherever it stands
+    assert launch.workload_groups("gemm-rs", ["tuned", "baseline", "ring"]) == [
+        ("matmul + reduce-scatter", "baseline", ["tuned", "baseline", "ring"])]
+
+
+def test_spread_is_half_the_range_of_chunk_medians() -> None:
+    # chunks of 3: medians 2, 5, 3 -> (5 - 2) / 2; a trailing partial chunk is left out
+    assert launch.chunk_spread_ms([1, 2, 9, 5, 4, 6, 3, 3, 0, 100], 3) == 1.5
+    assert launch.chunk_spread_ms([1.0, 2.0, 3.0], 3) != launch.chunk_spread_ms([1.0, 2.0, 3.0], 3)  # NaN: 1 chunk
+
+
+def test_spread_is_the_reported_ranks() -> None:
+    """The reported median is the slowest rank's, so its spread is too (not the other rank's)."""
+    manifest = {"timing_chunk": 2, "ranks": [
+        {"timings_ms": {"variant": {"median": 1.0, "samples": [1, 1, 5, 5]}}},  # chunk medians 1, 5
+        {"timings_ms": {"variant": {"median": 2.5, "samples": [1, 3, 2, 6]}}},  # chunk medians 2, 4
+    ]}
+    assert launch._spread(manifest, "variant") == 1.0
+    assert launch._spread(manifest, "baseline") != launch._spread(manifest, "baseline")  # NaN: not recorded

@@ -11,17 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzers.load import load_traces
-from analyzers.model import SYNC_COLUMNS as SYNC_TABLE_COLUMNS
-from analyzers.model import make_table
-from analyzers.syncs import (
-    SyncParams,
-    api_base_name,
-    blocking_syncs,
-    innermost_enclosing,
-    nesting_depth,
-    op_base_name,
-)
+from analyzers.io.load import load_traces
+from analyzers.syncs.blocking import SyncParams, api_base_name, blocking_syncs, op_base_name
+from analyzers.syncs.nesting import innermost_enclosing, nesting_depth
+from analyzers.timeline.model import SYNC_COLUMNS as SYNC_TABLE_COLUMNS
+from analyzers.timeline.model import make_table
 
 from .conftest import HTA_TRACES, NSYS_TRACES
 from .synth import GEMM, rank_trace

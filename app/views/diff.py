@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from app import ui
+from app.downloads import diff_downloads
 from app.figures import timeline_figure
 from app.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
 from app.timeline import lod_for_windows
@@ -107,8 +108,9 @@ bounds = [datas[0].step_window(al.get("step_a")), datas[1].step_window(al.get("s
 dur = max(t1 - t0 for t0, t1 in bounds)
 segments = lod_for_windows(datas, [(t0, t0, t0 + dur) for t0, _ in bounds], width_px=DEFAULT_WIDTH_PX,
                            max_segments=DEFAULT_MAX_SEGMENTS)
-st.plotly_chart(timeline_figure(segments), theme=None, key="diff_timeline",
-                config={"scrollZoom": True, "displaylogo": False})
+diff_fig = timeline_figure(segments)
+st.plotly_chart(diff_fig, theme=None, key="diff_timeline", config={"scrollZoom": True, "displaylogo": False})
+diff_downloads(d, run_a, run_b, diff_fig, key="diff-dl")
 st.caption(f"Aligned at {al.get('how', '')}: A step {al.get('step_a')}, B step {al.get('step_b')}. "
            "The Timeline page shows any other step or window of these runs.")
 

@@ -12,9 +12,9 @@ runs = ui.load_selected()
 if not runs:
     st.stop()
 try:
-    import analyzers.syncs  # noqa: F401
+    import analyzers.syncs.blocking  # noqa: F401
 except ImportError:
-    ui.not_available("Host-sync analysis", "analyzers.syncs")
+    ui.not_available("Host-sync analysis", "analyzers.syncs.blocking")
     st.stop()
 
 for run in runs:

@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from app import ui
+from app.downloads import run_downloads
 from app.figures import figure_payload_bytes, timeline_figure
 from app.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
 from app.timeline import lod_for_windows
@@ -78,6 +79,7 @@ segments = lod_for_windows(datas, windows, width_px=width_px, max_segments=max_s
 fig = timeline_figure(segments, width_px=width_px, lane_px=lane_px)
 st.plotly_chart(fig, theme=None, key="tl_chart", on_select="rerun", selection_mode="box",
                 config={"scrollZoom": True, "displaylogo": False})
+run_downloads(runs, fig, key="tl-dl")
 
 n_seg = sum(len(s.segments) for s in segments)
 n_in = sum(int(((d.ends > lo) & (d.starts < hi)).sum()) for d, (_, lo, hi) in zip(datas, windows, strict=True))

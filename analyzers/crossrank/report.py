@@ -1,0 +1,173 @@
+"""The cross-rank report and its parameters: plain data, JSON-serializable through to_dict()."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN
+from analyzers.timeline.model import TraceSet
+
+_TIME_COLUMNS = ("start_ns", "end_ns")
+
+
+@dataclass(frozen=True)
+class CrossRankParams:
+    """Thresholds of the cross-rank analysis; every default says why it is what it is."""
+
+    # Ranks whose matched collective ends already coincide within this (median) share a
+    # clock: a collective ends within tens of µs on all ranks (NCCL all-gathers on the 2xH200
+    # samples: ~20 µs, systematically), separate clock bases differ by far more.
+    shared_clock_tolerance_ns: int = 50_000
+    # Without hostnames, a shared clock also needs the ranks' GPU time ranges to overlap by at
+    # least this fraction of the shorter one (different clock bases put them far apart).
+    min_span_overlap: float = 0.5
+    # Collectives whose kernels end together on every rank; their ends estimate the offsets.
+    # Peer-to-peer copies and send/recv end when their own transfer ends, so they are used
+    # only when nothing else was matched.
+    clock_reference_pattern: str = r"(?i)all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|barrier"
+    # Estimated offsets are applied only when they bring those ends this close (median);
+    # otherwise the matched collectives do not pin the clocks down and the offsets stay 0.
+    max_alignment_residual_ns: int = 50_000
+    # Collectives between two peers: unless the whole world is the two ranks given, which
+    # peers took part is unknown, so no arrival (and no wait) is computed for them.
+    p2p_pattern: str = r"(?i)^(sendrecv|send|recv)$"
+    # Ranks that start a collective within this of each other arrived together: no late rank.
+    min_skew_ns: int = 2_000
+    # late-peer: a rank spends at least this fraction of its matched collective kernel time
+    # waiting for one late peer ...
+    late_peer_min_wait_fraction: float = 0.25
+    # ... and critical from this fraction on ...
+    late_peer_critical_fraction: float = 0.5
+    # ... and the waiting adds up to at least this (ignores a few µs of jitter on tiny traces).
+    late_peer_min_wait_ns: int = 50_000
+    # ... and the late rank is the last to arrive at at least this share of the collectives
+    # that had a late rank: one straggler, not two ranks taking turns (0.5 each).
+    late_peer_min_share: float = 0.6
+    # Streams of two ranks are one role when their kernel-name multisets are at least this
+    # similar (shared kernel count / larger kernel count).
+    min_role_similarity: float = 0.5
+    # Near-ties in similarity (within this) go to the stream with the same id.
+    role_tie_margin: float = 0.05
+    # Two kernels are "in an order" on a rank only when their starts differ by more than this;
+    # closer starts are simultaneous within launch jitter.
+    min_order_gap_ns: int = 1_000
+    # cross-rank-order-mismatch finding: the swaps that explain a wait (the rank that ran the other
+    # stream's kernel first was the late one at the next collective) add up to at least this ...
+    mismatch_min_wait_ns: int = 50_000
+    # ... and to at least this fraction of the two ranks' matched collective kernel time (a few
+    # µs of jitter-level swaps in a millisecond schedule are not worth a finding) ...
+    mismatch_min_wait_fraction: float = 0.05
+    # ... critical from this fraction on.
+    mismatch_critical_wait_fraction: float = 0.25
+    # A rank's profile may start or stop this many collectives (per group) before or after the
+    # others'; with a trusted clock such groups are matched where their ends coincide.
+    max_edge_trim: int = 3
+    # Kernel categories whose start order is compared: the ones that occupy SMs or move data.
+    order_categories: tuple[str, ...] = ("compute", "comm")
+    # Iteration windows (ProfilerStep#N): order mismatches count only before a dependency in
+    # the same iteration.
+    step_pattern: str = DEFAULT_STEP_PATTERN
+    # Lists in to_dict (unmatched, inconsistent, mismatches) are cut to this many entries;
+    # their counts are always complete.
+    max_listed: int = 200
+
+
+@dataclass
+class ClockAlignment:
+    """How the ranks' clocks were put on one timeline."""
+
+    shared_clock: bool
+    method: str  # same-file | same-host | verified-by-collective-ends | session-start | matched-collective-ends
+    #              | disabled | none
+    reason: str
+    applied: bool  # offsets were applied to the tables (False with --no-align)
+    offsets_ns: dict[int, int]  # aligned = own + offset
+    estimated_offsets_ns: dict[int, int]  # what the matched ends say, applied or not
+    residual_skew_ns: int | None  # median over reference collectives of (last end - first end), aligned
+    residual_skew_max_ns: int | None
+    unaligned_skew_ns: int | None  # the same median before alignment (the evidence for a shared clock)
+    n_collectives_used: int
+    reference_rank: int
+    trusted: bool = False  # the clocks are known: shared, or the estimated offsets made ends coincide
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["offsets_ns"] = {str(k): int(v) for k, v in self.offsets_ns.items()}
+        d["estimated_offsets_ns"] = {str(k): int(v) for k, v in self.estimated_offsets_ns.items()}
+        return d
+
+
+@dataclass
+class CrossRankReport:
+    """Everything the cross-rank analysis found (times on the aligned timeline)."""
+
+    ranks: list[int]
+    reference_rank: int
+    params: CrossRankParams
+    clock: ClockAlignment | None
+    # One row per matched collective: id, group, index, seq, coll_name, n_ranks, peers_known,
+    # arrival_ns, first_start_ns, skew_ns, late_rank (-1: arrived together), end_spread_ns,
+    # max_wait_ns, total_wait_ns, and per rank r: start_ns_r{r}, end_ns_r{r}, wait_ns_r{r},
+    # transfer_ns_r{r} (NaN where the rank is not in the collective).
+    collectives: pd.DataFrame
+    # One row per (collective, rank): coll_id, rank, row (index into that rank's gpu table),
+    # stream, start_ns, end_ns (aligned), wait_ns, transfer_ns.
+    members: pd.DataFrame
+    unmatched: list[dict[str, Any]]
+    inconsistent: list[dict[str, Any]]
+    peer_wait: dict[int, dict[str, Any]]  # per rank totals
+    late_ranks: list[dict[str, Any]]  # per late rank: collectives where last, wait it caused
+    stream_roles: dict[int, list[dict[str, Any]]]  # per rank: stream -> role
+    mismatches: pd.DataFrame  # one row per (rank, downstream collective) with a start-order swap
+    mismatch_summary: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    aligned: TraceSet | None = None  # a copy of the input with the offsets applied (not in to_dict)
+
+    @property
+    def n_matched(self) -> int:
+        return len(self.collectives)
+
+    def to_dict(self) -> dict[str, Any]:
+        cap = self.params.max_listed
+        return _plain({
+            "ranks": self.ranks,
+            "reference_rank": self.reference_rank,
+            "clock": self.clock.to_dict() if self.clock else None,
+            "n_matched": self.n_matched,
+            "collectives": _records(self.collectives),
+            "n_unmatched": int(sum(u.get("count", 1) for u in self.unmatched)),
+            "unmatched": self.unmatched[:cap],
+            "n_inconsistent": int(sum(u.get("count", 1) for u in self.inconsistent)),
+            "inconsistent": self.inconsistent[:cap],
+            "peer_wait": {str(r): v for r, v in self.peer_wait.items()},
+            "late_ranks": self.late_ranks,
+            "stream_roles": {str(r): v for r, v in self.stream_roles.items()},
+            "n_mismatches": int(len(self.mismatches)),
+            "mismatches": _records(self.mismatches.head(cap)),
+            "mismatch_summary": self.mismatch_summary,
+            "params": asdict(self.params),
+            "notes": list(self.notes),
+        })
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _plain(obj: Any) -> Any:
+    """JSON-safe copy: numpy scalars -> Python, NaN -> None, tuple -> list, keys -> str."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    return obj
+
+
+def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    return _plain(df.astype(object).where(df.notna(), None).to_dict(orient="records"))

@@ -1,0 +1,187 @@
+"""comm-slowed-by-overlap: the same collective runs slower overlapped than alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analyzers.findings.finding import CatalogueEntry, Finding, Severity
+from analyzers.findings.view import (
+    RankContext,
+    RankView,
+    comm_kind,
+    fmt_ms,
+    fmt_us,
+    plain,
+)
+from analyzers.syncs.device_busy import busy_before
+from analyzers.timeline import intervals as iv
+from analyzers.timeline.model import TraceSet
+
+
+@dataclass(frozen=True)
+class Params:
+    """Thresholds of comm-slowed-by-overlap (fields of FindingParams)."""
+
+    slow_overlapped_min_fraction: float = 0.5
+    """A collective is 'overlapped' when compute runs during at least this share of it."""
+    slow_alone_max_fraction: float = 0.05
+    """A collective is 'alone' when compute runs during at most this share of it."""
+    slow_min_samples: int = 3
+    """Each side (alone, overlapped) needs this many samples of the same collective and size. Only
+    collectives whose size the trace records are compared (sizes mixed together say nothing)."""
+    slow_min_slowdown: float = 0.10
+    """Fires when median overlapped duration / median alone duration - 1 is at least this (10%:
+    beyond the run-to-run spread of a collective's median over a few samples)."""
+    slow_warning_slowdown: float = 0.25
+    """Below this slowdown the finding is 'info' (overlap still pays, at a visible price); from it
+    on 'warning'; 'critical' when the extra communication time reaches critical_share of the span."""
+    slow_use_transfer_time: bool = True
+    """With several ranks on a shared clock, measure each collective from its last rank's arrival
+    (the transfer part), so that waiting for a late peer is not taken for slowness."""
+    slow_max_end_skew_ns: int = 50_000
+    """Clocks count as shared when matched collectives end within this of each other (median)."""
+
+
+ENTRY = CatalogueEntry(
+    id='comm-slowed-by-overlap',
+    detects=('communication kernels run markedly slower while overlapped than alone (SM / memory '
+                'contention)'),
+    fix='copy-engine or fewer-CTA communication, SM carve-out',
+    summary='the same collective runs markedly slower overlapped than alone',
+    summary_fix='copy-engine / fewer-CTA communication, SM carve-out',
+    look_alikes=('equal durations, too few samples on either side, other sizes, collectives never seen'
+                    ' alone or never overlapped, waiting for a late peer (measured from the last arrival)'),
+)
+
+
+def _size_key(gpu: pd.DataFrame) -> np.ndarray:
+    n = gpu["msg_nelems"].to_numpy(np.int64)
+    b = gpu["bytes"].to_numpy(np.int64)
+    return np.where(n >= 0, n, np.where(b >= 0, b, -1))
+
+
+def transfer_starts(traces: TraceSet, params: Params) -> dict[int, np.ndarray]:
+    """Per rank, per GPU row: when the collective could start moving data (its last rank's start).
+
+    Collectives are matched as the n-th kernel of one kind (process group, collective, size) on
+    every rank; a kind whose counts differ across ranks keeps its own starts. Only used when the
+    matched collectives end together (median skew <= slow_max_end_skew_ns), i.e. the ranks share
+    a clock; otherwise every rank keeps its own starts.
+    """
+    out = {r: traces.ranks[r].gpu["start_ns"].to_numpy(np.int64).copy() for r in traces.rank_ids()}
+    if len(traces) < 2 or not params.slow_use_transfer_time:
+        return out
+    frames = []
+    for r in traces.rank_ids():
+        g = traces.ranks[r].gpu
+        cm = (g["category"] == "comm").to_numpy() & (g["kind"] == "kernel").to_numpy()
+        names = traces.ranks[r].names_of(g["name_id"].to_numpy()[cm])
+        coll = g["coll_name"].to_numpy(dtype=object)[cm]
+        f = pd.DataFrame({"rank": r, "row": np.flatnonzero(cm), "s": g["start_ns"].to_numpy()[cm],
+                          "e": g["end_ns"].to_numpy()[cm], "pg": g["pg"].to_numpy(dtype=object)[cm],
+                          "kind": np.where(coll != "", coll, names), "size": _size_key(g)[cm]})
+        f = f.sort_values("s", kind="stable")
+        f["n"] = f.groupby(["pg", "kind", "size"]).cumcount()
+        frames.append(f)
+    allf = pd.concat(frames, ignore_index=True)
+    counts = allf.groupby(["pg", "kind", "size", "rank"]).size().unstack("rank")
+    full = counts.notna().all(axis=1) & (counts.nunique(axis=1) == 1)
+    good = counts[full].reset_index()[["pg", "kind", "size"]]
+    m = allf.merge(good, on=["pg", "kind", "size"])
+    if m.empty:
+        return out
+    key = ["pg", "kind", "size", "n"]
+    arrival = m.groupby(key)["s"].transform("max")
+    end_skew = m.groupby(key)["e"].transform("max") - m.groupby(key)["e"].transform("min")
+    if float(end_skew.median()) > params.slow_max_end_skew_ns:
+        return out
+    for r, part in m.assign(arrival=arrival).groupby("rank"):
+        rows = part["row"].to_numpy()
+        out[int(r)][rows] = np.minimum(part["arrival"].to_numpy(np.int64), traces.ranks[int(r)].gpu["end_ns"]
+                                       .to_numpy(np.int64)[rows])
+    return out
+
+
+def comm_overlap_comparison(view: RankView, eff_start: np.ndarray | None = None) -> pd.DataFrame:
+    """Per collective kind and size: samples and median duration alone vs overlapped with compute.
+
+    Columns: collective, size, n_alone, n_overlapped, median_alone_ns, median_overlapped_ns,
+    slowdown (overlapped / alone - 1; NaN without both sides).
+    """
+    p = view.params
+    cols = ["collective", "size", "n_alone", "n_overlapped", "median_alone_ns", "median_overlapped_ns", "slowdown"]
+    g = view.trace.gpu
+    cm = view.comm & (g["kind"] == "kernel").to_numpy() & view.in_windows()
+    if not cm.any():
+        return pd.DataFrame({c: [] for c in cols})
+    s0 = view.s if eff_start is None else eff_start
+    rows = np.flatnonzero(cm)
+    s, e = np.minimum(s0[rows], view.e[rows]), view.e[rows]
+    dur = e - s
+    frac = np.zeros(rows.size)
+    for d in view.devices():
+        on = view.device[rows] == d
+        cp = view.compute & (view.device == d)
+        ps, pe = iv.union(view.s[cp], view.e[cp])
+        covered = busy_before(ps, pe, e[on]) - busy_before(ps, pe, s[on])
+        frac[on] = np.where(dur[on] > 0, covered / np.maximum(dur[on], 1), 0.0)
+    df = pd.DataFrame({"collective": comm_kind(view)[rows], "size": _size_key(g)[rows], "dur": dur,
+                       "alone": frac <= p.slow_alone_max_fraction,
+                       "over": frac >= p.slow_overlapped_min_fraction})
+    grp = df.groupby(["collective", "size"], sort=True)
+    res = pd.DataFrame({
+        "n_alone": grp["alone"].sum(), "n_overlapped": grp["over"].sum(),
+        "median_alone_ns": df[df["alone"]].groupby(["collective", "size"])["dur"].median(),
+        "median_overlapped_ns": df[df["over"]].groupby(["collective", "size"])["dur"].median(),
+    }).reset_index()
+    res["slowdown"] = res["median_overlapped_ns"] / res["median_alone_ns"] - 1.0
+    return res[cols]
+
+
+def detect_comm_slowed(view: RankView, eff_start: np.ndarray | None = None) -> list[Finding]:
+    """The same collective (kind and size) runs markedly slower overlapped with compute than alone.
+
+    Silent on: equal durations, too few samples on either side, collectives never seen alone.
+    """
+    p, t = view.params, view.trace
+    cmp_ = comm_overlap_comparison(view, eff_start)
+    if cmp_.empty:
+        return []
+    enough = ((cmp_["n_alone"] >= p.slow_min_samples) & (cmp_["n_overlapped"] >= p.slow_min_samples)
+              & (cmp_["size"] >= 0))
+    slow = cmp_[enough & (cmp_["slowdown"] >= p.slow_min_slowdown)]
+    if slow.empty:
+        return []
+    worst = slow.sort_values("slowdown", ascending=False).iloc[0]
+    cost = float(((slow["median_overlapped_ns"] - slow["median_alone_ns"]) * slow["n_overlapped"]).sum())
+    evidence = {
+        "collectives": [{k: plain(v) for k, v in r.items()} for r in slow.to_dict(orient="records")],
+        "compared": [{k: plain(v) for k, v in r.items()} for r in cmp_[enough].to_dict(orient="records")],
+        "extra_comm_ns_estimate": cost,
+        "measured_from": "last rank's arrival" if eff_start is not None else "kernel start",
+    }
+    size_txt = f" of size {int(worst['size'])}" if worst["size"] >= 0 else ""
+    title = (f"rank {t.rank}: {worst['collective']}{size_txt} runs {worst['slowdown']:.0%} slower overlapped with "
+             f"compute ({fmt_us(worst['median_overlapped_ns'])} vs {fmt_us(worst['median_alone_ns'])} alone)")
+    explanation = (
+        f"The same collective, with the same size, takes {fmt_us(worst['median_overlapped_ns'])} (median of "
+        f"{int(worst['n_overlapped'])}) while compute runs beside it and {fmt_us(worst['median_alone_ns'])} (median of "
+        f"{int(worst['n_alone'])}) alone: communication and compute contend for SMs and memory bandwidth, so "
+        f"part of what overlap hides is paid back as slower communication (about {fmt_ms(cost)} here)."
+    )
+    if cost >= p.critical_share * view.span_ns():
+        sev = Severity.critical
+    elif float(worst["slowdown"]) >= p.slow_warning_slowdown:
+        sev = Severity.warning
+    else:
+        sev = Severity.info
+    return [Finding(id="comm-slowed-by-overlap", severity=sev, ranks=[t.rank], title=title, explanation=explanation,
+                    start_ns=view.lo, end_ns=view.hi, evidence=plain(evidence))]
+
+
+def detect(view: RankView, context: RankContext) -> list[Finding]:
+    """The registry's entry point: detect_comm_slowed with what it needs from the rank's context."""
+    return detect_comm_slowed(view, context.eff_start)

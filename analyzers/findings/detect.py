@@ -1,0 +1,79 @@
+"""The findings engine: runs every registered detector on a trace set and merges the findings.
+
+Which findings exist and in which order they run is decided in registry.py; this module only
+drives them (per rank, then the cross-rank ones passed in through ``extra``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analyzers.crossrank import CrossRankReport
+from analyzers.findings.comm_slowed_by_overlap import transfer_starts
+from analyzers.findings.finding import CATALOGUE, Finding, sort_findings
+from analyzers.findings.registry import CROSS_RANK_FINDINGS, RANK_FINDINGS, FindingParams
+from analyzers.findings.view import RankContext, RankView, windows_of
+from analyzers.overlap.metrics import RankMetrics
+from analyzers.syncs.blocking import SyncParams, blocking_syncs, empty_syncs
+from analyzers.timeline.model import RankTrace, TraceSet
+
+
+def detect_rank(trace: RankTrace, metrics: RankMetrics | None = None, params: FindingParams | None = None,
+                eff_start: np.ndarray | None = None, syncs: pd.DataFrame | None = None) -> list[Finding]:
+    """Every per-rank detector on one rank, in registry order."""
+    params = params or FindingParams()
+    view = RankView(trace, params, windows_of(trace, metrics, params.step_pattern))
+    if trace.gpu.empty or view.windows.empty:
+        return []
+    syncs = blocking_syncs(trace, params.sync) if syncs is None else syncs
+    context = RankContext(syncs=syncs, eff_start=eff_start)
+    out: list[Finding] = []
+    for finding in RANK_FINDINGS:
+        out += finding.detect(view, context)
+    return out
+
+
+def cross_rank_findings(report: CrossRankReport) -> list[Finding]:
+    """late-peer and cross-rank-order-mismatch findings from a cross-rank report (registry order)."""
+    out: list[Finding] = []
+    for finding in CROSS_RANK_FINDINGS:
+        out += finding.detect_cross_rank(report)
+    return out
+
+
+def detect_findings(traces: TraceSet, metrics: dict[int, RankMetrics] | None = None,
+                    params: FindingParams | None = None, extra: list[Finding] | None = None,
+                    syncs: dict[int, pd.DataFrame] | None = None) -> list[Finding]:
+    """All findings of a trace set, most severe first.
+
+    metrics: the RankMetrics `analyze` computed (their iteration windows honour --steps);
+    extra: findings from other analyses (crossrank: late-peer, cross-rank-order-mismatch);
+    syncs: blocking_syncs per rank when already computed (saves recomputing them).
+    """
+    params = params or FindingParams()
+    eff = transfer_starts(traces, params)
+    # the clocks were shared and collectives matched when some rank's starts moved to an arrival
+    matched = any(not np.array_equal(eff[r], traces.ranks[r].gpu["start_ns"].to_numpy()) for r in eff)
+    out: list[Finding] = []
+    for r in traces.rank_ids():
+        t = traces.ranks[r]
+        out += detect_rank(t, (metrics or {}).get(r), params, eff[r] if matched else None, (syncs or {}).get(r))
+    out += list(extra or [])
+    return sort_findings(out)
+
+
+def trace_set_syncs(traces: TraceSet, params: SyncParams | None = None) -> pd.DataFrame:
+    """blocking_syncs of every rank in one frame (rank column first)."""
+    frames = [blocking_syncs(traces.ranks[r], params) for r in traces.rank_ids()]
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else empty_syncs()
+
+
+def findings_present(findings: list[Finding], ids: list[str]) -> list[str]:
+    """The ids among `ids` that some finding has (for --fail-on); unknown ids raise ValueError."""
+    unknown = [i for i in ids if i not in CATALOGUE]
+    if unknown:
+        raise ValueError(f"unknown finding id(s): {', '.join(unknown)} (known: {', '.join(CATALOGUE)})")
+    have = {f.id for f in findings}
+    return [i for i in ids if i in have]

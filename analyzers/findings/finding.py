@@ -1,0 +1,67 @@
+"""A finding: one diagnosed cause of lost overlap, with its evidence and the known fix.
+
+Detectors (one module per finding in analyzers/findings/) return these;
+the CLI, the app and diff render them. Plain data, JSON-serializable through to_dict().
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Severity(StrEnum):
+    info = "info"
+    warning = "warning"
+    critical = "critical"
+
+
+SEVERITY_ORDER = {Severity.info: 0, Severity.warning: 1, Severity.critical: 2}
+
+
+@dataclass(frozen=True)
+class CatalogueEntry:
+    """One finding's catalogue entry (DESIGN.md, Findings); each finding module declares its own ENTRY."""
+
+    id: str
+    detects: str  # what it detects
+    fix: str  # the known fix (a Finding's default fix)
+    summary: str  # what it detects, in a few words (README's catalogue table)
+    summary_fix: str  # the fix, in a few words (README's catalogue table)
+    look_alikes: str  # the healthy patterns it must stay silent on (each has a test)
+
+
+# id -> entry, in catalogue order. Filled in one place, analyzers/findings/registry.py, which the
+# package's __init__ imports: importing anything from analyzers.findings fills it first.
+CATALOGUE: dict[str, CatalogueEntry] = {}
+
+
+@dataclass
+class Finding:
+    id: str  # a key of CATALOGUE
+    severity: Severity
+    ranks: list[int]
+    title: str  # one line, specific: "rank 1: 12 host syncs blocked 3.1 ms inside the overlapped region"
+    explanation: str  # why this loses overlap, in this trace's terms
+    fix: str = ""  # defaults to the catalogue's known fix
+    start_ns: int | None = None  # time range on the (aligned) timeline, for the app to jump to
+    end_ns: int | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)  # the figures behind it
+
+    def __post_init__(self) -> None:
+        if self.id not in CATALOGUE:
+            raise ValueError(f"unknown finding id {self.id!r}")
+        self.severity = Severity(self.severity)
+        if not self.fix:
+            self.fix = CATALOGUE[self.id].fix
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["severity"] = str(self.severity)
+        return d
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    """Most severe first, then by id and first rank, so output is stable."""
+    return sorted(findings, key=lambda f: (-SEVERITY_ORDER[f.severity], f.id, f.ranks[:1], f.start_ns or 0))

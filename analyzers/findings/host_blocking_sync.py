@@ -1,0 +1,159 @@
+"""host-blocking-sync: the host blocks on the GPU inside the overlapped region."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analyzers.findings.finding import CatalogueEntry, Finding
+from analyzers.findings.view import (
+    NO_CALLER,
+    RankContext,
+    RankView,
+    fmt_ms,
+    fmt_us,
+    plain,
+    severity_of,
+)
+from analyzers.syncs.blocking import blocking_syncs
+from analyzers.syncs.device_busy import busy_before
+from analyzers.timeline import intervals as iv
+
+
+@dataclass(frozen=True)
+class Params:
+    """Thresholds of host-blocking-sync (fields of FindingParams)."""
+
+    sync_min_idle_ns: int = 5_000
+    """A sync counts when the GPU idle it caused is at least this (5 µs: more than a launch
+    latency; below, the GPU still had queued work and the sync cost nothing)."""
+    sync_min_total_idle_ns: int = 20_000
+    """The finding needs at least this much caused idle over all counted syncs (20 µs)."""
+
+
+ENTRY = CatalogueEntry(
+    id='host-blocking-sync',
+    detects='the host blocks on the GPU inside the overlapped region; the GPU drains',
+    fix='wait on an event (cudaStreamWaitEvent / stream.wait_event) instead of synchronizing the host',
+    summary='the host blocks on the GPU inside the overlapped region; the GPU drains',
+    summary_fix='wait on an event instead of synchronizing the host',
+    look_alikes=("syncs before or after all of an iteration's communication (a loss.item() at step "
+                    "end), syncs that leave the GPU busy with queued work, the profiler's own sync, "
+                    'traces without communication'),
+)
+
+
+def syncs_in_overlap_region(view: RankView, syncs: pd.DataFrame) -> pd.DataFrame:
+    """The blocking syncs that cost overlap, with region_step (the iteration they belong to).
+
+    A sync is *in the overlapped region* when it starts between an iteration's first and last
+    comm kernel, or while comm is in flight on its device during the call. With iteration
+    ranges, every sync of an iteration that has one such sync counts (the sync after the last
+    step's collective blocks the same pipeline; whether that collective had just ended when the
+    host got there is timing), and syncs outside the analysed iterations (the profiler's own
+    cudaDeviceSynchronize at the end) never count. A sync after which nothing is launched (at the
+    very end of the recorded work) is never in the region: there is nothing left to overlap.
+    Each counted sync left the GPU idle at least sync_min_idle_ns.
+    """
+    p = view.params
+    if syncs.empty or not view.comm.any() or view.windows.empty:
+        return syncs.iloc[0:0].assign(region_step=np.zeros(0, dtype=np.int64))
+    start = syncs["start_ns"].to_numpy(np.int64)
+    end = syncs["end_ns"].to_numpy(np.int64)
+    dev = syncs["device"].to_numpy(np.int64)
+    in_region = np.zeros(start.size, dtype=bool)
+    region_step = np.full(start.size, -1, dtype=np.int64)
+    w = view.windows
+    for d in view.devices():
+        cm = view.comm & (view.device == d)
+        ms, me = iv.union(view.s[cm], view.e[cm])
+        on = dev == d
+        # comm in flight at some point of the host call
+        in_flight = (busy_before(ms, me, end[on] + 1) - busy_before(ms, me, start[on])) > 0
+        # between the first and the last comm kernel of its iteration (GPU clock)
+        reg_lo = np.full(len(w), -1, dtype=np.int64)
+        reg_hi = np.full(len(w), -1, dtype=np.int64)
+        for i, (lo, hi) in enumerate(zip(w["lo"].to_numpy(), w["hi"].to_numpy(), strict=True)):
+            sel = cm & view.in_range(int(lo), int(hi))
+            if sel.any():
+                reg_lo[i], reg_hi[i] = max(int(view.s[sel].min()), int(lo)), min(int(view.e[sel].max()), int(hi))
+        order = np.argsort(reg_lo, kind="stable")
+        rl, rh, rs = reg_lo[order], reg_hi[order], w["step"].to_numpy()[order]
+        k = np.searchsorted(rl, start[on], side="right") - 1
+        kc = np.clip(k, 0, max(rl.size - 1, 0))
+        between = (k >= 0) & (rl[kc] >= 0) & (start[on] < rh[kc])
+        in_region[on] = (in_flight | between) & (syncs["next_gpu_start_ns"].to_numpy(np.int64)[on] >= 0)
+        region_step[on] = np.where(between, rs[kc], -1)
+    idle_ok = syncs["gpu_idle_ns"].to_numpy(np.int64) >= p.sync_min_idle_ns
+    host_step = syncs["step"].to_numpy(np.int64)
+    steps = w["step"].to_numpy(np.int64)
+    if (steps >= 0).any() and (w["host_lo"].to_numpy() >= 0).any():
+        in_steps = np.isin(host_step, steps[steps >= 0])
+        hit_steps = np.unique(host_step[in_region & in_steps & idle_ok])
+        counted = np.isin(host_step, hit_steps) & in_steps & idle_ok
+        region_step = host_step
+    else:
+        counted = in_region & idle_ok
+    return syncs[counted].assign(region_step=region_step[counted])
+
+
+def detect_host_blocking_sync(view: RankView, syncs: pd.DataFrame | None = None) -> list[Finding]:
+    """Blocking syncs in the overlapped region (syncs_in_overlap_region) that left the GPU idle.
+
+    Silent on: iterations whose syncs all come before / after their communication (loss.item()
+    at the end of a step), syncs that leave the GPU busy (queued work), the profiler's own sync
+    after the last step, traces without communication.
+    """
+    p, t = view.params, view.trace
+    syncs = blocking_syncs(t, p.sync) if syncs is None else syncs
+    c = syncs_in_overlap_region(view, syncs).copy()
+    if c.empty or c["gpu_idle_ns"].sum() < p.sync_min_total_idle_ns:
+        return []
+    c["step"] = np.where(c["step"] >= 0, c["step"], c["region_step"])
+    per_step = c[c["step"] >= 0].groupby("step").size()
+    total_idle = int(c["gpu_idle_ns"].sum())
+    who = (c["sync_op"].where(c["sync_op"] != "", c["caller"]).where(lambda x: x != "", c["annotation"])
+           .where(lambda x: x != "", c["frame"]).replace("", NO_CALLER))
+    callers = (c.assign(who=who).groupby("who").agg(n=("api", "size"), gpu_idle_ns=("gpu_idle_ns", "sum"))
+               .sort_values("gpu_idle_ns", ascending=False).head(5))
+    apis = c.groupby("api").size().sort_values(ascending=False)
+    n_steps = int(per_step.size)
+    per_it = float(per_step.median()) if n_steps else None
+    evidence = {
+        "n_syncs": int(len(c)),
+        "n_iterations_with_syncs": n_steps,
+        "n_iterations": int(len(view.windows)),
+        "syncs_per_iteration_median": per_it,
+        "syncs_per_iteration": {int(k): int(v) for k, v in per_step.items()},
+        "gpu_idle_ns_total": total_idle,
+        "gpu_idle_ns_median": float(c["gpu_idle_ns"].median()),
+        "host_blocked_ns_total": int(c["host_blocked_ns"].sum()),
+        "share_of_span": total_idle / view.span_ns() if view.span_ns() else None,
+        "apis": {str(k): int(v) for k, v in apis.items()},
+        "callers": [{"caller": str(k), "n": int(r.n), "gpu_idle_ns": int(r.gpu_idle_ns)}
+                    for k, r in callers.iterrows()],
+        "n_blocking_syncs_all": int(len(syncs)),
+    }
+    top = callers.index[0] if len(callers) else NO_CALLER
+    from_txt = f" (mostly from {top})" if top != NO_CALLER else ""
+    per_txt = f" ({per_it:g} per iteration)" if per_it is not None else ""
+    title = (f"rank {t.rank}: {len(c)} blocking host syncs{per_txt} inside the overlapped region left the GPU "
+             f"idle {fmt_ms(total_idle)}")
+    explanation = (
+        f"The host called {', '.join(apis.index[:3])}{from_txt} while communication was in flight "
+        f"or still to come in the iteration. Each call blocks the host until the GPU finishes, so nothing new "
+        f"is queued: the GPU drains and sits idle for {fmt_us(evidence['gpu_idle_ns_median'])} (median) until the "
+        f"next launch arrives, and the collectives that should overlap with compute run alone."
+    )
+    return [Finding(
+        id="host-blocking-sync", severity=severity_of(total_idle, view.span_ns(), p), ranks=[t.rank],
+        title=title, explanation=explanation,
+        start_ns=int(c["start_ns"].min()), end_ns=int(c["end_ns"].max()), evidence=plain(evidence),
+    )]
+
+
+def detect(view: RankView, context: RankContext) -> list[Finding]:
+    """The registry's entry point: detect_host_blocking_sync with what it needs from the rank's context."""
+    return detect_host_blocking_sync(view, context.syncs)

@@ -1,0 +1,238 @@
+"""What every per-rank detector shares: the shared thresholds, the rank's view, evidence formatting.
+
+A detector reads one rank through RankView (its GPU rows with comm / compute / copy masks, built
+once) and decides against its own thresholds (its module's Params, mixed into FindingParams).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+import pandas as pd
+
+from analyzers.findings.finding import Severity
+from analyzers.overlap.metrics import RankMetrics
+from analyzers.syncs.blocking import SyncParams
+from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN, gpu_step_windows, host_steps
+from analyzers.timeline.kernel_names import normalize_kernel_name
+from analyzers.timeline.model import RankTrace
+
+NO_CALLER = "(no enclosing op)"  # evidence's caller name for a sync outside any op
+# Pack/unpack and layout copies that run as kernels (or DtoD copies) next to collectives.
+DEFAULT_COPY_KERNEL_PATTERN = (
+    r"CatArrayBatchedCopy|direct_copy_kernel|copy_kernel|elementwise_kernel.*[Cc]opy|chunk_cat|"
+    r"split_with_sizes_copy|_foreach_copy|multi_tensor_apply_kernel.*native::Copy<|^Memcpy DtoD"
+)
+
+
+@dataclass(frozen=True)
+class SharedParams:
+    """Thresholds every detector uses (fields of FindingParams, with each finding's own Params)."""
+
+    critical_share: float = 0.10
+    """A finding whose cost (GPU time lost) is at least this share of the analysed GPU span is
+    'critical'; below, 'warning'."""
+    copy_kernel_pattern: str = DEFAULT_COPY_KERNEL_PATTERN
+    """Regex (re.search on the activity name) of copy kernels: they are neither compute that hides
+    communication nor communication (default rules class them as compute)."""
+    step_pattern: str = DEFAULT_STEP_PATTERN
+    """Host ranges that are iterations (ProfilerStep#N); without any, the trace is one window."""
+    sync: SyncParams = field(default_factory=SyncParams)
+    """What counts as a blocking host sync (analyzers/syncs/blocking.py)."""
+
+    @classmethod
+    def field_docs(cls) -> dict[str, tuple[object, str]]:
+        """{name: (default, doc)} read from the attribute docstrings of every Params class mixed in."""
+        import ast
+        import inspect
+
+        docs: dict[str, str] = {}
+        for klass in reversed(cls.__mro__):
+            if "__dataclass_fields__" not in vars(klass):
+                continue
+            body = ast.parse(inspect.getsource(klass)).body[0].body  # type: ignore[attr-defined]
+            for a, b in zip(body, body[1:], strict=False):
+                if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant):
+                    docs[a.target.id] = " ".join(str(b.value.value).split())  # type: ignore[attr-defined]
+        defaults = cls()
+        return {f.name: (getattr(defaults, f.name), docs.get(f.name, "")) for f in fields(cls) if f.name != "sync"}
+
+
+@dataclass
+class RankContext:
+    """What a detector may need beyond the rank's view: its blocking syncs and transfer starts."""
+
+    syncs: pd.DataFrame
+    eff_start: np.ndarray | None = None  # comm starts moved to the last rank's arrival (shared clocks)
+
+
+def plain(v: object) -> object:
+    """JSON-safe evidence values (numpy scalars -> Python, NaN -> None)."""
+    if isinstance(v, dict):
+        return {str(k): plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [plain(x) for x in v]
+    if isinstance(v, np.ndarray):
+        return [plain(x) for x in v.tolist()]
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating):
+        v = float(v)
+    if isinstance(v, float) and not np.isfinite(v):
+        return None
+    return v
+
+
+def fmt_ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f} ms"
+
+
+def fmt_us(ns: float) -> str:
+    return f"{ns / 1e3:.1f} µs"
+
+
+def windows_of(trace: RankTrace, metrics: RankMetrics | None, step_pattern: str) -> pd.DataFrame:
+    """The iteration windows to analyse: step, lo, hi (GPU clock), host_lo, host_hi.
+
+    The windows the metrics used when given (so --steps applies), else the trace's step
+    windows, else the whole trace as one window (step -1).
+    """
+    cols = ["step", "lo", "hi", "host_lo", "host_hi"]
+    steps = host_steps(trace, step_pattern)
+    host = steps.set_index("step")[["host_start_ns", "host_end_ns"]] if not steps.empty else None
+    if metrics is not None and not metrics.iterations.empty:
+        it = metrics.iterations
+        w = pd.DataFrame({"step": it["step"].astype(np.int64).to_numpy(),
+                          "lo": it["window_start_ns"].astype(np.int64).to_numpy(),
+                          "hi": it["window_end_ns"].astype(np.int64).to_numpy()})
+    else:
+        g = gpu_step_windows(trace, step_pattern)
+        if not g.empty:
+            w = pd.DataFrame({"step": g["step"].astype(np.int64).to_numpy(),
+                              "lo": g["gpu_start_ns"].astype(np.int64).to_numpy(),
+                              "hi": g["gpu_end_ns"].astype(np.int64).to_numpy()})
+        elif metrics is not None:
+            w = pd.DataFrame({"step": [-1], "lo": [metrics.whole.window_start_ns],
+                              "hi": [metrics.whole.window_end_ns]})
+        elif not trace.gpu.empty:
+            w = pd.DataFrame({"step": [-1], "lo": [int(trace.gpu["start_ns"].min())],
+                              "hi": [int(trace.gpu["end_ns"].max())]})
+        else:
+            return pd.DataFrame({c: np.zeros(0, dtype=np.int64) for c in cols})
+    if host is not None:
+        w["host_lo"] = host["host_start_ns"].reindex(w["step"]).fillna(-1).to_numpy(np.int64)
+        w["host_hi"] = host["host_end_ns"].reindex(w["step"]).fillna(-1).to_numpy(np.int64)
+    else:
+        w["host_lo"] = -1
+        w["host_hi"] = -1
+    return w[cols].astype(np.int64).reset_index(drop=True)
+
+
+@dataclass
+class RankView:
+    """One rank's GPU rows with the masks every detector needs, computed once."""
+
+    trace: RankTrace
+    params: SharedParams
+    windows: pd.DataFrame
+    s: np.ndarray = field(init=False)
+    e: np.ndarray = field(init=False)
+    device: np.ndarray = field(init=False)
+    stream: np.ndarray = field(init=False)
+    names: np.ndarray = field(init=False)
+    comm: np.ndarray = field(init=False)
+    compute: np.ndarray = field(init=False)  # real compute: compute minus copy kernels
+    copy: np.ndarray = field(init=False)
+    other: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        g = self.trace.gpu
+        self.s = g["start_ns"].to_numpy(np.int64)
+        self.e = g["end_ns"].to_numpy(np.int64)
+        self.device = g["device"].to_numpy(np.int64)
+        self.stream = g["stream"].to_numpy(np.int64)
+        self.names = self.trace.names_of(g["name_id"].to_numpy()) if len(g) else np.zeros(0, dtype=object)
+        cat = g["category"].to_numpy()
+        rx = re.compile(self.params.copy_kernel_pattern)
+        ids = g["name_id"].to_numpy()
+        uniq, inv = np.unique(ids, return_inverse=True) if ids.size else (ids, ids)
+        is_copy = np.array([bool(rx.search(self.trace.name_of(int(u)))) for u in uniq], dtype=bool)
+        copy_name = is_copy[inv] if ids.size else np.zeros(0, dtype=bool)
+        self.comm = cat == "comm"
+        self.copy = copy_name & ~self.comm
+        self.compute = (cat == "compute") & ~self.copy
+        self.other = ~(self.comm | self.compute | self.copy)
+
+    @property
+    def lo(self) -> int:
+        return int(self.windows["lo"].min()) if not self.windows.empty else 0
+
+    @property
+    def hi(self) -> int:
+        return int(self.windows["hi"].max()) if not self.windows.empty else 0
+
+    def in_range(self, lo: int, hi: int) -> np.ndarray:
+        return (self.e > lo) & (self.s < hi)
+
+    def in_windows(self) -> np.ndarray:
+        """Rows inside some analysed window: with --steps 2,5 the steps between are not analysed."""
+        out = np.zeros(self.s.size, dtype=bool)
+        for lo, hi in zip(self.windows["lo"].to_numpy(np.int64), self.windows["hi"].to_numpy(np.int64), strict=True):
+            out |= self.in_range(int(lo), int(hi))
+        return out
+
+    def span_ns(self) -> int:
+        """Sum of the analysed windows (the denominator of 'share of time')."""
+        return int((self.windows["hi"] - self.windows["lo"]).clip(lower=0).sum())
+
+    def devices(self) -> list[int]:
+        return sorted(np.unique(self.device).tolist())
+
+
+def per_name(view: RankView, rows: np.ndarray, fn: Callable[[str], str]) -> np.ndarray:
+    """fn of each selected row's name, computed once per distinct name (rows: mask or indices)."""
+    ids = view.trace.gpu["name_id"].to_numpy()[rows]
+    if ids.size == 0:
+        return np.zeros(0, dtype=object)
+    uniq, inv = np.unique(ids, return_inverse=True)
+    return np.array([fn(view.trace.name_of(int(u))) for u in uniq], dtype=object)[inv]
+
+
+def copy_label(pattern: str) -> Callable[[str], str]:
+    """Name -> the part of it the copy pattern matched ("CatArrayBatchedCopy", "direct_copy_kernel")."""
+    rx = re.compile(pattern)
+
+    def label(name: str) -> str:
+        m = rx.search(name)
+        if not m:
+            return normalize_kernel_name(name)
+        text = m.group(0)
+        idents = re.findall(r"[A-Za-z_]\w*", text)
+        if not idents or re.fullmatch(r"[\w ]+", text):
+            return text  # "CatArrayBatchedCopy", "Memcpy DtoD"
+        copyish = [i for i in idents[1:] if "copy" in i.lower()]
+        return f"{idents[0]} ({copyish[-1]})" if copyish and "copy" not in idents[0].lower() else idents[0]
+
+    return label
+
+
+def severity_of(cost_ns: float, span_ns: int, params: SharedParams) -> Severity:
+    return Severity.critical if span_ns > 0 and cost_ns >= params.critical_share * span_ns else Severity.warning
+
+
+def comm_kind(view: RankView) -> np.ndarray:
+    """Collective kind per GPU row: the collective name when known, else the kernel name."""
+    coll = view.trace.gpu["coll_name"].to_numpy(dtype=object)
+    return np.where(coll != "", coll, view.names)
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def fmt_wait(ns: float) -> str:
+    """A wait in µs below a millisecond, else in ms (cross-rank findings' titles)."""
+    return f"{ns / 1e3:,.1f} µs" if abs(ns) < 1e6 else f"{ns / 1e6:,.2f} ms"

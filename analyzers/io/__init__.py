@@ -1,0 +1,1 @@
+"""Reading trace files into the normalized model: load dispatch, Kineto JSON, Nsight Systems."""

@@ -1,0 +1,142 @@
+""".nsys-rep reports: recognise them, find nsys, export them once to SQLite in the user cache."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+from platformdirs import user_cache_dir
+
+from analyzers.errors import BadInputError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+REP_SUFFIXES = (".nsys-rep", ".qdrep")
+# The first bytes of a report name the nsys that wrote it: "...Profiler Report 2024@6@2@25-...".
+REP_VERSION = re.compile(rb"Profiler Report (\d{4})@(\d+)(?:@(\d+))?(?:@(\d+))?")
+REP_HEADER_BYTES = 256
+# Where nsys usually lives when it is not on PATH.
+NSYS_INSTALL_GLOBS = (
+    "/opt/nvidia/nsight-systems*/bin",
+    "/opt/nvidia/nsight-systems/*/bin",
+    "/opt/nvidia/nsight-systems*/target-linux-x64",
+    "/opt/nvidia/nsight-compute/*/host/target-linux-x64",
+    "/usr/local/cuda*/bin",
+    "/usr/local/cuda*/nsight-systems*/bin",
+)
+# --------------------------------------------------------------------------------------------
+# .nsys-rep: find nsys, export to the cache
+# --------------------------------------------------------------------------------------------
+
+def is_nsys_rep(path: str | Path) -> bool:
+    """True for an Nsight Systems report (by name or by its header), not for an SQLite export."""
+    p = Path(path)
+    if p.name.endswith(REP_SUFFIXES):
+        return True
+    try:
+        with p.open("rb") as fh:
+            head = fh.read(REP_HEADER_BYTES)
+    except OSError:
+        return False
+    return not head.startswith(SQLITE_MAGIC) and REP_VERSION.search(head) is not None
+
+
+def nsys_rep_version(path: str | Path) -> str | None:
+    """The nsys version that wrote a report, from its header ("2024.6.2.25"), or None."""
+    try:
+        with Path(path).open("rb") as fh:
+            head = fh.read(REP_HEADER_BYTES)
+    except OSError:
+        return None
+    m = REP_VERSION.search(head)
+    if not m:
+        return None
+    return ".".join(g.decode() for g in m.groups() if g is not None)
+
+
+def find_nsys() -> str | None:
+    """The nsys executable: $NSYS (file or folder), then PATH, then the usual install folders."""
+    candidates: list[Path] = []
+    env = os.environ.get("NSYS")
+    if env:
+        p = Path(env)
+        candidates.append(p / "nsys" if p.is_dir() else p)
+    on_path = shutil.which("nsys")
+    if on_path:
+        candidates.append(Path(on_path))
+    for pattern in NSYS_INSTALL_GLOBS:
+        # Newest install first (names carry the version).
+        candidates += [Path(d) / "nsys" for d in sorted(glob.glob(pattern), reverse=True)]
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    return None
+
+
+def cache_dir() -> Path:
+    """Where exports of .nsys-rep reports are kept (the user cache dir, never beside the input)."""
+    return Path(user_cache_dir("overlapscope")) / "nsys"
+
+
+def _cache_paths(path: Path) -> tuple[Path, Path]:
+    """(export, sidecar) in the cache, keyed by the report's resolved path, size and mtime."""
+    st = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:20]
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", path.name)[:60]
+    base = cache_dir() / f"{stem}-{key}"
+    return base.with_name(base.name + ".sqlite"), base.with_name(base.name + ".json")
+
+
+def export_command(path: Path, output: Path | None = None) -> str:
+    """The exact shell command that exports a report to SQLite."""
+    out = output if output is not None else path.with_name(path.name.rsplit(".", 1)[0] + ".sqlite")
+    return f"nsys export --type sqlite --output {shlex.quote(str(out))} {shlex.quote(str(path))}"
+
+
+def nsys_rep_to_sqlite(path: str | Path) -> Path:
+    """Export a .nsys-rep with the user's nsys into the cache (reused while the report is unchanged)."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInputError(path, "no such file")
+    out, sidecar = _cache_paths(path)
+    if out.is_file() and sidecar.is_file():
+        return out
+    version = nsys_rep_version(path)
+    written_by = f"written by nsys {version}" if version else "nsys version unknown"
+    nsys = find_nsys()
+    if nsys is None:
+        raise BadInputError(
+            path, f"Nsight Systems report ({written_by}) and no nsys here to read it (looked in $NSYS, "
+                  f"PATH, /opt/nvidia, /usr/local/cuda*); export it with nsys {version or ''} or newer: "
+                  f"`{export_command(path)}`, then load the .sqlite".replace("  ", " "))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.stem}.part-{os.getpid()}.sqlite")
+    cmd = [nsys, "export", "--type", "sqlite", "--output", str(tmp), str(path)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0 or not tmp.is_file():
+            lines = [ln.strip() for ln in (proc.stderr or proc.stdout or "").splitlines() if ln.strip()]
+            why = lines[-1] if lines else f"exit status {proc.returncode}"
+            raise BadInputError(path, f"nsys export failed ({why}); report {written_by}, nsys used: {nsys}")
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    sidecar.write_text(json.dumps({"source": str(path), "nsys": nsys, "report_version": version}))
+    return out
+
+
+def _source_label(sqlite_path: Path) -> str | None:
+    """The report a cached export was made from (so traces name the user's file, not the cache)."""
+    try:
+        if sqlite_path.resolve().parent != cache_dir().resolve():
+            return None
+        sidecar = sqlite_path.with_suffix(".json")
+        return str(json.loads(sidecar.read_text())["source"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

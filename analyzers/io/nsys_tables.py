@@ -1,0 +1,184 @@
+"""Reading an export's activity tables (kernels, copies, memsets, runtime, syncs, NVTX), split by process."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from analyzers.io.nsys_schema import (
+    CUPTI_INVALID_ID,
+    MEM_KINDS,
+    MEMCPY_KINDS,
+    NVTX_RANGE_TYPES,
+    PID_SQL,
+    PTOP,
+    SYNC_NAMES,
+    SYNC_NAMES_BY_SUFFIX,
+    T_KERNEL,
+    T_MEMCPY,
+    T_MEMSET,
+    T_NVTX,
+    T_RUNTIME,
+    T_SYNC,
+    TID_SQL,
+    UNKNOWN_SYNC,
+    _Export,
+    _opt,
+)
+
+# --------------------------------------------------------------------------------------------
+# Reading the tables (whole file), then splitting by process
+# --------------------------------------------------------------------------------------------
+
+def _activity_sql(ex: _Export, table: str, extra: list[str], pid: str) -> str:
+    cols = [
+        'start AS start_ns', '"end" AS end_ns',
+        f'{_opt(ex, table, "deviceId")} AS device',
+        f'{_opt(ex, table, "streamId")} AS stream',
+        f'{_opt(ex, table, "correlationId")} AS correlation',
+        f"{pid} AS pid",
+        *extra,
+    ]
+    return f'SELECT {", ".join(cols)} FROM {table} WHERE start IS NOT NULL AND "end" IS NOT NULL'
+
+
+def _read_kernels(ex: _Export, pid: str) -> pd.DataFrame:
+    name_cols = [c for c in ("demangledName", "shortName", "mangledName") if c in ex.columns(T_KERNEL)]
+    if not name_cols:
+        name_cols_sql = ["'' AS demangledName"]
+        name_cols = ["demangledName"]
+    else:
+        name_cols_sql = [f'"{c}"' for c in name_cols]
+    df = ex.query(_activity_sql(ex, T_KERNEL, name_cols_sql, pid))
+    # Prefer the demangled name (what Kineto shows), then the short, then the mangled one.
+    name = np.full(len(df), "", dtype=object)
+    for c in reversed(name_cols):
+        text = ex.text_column(df[c])
+        name = np.where(text != "", text, name)
+    out = df[["start_ns", "end_ns", "device", "stream", "correlation", "pid"]].copy()
+    out["name"] = name
+    out["kind"] = "kernel"
+    return out
+
+
+def _memory_kind_names(ex: _Export) -> dict[int, str]:
+    return ex.enum("ENUM_CUDA_MEM_KIND") or dict(MEM_KINDS)
+
+
+def _copy_kind_names(ex: _Export) -> dict[int, str]:
+    """Kineto's short copy kinds ("HtoD", "PtoP") from the enum names, else the known numbers."""
+    names = ex.enum("ENUM_CUDA_MEMCPY_OPER", "name")
+    if not names:
+        return dict(MEMCPY_KINDS)
+    out = {}
+    for i, n in names.items():
+        suffix = n.split("KIND_", 1)[-1]
+        if suffix == "UNKNOWN":
+            out[i] = "<unknown>"
+        else:
+            out[i] = re.sub(r"([A-Z])TO([A-Z])", r"\1to\2", suffix).replace("_", " ")
+    return out
+
+
+def _read_memcpy(ex: _Export, pid: str) -> pd.DataFrame:
+    t = T_MEMCPY
+    extra = [f'{_opt(ex, t, "bytes")} AS bytes', f'{_opt(ex, t, "copyKind", 0)} AS copy_kind',
+             f'{_opt(ex, t, "srcKind")} AS src_kind', f'{_opt(ex, t, "dstKind")} AS dst_kind',
+             f'{_opt(ex, t, "srcDeviceId")} AS src_device', f'{_opt(ex, t, "dstDeviceId")} AS dst_device']
+    df = ex.query(_activity_sql(ex, t, extra, pid))
+    copy_kinds, mem_kinds = _copy_kind_names(ex), _memory_kind_names(ex)
+    peer = ((df["src_device"] >= 0) & (df["dst_device"] >= 0) & (df["src_device"] != df["dst_device"])).to_numpy()
+    # Name each distinct (copy kind, src kind, dst kind, peer) once, as Kineto does.
+    keys = np.stack([df["copy_kind"].to_numpy(np.int64), df["src_kind"].to_numpy(np.int64),
+                     df["dst_kind"].to_numpy(np.int64), peer.astype(np.int64)], axis=1)
+    if len(df):
+        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+        labels = np.array([
+            f"Memcpy {PTOP if p else copy_kinds.get(int(k), '<unknown>')} "
+            f"({mem_kinds.get(int(s), 'Unknown')} -> {mem_kinds.get(int(d), 'Unknown')})"
+            for k, s, d, p in uniq], dtype=object)
+        names = labels[inverse.ravel()]
+    else:
+        names = np.zeros(0, dtype=object)
+    out = df[["start_ns", "end_ns", "device", "stream", "correlation", "pid", "bytes", "src_device",
+              "dst_device"]].copy()
+    out["name"] = names
+    out["kind"] = "memcpy"
+    return out
+
+
+def _read_memset(ex: _Export, pid: str) -> pd.DataFrame:
+    t = T_MEMSET
+    extra = [f'{_opt(ex, t, "bytes")} AS bytes', f'{_opt(ex, t, "memKind")} AS mem_kind']
+    df = ex.query(_activity_sql(ex, t, extra, pid))
+    mem_kinds = _memory_kind_names(ex)
+    codes, uniques = pd.factorize(df["mem_kind"])
+    labels = np.array([f"Memset ({mem_kinds.get(int(u), 'Unknown')})" for u in uniques], dtype=object)
+    out = df[["start_ns", "end_ns", "device", "stream", "correlation", "pid", "bytes"]].copy()
+    out["name"] = labels[codes] if len(df) else np.zeros(0, dtype=object)
+    out["kind"] = "memset"
+    return out
+
+
+def _read_runtime(ex: _Export) -> pd.DataFrame:
+    t = T_RUNTIME
+    tid_col = ex.first_column(t, "globalTid", "globalPid")
+    if tid_col is None:
+        return pd.DataFrame()
+    name_col = ex.first_column(t, "nameId", "name")
+    name_sql = f'"{name_col}" AS name' if name_col else "'' AS name"
+    df = ex.query(
+        f'SELECT start AS start_ns, "end" AS end_ns, {_opt(ex, t, "correlationId")} AS correlation, '
+        f'{PID_SQL.format(col=tid_col)} AS pid, '
+        f'{TID_SQL.format(col=tid_col) if tid_col == "globalTid" else "0"} AS tid, {name_sql} '
+        f'FROM {t} WHERE start IS NOT NULL AND "end" IS NOT NULL')
+    df["name"] = ex.text_column(df["name"])
+    return df
+
+
+def _read_syncs(ex: _Export, pid: str) -> pd.DataFrame:
+    t = T_SYNC
+    # nsys 2025.x fills deprecatedSyncType and leaves syncType 0; 2026.x the other way round.
+    present = [c for c in ("syncType", "deprecatedSyncType") if c in ex.columns(t)]
+    type_sql = f"coalesce({', '.join([f'nullif({chr(34)}{c}{chr(34)}, 0)' for c in present] + ['0'])})"
+    df = ex.query(_activity_sql(ex, t, [f"{type_sql} AS sync_type"], pid))
+    df["stream"] = np.where(df["stream"].to_numpy() == CUPTI_INVALID_ID, -1, df["stream"].to_numpy())
+    names = dict(SYNC_NAMES)
+    for i, n in ex.enum("ENUM_CUPTI_SYNC_TYPE", "name").items():
+        names[i] = next((v for k, v in SYNC_NAMES_BY_SUFFIX.items() if n.endswith(k)), UNKNOWN_SYNC)
+    codes, uniques = pd.factorize(df["sync_type"])
+    labels = np.array([names.get(int(u), UNKNOWN_SYNC) for u in uniques], dtype=object)
+    df["name"] = labels[codes] if len(df) else np.zeros(0, dtype=object)
+    return df
+
+
+def _nvtx_range_types(ex: _Export) -> list[int]:
+    by_name = {v: k for k, v in ex.enum("ENUM_NSYS_EVENT_TYPE", "name").items()}
+    return sorted({by_name.get(n, i) for n, i in NVTX_RANGE_TYPES.items()})
+
+
+def _read_nvtx(ex: _Export) -> pd.DataFrame:
+    """NVTX push/pop and start/end ranges that ended (text inline or via textId)."""
+    t = T_NVTX
+    if "globalTid" not in ex.columns(t):
+        return pd.DataFrame()
+    text_sql = '"text"' if "text" in ex.columns(t) else "NULL"
+    type_filter = ""
+    if "eventType" in ex.columns(t):
+        type_filter = f' AND eventType IN ({", ".join(map(str, _nvtx_range_types(ex)))})'
+    df = ex.query(
+        f'SELECT start AS start_ns, "end" AS end_ns, {PID_SQL.format(col="globalTid")} AS pid, '
+        f'{TID_SQL.format(col="globalTid")} AS tid, {text_sql} AS text, {_opt(ex, t, "textId")} AS text_id '
+        f'FROM {t} WHERE start IS NOT NULL AND "end" IS NOT NULL AND "end" >= start{type_filter}')
+    text = df["text"].to_numpy(dtype=object)
+    from_ids = ex.strings(df["text_id"].to_numpy(dtype=np.int64))
+    df["name"] = np.where(pd.isna(text), from_ids, text)
+    return df.drop(columns=["text", "text_id"])
+
+
+def _by_pid(df: pd.DataFrame | None) -> dict[int, pd.DataFrame]:
+    if df is None or df.empty:
+        return {}
+    return {int(p): g for p, g in df.groupby("pid", sort=True)}

@@ -1,0 +1,1 @@
+"""Overlap metrics per rank, stream and iteration."""

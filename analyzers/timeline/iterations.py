@@ -1,0 +1,229 @@
+"""Iteration (step) windows on the GPU timeline.
+
+Steps are host ranges (ProfilerStep#N from torch.profiler, or NVTX ranges of the same
+name, or any host range whose name matches a user pattern). The GPU runs behind the host,
+so a step's GPU window is not its host range: each GPU activity belongs to the step in
+which its launch (runtime call, joined on correlation id) happened, and step N's GPU
+window runs from the first start of its activities to the first start of step N+1's
+(the last step ends at its last activity's end). Windows therefore tile the GPU timeline.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from analyzers.timeline.model import RankTrace, TraceSet
+
+DEFAULT_STEP_PATTERN = r"^ProfilerStep\s*#\s*(\d+)$"
+
+
+@dataclass(frozen=True)
+class StepSelection:
+    """Which steps to keep: None = all; otherwise a set of step numbers."""
+
+    steps: frozenset[int] | None = None
+
+    @classmethod
+    def parse(cls, text: str | None) -> StepSelection:
+        """'3', '2-4', '2,5,7-8' -> step numbers. Raises ValueError on bad text."""
+        if not text:
+            return cls(None)
+        chosen: set[int] = set()
+        for part in text.split(","):
+            part = part.strip()
+            m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", part)
+            if m:
+                lo, hi = int(m.group(1)), int(m.group(2))
+                if hi < lo:
+                    raise ValueError(f"step range {part!r} runs backwards")
+                chosen.update(range(lo, hi + 1))
+            elif part.isdigit():
+                chosen.add(int(part))
+            else:
+                raise ValueError(f"cannot read step selection {part!r} (use e.g. 3 or 2-4 or 2,5)")
+        return cls(frozenset(chosen))
+
+    def keeps(self, step: int) -> bool:
+        return self.steps is None or step in self.steps
+
+
+class UnknownStepsError(ValueError):
+    """A step selection names steps that a trace does not hold (a usage error, not bad input)."""
+
+
+def format_steps(steps: list[int]) -> str:
+    """[1, 2, 3, 5] -> '1-3, 5'."""
+    vals = np.unique(np.asarray(list(steps), dtype=np.int64))
+    if vals.size == 0:
+        return "none"
+    cuts = np.flatnonzero(np.diff(vals) != 1) + 1
+    runs = np.split(vals, cuts)
+    return ", ".join(str(r[0]) if r.size == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def check_step_selection(traces: TraceSet, selection: StepSelection, pattern: str = DEFAULT_STEP_PATTERN) -> None:
+    """Refuse a selection naming a step that some rank's trace does not hold (UnknownStepsError,
+    listing the steps present), so that no section silently measures nothing or everything."""
+    if selection.steps is None:
+        return
+    for t in traces:
+        present = gpu_step_windows(t, pattern)["step"].astype(int).tolist()
+        missing = sorted(set(selection.steps) - set(present))
+        if not missing:
+            continue
+        where = f"{t.label} ({t.source})" if len(traces) > 1 else t.source
+        if not present:
+            raise UnknownStepsError(f"--steps {format_steps(missing)}: {where} has no step ranges that launched GPU "
+                                    "work (ProfilerStep#N, or ranges matching --step-pattern)")
+        raise UnknownStepsError(f"--steps: step {format_steps(missing)} not in {where}; "
+                                f"steps present: {format_steps(present)}")
+
+
+def select_step_rows(trace: RankTrace, selection: StepSelection, pattern: str = DEFAULT_STEP_PATTERN) -> RankTrace:
+    """A copy of the trace whose GPU table keeps only the activity inside the selected steps' GPU
+    windows (the whole trace when nothing is selected): what cross-rank analyses then see."""
+    if selection.steps is None:
+        return trace
+    w = gpu_step_windows(trace, pattern)
+    w = w[w["step"].astype(int).isin(list(selection.steps))]
+    s, e = trace.gpu["start_ns"].to_numpy(np.int64), trace.gpu["end_ns"].to_numpy(np.int64)
+    keep = np.zeros(s.size, dtype=bool)
+    for lo, hi in zip(w["gpu_start_ns"].to_numpy(np.int64), w["gpu_end_ns"].to_numpy(np.int64), strict=True):
+        keep |= (e > lo) & (s < hi)
+    return replace(trace, gpu=trace.gpu[keep].reset_index(drop=True))
+
+
+def host_steps(trace: RankTrace, pattern: str = DEFAULT_STEP_PATTERN) -> pd.DataFrame:
+    """Host step ranges: columns step, name, host_start_ns, host_end_ns (sorted by start).
+
+    The step number is the pattern's first group when it has one, else the order found.
+    Duplicate step numbers (e.g. an NVTX range and a profiler op of the same name) keep the
+    longest range.
+    """
+    ops = trace.host_ops
+    cols = ["step", "name", "host_start_ns", "host_end_ns"]
+    if ops.empty:
+        return pd.DataFrame({c: [] for c in cols})
+    rx = re.compile(pattern)
+    ids = np.unique(ops["name_id"].to_numpy())
+    names = trace.names_of(ids)
+    matched = {int(i): rx.search(n) for i, n in zip(ids, names, strict=True)}
+    matched = {i: m for i, m in matched.items() if m}
+    if not matched:
+        return pd.DataFrame({c: [] for c in cols})
+    rows = ops[ops["name_id"].isin(list(matched))]
+    df = pd.DataFrame({
+        "name": trace.names_of(rows["name_id"].to_numpy()),
+        "host_start_ns": rows["start_ns"].to_numpy(),
+        "host_end_ns": rows["end_ns"].to_numpy(),
+    })
+    first_group = {i: (int(m.group(1)) if m.groups() and m.group(1) and m.group(1).isdigit() else None)
+                   for i, m in matched.items()}
+    df["step"] = [first_group[int(i)] for i in rows["name_id"].to_numpy()]
+    df = df.sort_values("host_start_ns", kind="stable").reset_index(drop=True)
+    if df["step"].isna().any():
+        df["step"] = np.arange(len(df))
+    df["step"] = df["step"].astype(np.int64)
+    df["dur"] = df["host_end_ns"] - df["host_start_ns"]
+    df = df.sort_values("dur", ascending=False, kind="stable").drop_duplicates("step")
+    return df.sort_values("host_start_ns", kind="stable")[cols].reset_index(drop=True)
+
+
+def launch_times(trace: RankTrace) -> np.ndarray:
+    """Host start time of the runtime call that launched each GPU activity (-1 if unknown)."""
+    gpu, rt = trace.gpu, trace.runtime
+    out = np.full(len(gpu), -1, dtype=np.int64)
+    if gpu.empty or rt.empty:
+        return out
+    corr = gpu["correlation"].to_numpy()
+    rt_corr = rt["correlation"].to_numpy()
+    valid = rt_corr >= 0
+    rt_corr, rt_start = rt_corr[valid], rt["start_ns"].to_numpy()[valid]
+    order = np.argsort(rt_corr, kind="stable")
+    rt_corr, rt_start = rt_corr[order], rt_start[order]
+    pos = np.searchsorted(rt_corr, corr)
+    pos_c = np.clip(pos, 0, max(rt_corr.size - 1, 0))
+    hit = (rt_corr.size > 0) & (corr >= 0)
+    hit = hit & (rt_corr[pos_c] == corr) if rt_corr.size else np.zeros_like(corr, dtype=bool)
+    out[hit] = rt_start[pos_c[hit]]
+    return out
+
+
+def assign_steps(trace: RankTrace, steps: pd.DataFrame) -> np.ndarray:
+    """Step number of each GPU activity (-1 when its launch is outside every step)."""
+    launched = launch_times(trace)
+    out = np.full(len(trace.gpu), -1, dtype=np.int64)
+    if steps.empty or len(out) == 0:
+        return out
+    hs = steps["host_start_ns"].to_numpy()
+    he = steps["host_end_ns"].to_numpy()
+    idx = np.searchsorted(hs, launched, side="right") - 1
+    ok = (launched >= 0) & (idx >= 0)
+    idx_c = np.clip(idx, 0, len(hs) - 1)
+    ok &= launched < he[idx_c]
+    out[ok] = steps["step"].to_numpy()[idx_c[ok]]
+    return out
+
+
+def gpu_step_windows(trace: RankTrace, pattern: str = DEFAULT_STEP_PATTERN) -> pd.DataFrame:
+    """Per step: step, name, host range, GPU window [gpu_start_ns, gpu_end_ns), activity count.
+
+    Steps that launched no GPU work are left out (their window would be empty).
+    """
+    steps = host_steps(trace, pattern)
+    cols = ["step", "name", "host_start_ns", "host_end_ns", "gpu_start_ns", "gpu_end_ns", "n_gpu"]
+    if steps.empty:
+        return pd.DataFrame({c: [] for c in cols})
+    which = assign_steps(trace, steps)
+    gpu = trace.gpu
+    df = pd.DataFrame({"step": which, "s": gpu["start_ns"].to_numpy(), "e": gpu["end_ns"].to_numpy()})
+    df = df[df["step"] >= 0]
+    if df.empty:
+        return pd.DataFrame({c: [] for c in cols})
+    agg = df.groupby("step").agg(first=("s", "min"), last=("e", "max"), n_gpu=("s", "size"))
+    out = steps.merge(agg, left_on="step", right_index=True, how="inner")
+    out = out.sort_values("first", kind="stable").reset_index(drop=True)
+    first = out["first"].to_numpy(dtype=np.int64)
+    last = out["last"].to_numpy(dtype=np.int64)
+    end = last.copy()  # int64 throughout: epoch-scale ns do not survive a float64 round trip
+    end[:-1] = first[1:]
+    out["gpu_start_ns"] = first
+    out["gpu_end_ns"] = np.maximum(end, first)
+    return out[cols]
+
+
+def like_hta_mask(trace: RankTrace, pattern: str = DEFAULT_STEP_PATTERN) -> np.ndarray:
+    """GPU rows HolisticTraceAnalysis keeps: launched before the last profiler step began.
+
+    HTA drops kernels launched during the last ProfilerStep (it may be cut short) and any
+    GPU activity whose launch is not in the trace. With fewer than two steps it keeps all.
+    HTA takes "the last ProfilerStep" as the latest-starting event of that name that is not a GPU
+    kernel, so a GPU-side ``gpu_user_annotation`` ProfilerStep (ROCm and CUDA traces carry them)
+    that starts after the last host step moves the cut there; the Kineto loader records its start.
+    """
+    steps = host_steps(trace, pattern)
+    n = len(trace.gpu)
+    if len(steps) < 2:
+        return np.ones(n, dtype=bool)
+    last_start = np.int64(max(int(steps["host_start_ns"].max()),
+                              trace.meta.get("gpu_step_annotation_last_start_ns") or -1))
+    launched = launch_times(trace)
+    if trace.meta.get("fractional_us_timestamps"):  # HTA compares µs-rounded times then
+        last_start, launched = _ceil_us(np.asarray([last_start]))[0], np.where(launched >= 0, _ceil_us(launched), -1)
+    return (launched >= 0) & (launched < last_start)
+
+
+def _ceil_us(ns: np.ndarray) -> np.ndarray:
+    return -(-np.asarray(ns, dtype=np.int64) // 1000) * 1000
+
+
+def hta_rounded(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """HTA 0.5.0 shrinks every event to whole microseconds (start up, end down) before
+    measuring (trace_parser.round_down_time_stamps); --like-hta reproduces that."""
+    s = _ceil_us(starts)
+    e = (np.asarray(ends, dtype=np.int64) // 1000) * 1000
+    return s, np.maximum(e, s)

@@ -1,0 +1,150 @@
+"""What every command shares: the typer app, consoles, exit codes, common options and helpers.
+
+Command modules (cmd_*.py) import from here; this module imports none of them, and cli.py
+registers the commands on `app` in one place.
+
+Data goes to stdout, progress and notes to stderr. Exit codes: 0 ok, 1 a gate failed,
+2 usage error, 3 bad input, 4 a run failed.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from analyzers.io.load import load_traces
+from analyzers.overlap.metrics import AnalysisOptions
+from analyzers.report import AnalysisReport
+from analyzers.timeline.classify import load_rules
+from analyzers.timeline.iterations import StepSelection
+from analyzers.timeline.model import TraceSet
+
+from . import render
+
+EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_BAD_INPUT, EXIT_RUN_FAILED = 0, 1, 2, 3, 4
+
+app = typer.Typer(
+    name="overlapscope",
+    help="Is your GPU communication really hidden behind computation? Measures comm/compute overlap "
+         "per rank, stream and iteration in PyTorch profiler (Kineto JSON) and Nsight Systems traces, "
+         "and explains what breaks it.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+)
+
+def _console(stderr: bool) -> Console:
+    """Wide when piped (tables must not wrap into logs); soft-wrapped so errors stay one line."""
+    probe = Console(stderr=stderr)
+    return Console(stderr=stderr, soft_wrap=True, width=None if probe.is_terminal else 200)
+
+
+out_console = _console(stderr=False)
+err_console = _console(stderr=True)
+
+
+class OutputFormat(StrEnum):
+    table = "table"
+    json = "json"
+    md = "md"
+    csv = "csv"
+
+
+class UsageFailure(Exception):
+    """A usage problem found after parsing (exit 2)."""
+
+
+@contextmanager
+def load_progress(enabled: bool):
+    """A progress bar on stderr while several files load; a no-op callback otherwise."""
+    if not enabled:
+        yield None
+        return
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                  console=err_console, transient=True) as bar:
+        task = bar.add_task("loading traces", total=None)
+
+        def update(name: str, i: int, total: int) -> None:
+            bar.update(task, completed=i, total=total,
+                       description=f"loading {Path(name).name}" if name else "loaded")
+
+        yield update
+
+
+def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = None,
+             comm_kernel: list[str] | None = None, label: str = "") -> TraceSet:
+    """Load a trace set with progress on stderr (several files) and classification rules."""
+    rule_list = load_rules(rules, comm_kernel)
+    many = len(paths) > 1 or any(Path(p).is_dir() or any(c in p for c in "*?[") for p in paths)
+    with load_progress(many and err_console.is_terminal) as progress:
+        return load_traces(paths, rank=rank, rules=rule_list, label=label, progress=progress)
+
+
+def options_from(steps: str | None, like_hta: bool, step_pattern: str) -> AnalysisOptions:
+    try:
+        selection = StepSelection.parse(steps)
+    except ValueError as exc:
+        raise UsageFailure(f"--steps: {exc}") from None
+    return AnalysisOptions(steps=selection, like_hta=like_hta, step_pattern=step_pattern)
+
+
+def emit(report: AnalysisReport, fmt: OutputFormat, streams: bool = False) -> None:
+    if fmt is OutputFormat.json:
+        sys.stdout.write(render.to_json(report.to_dict()) + "\n")
+    elif fmt is OutputFormat.md:
+        sys.stdout.write(render.to_markdown(report))
+    elif fmt is OutputFormat.csv:
+        sys.stdout.write(render.to_csv(report))
+    else:
+        render.print_table(report, out_console, streams=streams)
+
+
+def gate_threshold(value: float) -> float:
+    """--fail-under-overlap takes a fraction (0.8) or a percentage (80)."""
+    if value < 0:
+        raise UsageFailure("--fail-under-overlap must be >= 0")
+    return value / 100.0 if value > 1 else value
+
+
+PathsArg = Annotated[list[str], typer.Argument(
+    help="Trace files (.json, .json.gz, .sqlite, .nsys-rep), globs, or a directory of rank files of one run.",
+    show_default=False)]
+FormatOpt = Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")]
+StepsOpt = Annotated[str | None, typer.Option(
+    "--steps", help="Only these profiler steps, e.g. 3, 2-4 or 2,5,7 (ProfilerStep#N numbers): the table, syncs, "
+                    "findings and cross-rank analysis all see only them. A step not in every rank's trace is "
+                    "refused (exit 2).")]
+RulesOpt = Annotated[Path | None, typer.Option(
+    "--rules", help="TOML file of (pattern -> category) rules tried before the defaults.")]
+CommKernelOpt = Annotated[list[str] | None, typer.Option(
+    "--comm-kernel", help="A custom communication kernel name (substring); repeatable.")]
+LikeHtaOpt = Annotated[bool, typer.Option(
+    "--like-hta", help="Drop kernels launched in the last profiler step (and round to µs), as "
+                       "HolisticTraceAnalysis 0.5.0 does, to reproduce its overlap figure.")]
+StepPatternOpt = Annotated[str, typer.Option(
+    "--step-pattern", help="Regex naming iteration ranges (ProfilerStep#N or NVTX); group 1 = step number.")]
+
+
+@contextmanager
+def stage_progress(enabled: bool):
+    """A spinner on stderr naming the analysis stage (metrics, cross-rank, findings)."""
+    if not enabled:
+        yield None
+        return
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True) as bar:
+        task = bar.add_task("analyzing", total=None)
+
+        def update(stage: str, done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total, description=f"analyzed {stage}")
+
+        yield update
