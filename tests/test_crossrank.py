@@ -245,6 +245,9 @@ def test_late_rank_named_and_wait_split_on_four_ranks():
     assert len(late) == 1 and late[0].ranks[0] == 2 and late[0].severity == "critical"
     assert set(late[0].ranks[1:]) == {0, 1, 3}
     assert late[0].evidence["wait_caused_ns"] == sum(truth["wait"].values())
+    # the GEMM [0, 350) hides every wait, but the late arrival pushed rank 0's transfer [300, 400)
+    # past it: 50 µs exposed per collective, so the straggler did cost overlap
+    assert late[0].evidence["exposed_ns"] >= rep.peer_wait[0]["exposed_for_rank_ns"]["2"] == 6 * 50 * US
 
 
 def test_ranks_arriving_within_jitter_have_no_late_rank():
@@ -543,3 +546,25 @@ def test_sample_nsys_sessions_aligned_by_start_time_agree_with_collective_ends()
     # the collective ends, on their own, place rank 1 within the shared-clock tolerance of that
     assert abs(c.estimated_offsets_ns[1] - c.offsets_ns[1]) <= CrossRankParams().shared_clock_tolerance_ns
     assert c.residual_skew_ns <= CrossRankParams().shared_clock_tolerance_ns
+
+
+def test_late_peer_whose_wait_ran_beside_compute_is_info_only():
+    # rank 1 always 200 µs late; rank 0's wait lies under its own GEMM [0, 450 µs): it cost no overlap
+    ts, truth = collective_run(2, arrivals={0: [0] * 6, 1: [200 * US] * 6}, compute=[(0, 450 * US)])
+    rep = analyze_cross_rank(ts)
+    assert rep.peer_wait[0]["wait_for_rank_ns"] == {"1": truth["wait"][0]} and truth["wait"][0] == 6 * 200 * US
+    assert rep.peer_wait[0]["exposed_for_rank_ns"] == {"1": 0}
+    (late,) = _ids(cross_rank_findings(rep), "late-peer")
+    assert late.severity == "info" and "costs no overlap" in late.title
+    assert late.evidence["exposed_ns"] == 0
+
+
+def test_late_peer_whose_wait_nothing_hid_stays_critical():
+    # the same straggler, but rank 0's GEMM runs after the collective: its 200 µs wait and 100 µs
+    # transfer are exposed, every time
+    ts, truth = collective_run(2, arrivals={0: [0] * 6, 1: [200 * US] * 6}, compute=[(500 * US, 900 * US)])
+    rep = analyze_cross_rank(ts)
+    assert rep.peer_wait[0]["exposed_for_rank_ns"] == {"1": truth["wait"][0] + 6 * 100 * US}
+    (late,) = _ids(cross_rank_findings(rep), "late-peer")
+    assert late.severity == "critical" and "costs no overlap" not in late.title
+    assert late.evidence["exposed_ns"] == 6 * 300 * US

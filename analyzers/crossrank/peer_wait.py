@@ -93,12 +93,17 @@ def peer_wait_totals(traces: TraceSet, colls: pd.DataFrame, members: pd.DataFram
             ov = iv.length(iv.intersection(comm_u, busy_c))
             ov_tr = iv.length(iv.intersection(tr_u, busy_c))
             wait_ns, transfer_ns = int(mr["wait_ns"].sum()), int(mr["transfer_ns"].sum())
-            waited_for = mr.assign(late=mr["coll_id"].map(late).to_numpy())
-            waited_for = waited_for[(waited_for["late"] >= 0) & (waited_for["late"] != r)]
-            by_late = waited_for.groupby("late")["wait_ns"].sum()
+            late_of = mr["coll_id"].map(late).to_numpy()
+            waiting = (late_of >= 0) & (late_of != r)
+            by_late = pd.Series(mr["wait_ns"].to_numpy()[waiting]).groupby(late_of[waiting]).sum()
+            exposed_by_late = {
+                int(lr): iv.length(iv.difference(iv.union(s_own[waiting & (late_of == lr)],
+                                                          e_own[waiting & (late_of == lr)]), busy_c))
+                for lr in np.unique(late_of[waiting])}
         else:
             comm_ns = transfer_u_ns = ov = ov_tr = wait_ns = transfer_ns = 0
             by_late = pd.Series(dtype=np.int64)
+            exposed_by_late = {}
         kernel_ns = wait_ns + transfer_ns
         out[r] = {
             "n_collectives": int(len(mr)),
@@ -112,6 +117,9 @@ def peer_wait_totals(traces: TraceSet, colls: pd.DataFrame, members: pd.DataFram
             "effective_overlap_ratio": ov_tr / transfer_u_ns if transfer_u_ns else None,
             "n_late": int((late == r).sum()) if len(late) else 0,
             "wait_for_rank_ns": {str(int(k)): int(v) for k, v in by_late.items()},
+            # Of the collectives that waited for that rank, the time no compute on this rank ran beside
+            # (wait, or transfer the wait pushed out): the most the straggler can have cost here.
+            "exposed_for_rank_ns": {str(k): int(v) for k, v in exposed_by_late.items()},
         }
     late_rows = []
     if len(colls):
