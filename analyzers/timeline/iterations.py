@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from analyzers.timeline import intervals as iv
 from analyzers.timeline.model import RankTrace, TraceSet
 
 DEFAULT_STEP_PATTERN = r"^ProfilerStep\s*#\s*(\d+)$"
@@ -90,10 +91,7 @@ def select_step_rows(trace: RankTrace, selection: StepSelection, pattern: str = 
         return trace
     w = gpu_step_windows(trace, pattern)
     w = w[w["step"].astype(int).isin(list(selection.steps))]
-    s, e = trace.gpu["start_ns"].to_numpy(np.int64), trace.gpu["end_ns"].to_numpy(np.int64)
-    keep = np.zeros(s.size, dtype=bool)
-    for lo, hi in zip(w["gpu_start_ns"].to_numpy(np.int64), w["gpu_end_ns"].to_numpy(np.int64), strict=True):
-        keep |= (e > lo) & (s < hi)
+    keep = iv.overlaps_any(trace.gpu["start_ns"], trace.gpu["end_ns"], w["gpu_start_ns"], w["gpu_end_ns"])
     return replace(trace, gpu=trace.gpu[keep].reset_index(drop=True))
 
 
