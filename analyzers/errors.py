@@ -11,6 +11,10 @@ class BadInputError(Exception):
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
 
+    def __reduce__(self):
+        """Picklable with its two arguments (raised in worker processes, re-raised here)."""
+        return type(self), (self.path, self.problem)
+
 
 class MixedRunsError(BadInputError):
     """Files from different runs (world sizes, run ids, duplicate ranks) given together."""

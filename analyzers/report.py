@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -10,8 +9,10 @@ from typing import Any
 import pandas as pd
 
 from analyzers.crossrank import CrossRankParams, CrossRankReport, analyze_cross_rank
-from analyzers.findings import FindingParams, cross_rank_findings, detect_findings
+from analyzers.findings import FindingParams, cross_rank_findings, detect_findings, detect_rank
 from analyzers.findings.finding import Finding
+from analyzers.io.parallel import PER_RANK_KEY
+from analyzers.io.plain import to_plain
 from analyzers.overlap.metrics import AnalysisOptions, RankMetrics, rank_metrics
 from analyzers.syncs.blocking import (
     SyncParams,
@@ -21,7 +22,7 @@ from analyzers.syncs.blocking import (
     syncs_not_judged,
 )
 from analyzers.timeline.iterations import check_step_selection, select_step_rows
-from analyzers.timeline.model import TraceSet
+from analyzers.timeline.model import RankTrace, TraceSet
 
 
 @dataclass
@@ -78,20 +79,58 @@ class AnalysisReport:
         })
 
 
+@dataclass(frozen=True)
+class RankStage:
+    """The per-rank part of `analyze`, run beside the parse (analyzers.io.parallel): picklable, so it
+    travels to worker processes and Dask workers."""
+
+    options: AnalysisOptions
+    diagnose: bool = True
+
+    def __call__(self, trace: RankTrace) -> RankResults:
+        metrics = rank_metrics(trace, self.options)
+        res = RankResults(self.options, self.diagnose, table_fingerprint(trace), metrics)
+        if self.diagnose:
+            res.syncs = in_selected_steps(blocking_syncs(trace, None), self.options)
+            res.findings = detect_rank(trace, metrics, FindingParams(), None, res.syncs)
+        return res
+
+
+@dataclass
+class RankResults:
+    """Per-rank results computed next to the parse, with the options they were made for."""
+
+    options: AnalysisOptions
+    diagnose: bool
+    fingerprint: int  # of the tables they were computed from (see table_fingerprint)
+    metrics: RankMetrics
+    syncs: pd.DataFrame | None = None
+    findings: list[Finding] | None = None  # with default parameters and no cross-rank start shift
+
+
+def table_fingerprint(trace: RankTrace) -> int:
+    """A hash of what per-rank results depend on: GPU rows with their categories, host tables' sizes."""
+    gpu = trace.gpu[["start_ns", "end_ns", "stream", "name_id", "category"]]
+    h = int(pd.util.hash_pandas_object(gpu, index=False).sum()) if len(gpu) else 0
+    return hash((h, len(trace.runtime), len(trace.host_ops), len(trace.sync_events), trace.rank))
+
+
+def precomputed_results(traces: TraceSet, options: AnalysisOptions, diagnose: bool) -> dict[int, RankResults]:
+    """The per-rank results the loader made, when they fit this analysis exactly; else {}."""
+    results: dict[int, RankResults] = traces.meta.get(PER_RANK_KEY) or {}
+    ok = {}
+    for r, t in traces.ranks.items():
+        res = results.get(r)
+        if (not isinstance(res, RankResults) or res.options != options or (diagnose and not res.diagnose)
+                or res.fingerprint != table_fingerprint(t)):
+            return {}
+        ok[r] = res
+    return ok
+
+
 def _clean(obj: Any) -> Any:
-    """JSON-safe: NaN/inf -> None, numpy scalars -> Python, tuples -> lists."""
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
-        try:
-            obj = obj.item()
-        except (ValueError, AttributeError):
-            pass
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
+    """JSON-safe: NaN/inf -> None, numpy scalars -> Python, tuples -> lists (one msgspec pass)."""
+    return to_plain(obj)
 
 
 def selected_steps_only(traces: TraceSet, options: AnalysisOptions) -> TraceSet:
@@ -133,7 +172,8 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
         if progress:
             progress(stage, done, stages)
 
-    metrics = [rank_metrics(traces.ranks[r], options) for r in ids]
+    pre = precomputed_results(traces, options, diagnose)
+    metrics = [pre[r].metrics if pre else rank_metrics(traces.ranks[r], options) for r in ids]
     tick("metrics")
     report = AnalysisReport(
         label=traces.label,
@@ -151,14 +191,16 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
             report.clock_offsets_ns = dict(report.cross_rank.clock.offsets_ns)
         tick("cross-rank")
     if diagnose:
-        report.syncs = {r: in_selected_steps(blocking_syncs(traces.ranks[r], sync_params), options)
-                        for r in ids}
+        defaults = bool(pre) and sync_params is None and finding_params is None
+        report.syncs = {r: pre[r].syncs if defaults else
+                        in_selected_steps(blocking_syncs(traces.ranks[r], sync_params), options) for r in ids}
         for r in ids:
             report.notes += sync_totals_beyond_span(traces.ranks[r], report.syncs[r])
             if reason := syncs_not_judged(traces.ranks[r]):
                 report.notes.append(f"rank {r}: {reason}")
         extra = cross_rank_findings(report.cross_rank) if report.cross_rank is not None else []
         report.findings = detect_findings(traces, {m.rank: m for m in metrics}, finding_params,
-                                          extra=extra, syncs=report.syncs)
+                                          extra=extra, syncs=report.syncs,
+                                          precomputed={r: pre[r].findings for r in ids} if defaults else None)
         tick("findings")
     return report

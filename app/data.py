@@ -287,7 +287,7 @@ def fingerprint(paths: Iterable[str]) -> Fingerprint:
 
 def load_fingerprinted(fp: Fingerprint, label: str = "") -> TraceSet:
     """Load the files a fingerprint names (the Streamlit layer caches this by fp)."""
-    return load_traces([p for p, _, _ in fp], label=label)
+    return load_traces([p for p, _, _ in fp], label=label, jobs=None, cache=True)
 
 
 # --------------------------------------------------------------------------- reproducing a sample

@@ -11,7 +11,7 @@ import sys
 from analyzers.errors import BadInputError
 from analyzers.timeline.iterations import UnknownStepsError
 
-from . import cmd_analyze, cmd_app, cmd_diff, cmd_export, cmd_run
+from . import cmd_analyze, cmd_app, cmd_cache, cmd_diff, cmd_export, cmd_run
 from .common import EXIT_BAD_INPUT, EXIT_OK, EXIT_USAGE, UsageFailure, app, err_console
 
 
@@ -27,6 +27,7 @@ app.command("run")(cmd_run.run_cmd)
 app.command("sweep")(cmd_run.sweep_cmd)
 app.command("algorithms")(cmd_run.algorithms_cmd)
 app.command("export")(cmd_export.export_cmd)
+app.add_typer(cmd_cache.cache_app)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,10 +17,13 @@ from .common import (
     EXIT_GATE,
     CommKernelOpt,
     FormatOpt,
+    JobsOpt,
     LikeHtaOpt,
+    NoCacheOpt,
     OutputFormat,
     PathsArg,
     RulesOpt,
+    SchedulerOpt,
     StepPatternOpt,
     StepsOpt,
     UsageFailure,
@@ -63,12 +66,16 @@ def analyze_cmd(
         "--allow-undefined",
         help="Let --fail-under-overlap pass ranks whose overlap ratio is undefined (still named on stderr).")
     ] = False,
+    jobs: JobsOpt = None,
+    no_cache: NoCacheOpt = False,
+    scheduler: SchedulerOpt = None,
 ) -> None:
     """Measure comm/compute overlap per rank, stream and iteration."""
     options = options_from(steps, like_hta, step_pattern)
     threshold = gate_threshold(fail_under_overlap) if fail_under_overlap is not None else None
     fail_ids = check_finding_ids(fail_on or [], no_diagnose)
-    traces = load_set(paths, rank=rank, rules=rules, comm_kernel=comm_kernel)
+    traces = load_set(paths, rank=rank, rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache,
+                      scheduler=scheduler, options=options, diagnose=not no_diagnose)
     with stage_progress(err_console.is_terminal) as progress:
         report = analyze(traces, options, diagnose=not no_diagnose, align=not no_align, progress=progress)
     emit(report, format, streams=streams)

@@ -23,8 +23,11 @@ from analyzers.timeline.model import TraceSet
 from . import render, render_diff
 from .common import (
     CommKernelOpt,
+    JobsOpt,
     LikeHtaOpt,
+    NoCacheOpt,
     RulesOpt,
+    SchedulerOpt,
     StepPatternOpt,
     StepsOpt,
     UsageFailure,
@@ -117,13 +120,18 @@ def diff_cmd(
     html: Annotated[Path | None, typer.Option(
         "--html", help="Also write a self-contained HTML report of the diff (verdict, tables, both timelines "
                        "on one x axis; opens with no network access).")] = None,
+    jobs: JobsOpt = None,
+    no_cache: NoCacheOpt = False,
+    scheduler: SchedulerOpt = None,
 ) -> None:
     """Compare two trace sets (schedule variants): every metric with deltas, findings on one side only,
     kernel changes, and a verdict."""
     names = parse_labels(labels)
     options = options_from(steps, like_hta, step_pattern)
-    ta = load_set(set_inputs(a), rules=rules, comm_kernel=comm_kernel)
-    tb = load_set(set_inputs(b), rules=rules, comm_kernel=comm_kernel)
+    common = dict(rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache, scheduler=scheduler,
+                  options=options, diagnose=not no_diagnose)
+    ta = load_set(set_inputs(a), **common)
+    tb = load_set(set_inputs(b), **common)
     names = names or default_labels(ta, tb)
     ra = analyze(ta, options, diagnose=not no_diagnose, align=not no_align)
     rb = analyze(tb, options, diagnose=not no_diagnose, align=not no_align)

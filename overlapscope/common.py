@@ -20,8 +20,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from analyzers.io.load import load_traces
+from analyzers.io.parallel import ENV_SCHEDULER, scheduler_from_env
 from analyzers.overlap.metrics import AnalysisOptions
-from analyzers.report import AnalysisReport
+from analyzers.report import AnalysisReport, RankStage
 from analyzers.timeline.classify import load_rules
 from analyzers.timeline.iterations import StepSelection
 from analyzers.timeline.model import TraceSet
@@ -81,12 +82,21 @@ def load_progress(enabled: bool):
 
 
 def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = None,
-             comm_kernel: list[str] | None = None, label: str = "") -> TraceSet:
-    """Load a trace set with progress on stderr (several files) and classification rules."""
+             comm_kernel: list[str] | None = None, label: str = "", jobs: int | None = None,
+             cache: bool = True, scheduler: str | None = None, options: AnalysisOptions | None = None,
+             diagnose: bool = True) -> TraceSet:
+    """Load a trace set with progress on stderr (several files) and classification rules.
+
+    Files are parsed in parallel (jobs workers, default one per core, or on the Dask cluster
+    at scheduler / $OVERLAPSCOPE_SCHEDULER), through the parse cache unless cache=False; with
+    options, the per-rank analysis runs beside the parse.
+    """
     rule_list = load_rules(rules, comm_kernel)
     many = len(paths) > 1 or any(Path(p).is_dir() or any(c in p for c in "*?[") for p in paths)
     with load_progress(many and err_console.is_terminal) as progress:
-        return load_traces(paths, rank=rank, rules=rule_list, label=label, progress=progress)
+        return load_traces(paths, rank=rank, rules=rule_list, label=label, progress=progress, jobs=jobs,
+                           cache=cache, scheduler=scheduler_from_env(scheduler),
+                           per_rank=RankStage(options, diagnose) if options is not None else None)
 
 
 def options_from(steps: str | None, like_hta: bool, step_pattern: str) -> AnalysisOptions:
@@ -130,6 +140,17 @@ CommKernelOpt = Annotated[list[str] | None, typer.Option(
 LikeHtaOpt = Annotated[bool, typer.Option(
     "--like-hta", help="Drop kernels launched in the last profiler step (and round to µs), as "
                        "HolisticTraceAnalysis 0.5.0 does, to reproduce its overlap figure.")]
+JobsOpt = Annotated[int | None, typer.Option(
+    "--jobs", "-j", min=1, help="Worker processes that parse and analyze ranks in parallel (default: one per core).",
+    show_default=False)]
+NoCacheOpt = Annotated[bool, typer.Option(
+    "--no-cache", help="Parse every file again instead of reading its tables from the parse cache "
+                       "(see `overlapscope cache info`).")]
+SchedulerOpt = Annotated[str | None, typer.Option(
+    "--scheduler", metavar="ADDRESS",
+    help=f"Run the per-rank stage on this Dask distributed scheduler (e.g. tcp://host:8786; also "
+         f"${ENV_SCHEDULER}); the cross-rank stage runs here. Workers must see the same trace paths.",
+    show_default=False)]
 StepPatternOpt = Annotated[str, typer.Option(
     "--step-pattern", help="Regex naming iteration ranges (ProfilerStep#N or NVTX); group 1 = step number.")]
 

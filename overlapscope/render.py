@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from analyzers.io.plain import to_json as plain_json
 from analyzers.report import AnalysisReport
 
 from .render_crossrank import cross_rank_markdown, cross_rank_table
@@ -140,4 +140,5 @@ def to_csv(report: AnalysisReport) -> str:
 
 
 def to_json(data: Any) -> str:
-    return json.dumps(data, indent=2, default=str)
+    """Indented JSON, encoded by msgspec (NaN -> null, numpy values as numbers)."""
+    return plain_json(data)

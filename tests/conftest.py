@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
 import sys
 import tempfile
@@ -33,6 +34,8 @@ def _unpack_nsys(packed: Path) -> Path:
 
 
 NSYS_TRACES = _unpack_nsys(NSYS_PACKED)
+# CLI runs in tests parse through the parse cache: keep it private to the test session.
+os.environ.setdefault("OVERLAPSCOPE_CACHE_DIR", tempfile.mkdtemp(prefix="overlapscope-test-cache-"))
 SAMPLES = ROOT / "sample_traces"
 
 

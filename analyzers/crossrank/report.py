@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
+from analyzers.io.plain import records, to_plain
 from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN
 from analyzers.timeline.model import TraceSet
 
@@ -157,17 +157,9 @@ class CrossRankReport:
 # --------------------------------------------------------------------------- helpers
 
 def _plain(obj: Any) -> Any:
-    """JSON-safe copy: numpy scalars -> Python, NaN -> None, tuple -> list, keys -> str."""
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not np.isfinite(obj):
-        return None
-    return obj
+    """JSON-safe copy: numpy scalars -> Python, NaN -> None, tuple -> list, keys -> str (one msgspec pass)."""
+    return to_plain(obj)
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    return _plain(df.astype(object).where(df.notna(), None).to_dict(orient="records"))
+    return records(df)

@@ -44,12 +44,15 @@ def cross_rank_findings(report: CrossRankReport) -> list[Finding]:
 
 def detect_findings(traces: TraceSet, metrics: dict[int, RankMetrics] | None = None,
                     params: FindingParams | None = None, extra: list[Finding] | None = None,
-                    syncs: dict[int, pd.DataFrame] | None = None) -> list[Finding]:
+                    syncs: dict[int, pd.DataFrame] | None = None,
+                    precomputed: dict[int, list[Finding] | None] | None = None) -> list[Finding]:
     """All findings of a trace set, most severe first.
 
     metrics: the RankMetrics `analyze` computed (their iteration windows honour --steps);
     extra: findings from other analyses (crossrank: late-peer, cross-rank-order-mismatch);
-    syncs: blocking_syncs per rank when already computed (saves recomputing them).
+    syncs: blocking_syncs per rank when already computed (saves recomputing them);
+    precomputed: per-rank findings made beside the parse (analyzers.report.RankStage) with no start
+    shift, used when no collective moved a rank's starts.
     """
     params = params or FindingParams()
     eff = transfer_starts(traces, params)
@@ -58,6 +61,9 @@ def detect_findings(traces: TraceSet, metrics: dict[int, RankMetrics] | None = N
     out: list[Finding] = []
     for r in traces.rank_ids():
         t = traces.ranks[r]
+        if not matched and (precomputed or {}).get(r) is not None:
+            out += precomputed[r]
+            continue
         out += detect_rank(t, (metrics or {}).get(r), params, eff[r] if matched else None, (syncs or {}).get(r))
     out += list(extra or [])
     return sort_findings(out)

@@ -120,8 +120,9 @@ def detect_serialized_streams(view: RankView, syncs: pd.DataFrame | None = None)
     rt = t.runtime
     waits_per_it: dict[int, int] = {}
     if not rt.empty and any(r["host_lo"] >= 0 for r in hits):
-        is_wait = np.array([api_base_name(n) == "cudaStreamWaitEvent" for n in t.names_of(rt["name_id"].to_numpy())],
-                           dtype=bool)
+        # resolved once per distinct runtime name, not once per call
+        uniq, inv = np.unique(rt["name_id"].to_numpy(), return_inverse=True)
+        is_wait = np.array([api_base_name(n) == "cudaStreamWaitEvent" for n in t.names_of(uniq)], dtype=bool)[inv]
         ws = np.sort(rt["start_ns"].to_numpy(np.int64)[is_wait])
         for r in hits:
             if r["host_lo"] >= 0:

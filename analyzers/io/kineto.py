@@ -1,23 +1,47 @@
 """Kineto (torch.profiler export_chrome_trace) JSON loader: .json / .json.gz, pretty or compact.
 
-Decoding is typed (msgspec) and touches only the fields analyses use; every table is then
-built column by column into numpy arrays. Float microseconds become int64 nanoseconds once,
-here, with rounding.
+Cost is kept near the JSON decode floor: msgspec decodes only the fields analyses use, into
+slotted structs, and every column is then pulled out with C-level iteration
+(``np.fromiter(map(attrgetter(...)))``) and numpy indexing; no Python code runs per event.
+Float microseconds become int64 nanoseconds once, here, with rounding; timestamps too large
+for a double to hold to the nanosecond (epoch-scale µs with a fraction) are read a second
+time as exact decimals, so a fractional-ns timestamp is never quantised.
+
+Category names are matched case-insensitively, and the PyTorch <= 1.8 names (``Kernel``,
+``Memcpy``, ``Memset``, ``Runtime``, ``Operator``) map to today's tables.
 """
 
 from __future__ import annotations
 
+import decimal
 import gzip
 import re
 import zlib
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import numpy as np
 import pandas as pd
 
 from analyzers.errors import BadInputError
+from analyzers.io.kineto_schema import (
+    CATEGORY_ORDER,
+    DECODER,
+    EXACT_DECODER,
+    EXACT_LIMIT_US,
+    GET,
+    GET_ARG,
+    TABLE_OF_CATEGORY,
+    Trace,
+    column,
+    exact_ns,
+    factorize,
+    floats,
+    intern,
+    ints,
+    ns_from_us,
+    strings,
+)
 from analyzers.timeline.collectives import COLLECTIVES, collective_names
 from analyzers.timeline.model import (
     HOST_OP_COLUMNS,
@@ -30,102 +54,28 @@ from analyzers.timeline.model import (
 )
 
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+# Bumped whenever the tables this loader produces change (the parse cache keys on it).
+LOADER_VERSION = 3
 
 
-class _Args(msgspec.Struct, omit_defaults=True):
-    device: Any = None
-    stream: Any = None
-    correlation: Any = None
-    external_id: Any = msgspec.field(name="External id", default=None)
-    bytes: Any = None
-    collective_name: Any = msgspec.field(name="Collective name", default=None)
-    pg_name: Any = msgspec.field(name="Process Group Name", default=None)
-    seq: Any = msgspec.field(name="Seq", default=None)
-    in_nelems: Any = msgspec.field(name="In msg nelems", default=None)
-    dtype: Any = None
-    src_device: Any = msgspec.field(name="src device", default=None)
-    dst_device: Any = msgspec.field(name="dst device", default=None)
-
-
-class _Event(msgspec.Struct):
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: float = 0.0
-    dur: float = 0.0
-    args: _Args | None = None
-
-
-class _DistInfo(msgspec.Struct):
-    rank: int | None = None
-    world_size: int | None = None
-    backend: str | None = None
-    nccl_version: str | None = None
-
-
-class _Device(msgspec.Struct):
-    id: int = 0
-    name: str = ""
-
-
-class _Trace(msgspec.Struct):
-    traceEvents: list[_Event] | None = None  # noqa: N815 (Kineto's field name)
-    distributedInfo: _DistInfo | None = None  # noqa: N815
-    deviceProperties: list[_Device] | None = None  # noqa: N815
-    baseTimeNanoseconds: int | None = None  # noqa: N815
-    schemaVersion: int | None = None  # noqa: N815
-
-
-_DECODER = msgspec.json.Decoder(_Trace)
-
-GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
-RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime",
-                # other devices' runtimes (Kineto ActivityType names): read for launch correlation;
-                # syncs.py judges host syncs only by CUDA / HIP API names
-                "mtia_runtime", "xpu_runtime", "xpu_driver", "privateuse1_runtime", "privateuse1_driver"}
-HOST_CATS = {"cpu_op", "user_annotation", "python_function", "operator", "cpu_instant_event"}
-SYNC_CATS = {"cuda_sync"}
-
-
-def read_bytes(path: Path) -> bytes:
-    """File contents, gunzipped when gzip (by magic, not by name)."""
+def read_bytes(path: Path) -> bytes | bytearray:
+    """File contents, gunzipped (streaming, by magic, not by name) when gzip."""
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as fh:
+            gz = fh.read(2) == b"\x1f\x8b"
+            if not gz:
+                fh.seek(0)
+                return fh.read()
     except OSError as exc:
         raise BadInputError(path, f"cannot read file ({exc.strerror or exc})") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            return gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as exc:
-            raise BadInputError(path, f"truncated or corrupt gzip data ({exc})") from None
-    return raw
-
-
-def _ns(values: list[float]) -> np.ndarray:
-    """µs floats -> int64 ns. Whole µs convert exactly (epoch µs fit in a double, epoch ns
-    do not); only the fraction is scaled, then rounded to the nearest ns."""
-    us = np.asarray(values, dtype=np.float64)
-    whole = np.floor(us)
-    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
-
-
-def _int_or(values: list[Any], fill: int) -> np.ndarray:
-    """Integers from decoded JSON values that may be missing, strings ("Spans") or ints."""
-    if not values:
-        return np.zeros(0, dtype=np.int64)
+    out = bytearray()
     try:
-        arr = np.asarray(values, dtype=np.int64)  # the common case: all ints
-        return arr
-    except (TypeError, ValueError, OverflowError):
-        pass
-    num = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce")
-    return num.fillna(fill).to_numpy(dtype=np.float64).astype(np.int64)
-
-
-def _pid_tid(values: list[int | str]) -> np.ndarray:
-    return _int_or(values, -1)
+        with gzip.open(path, "rb") as fh:
+            while chunk := fh.read(1 << 22):
+                out += chunk
+    except (EOFError, OSError, zlib.error) as exc:
+        raise BadInputError(path, f"truncated or corrupt gzip data ({exc})") from None
+    return out
 
 
 def rank_from_filename(path: Path) -> int | None:
@@ -133,21 +83,27 @@ def rank_from_filename(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
-    """Read one Kineto trace file into a RankTrace (rank: distributedInfo, file name, or given)."""
-    data = read_bytes(path)
-    if not data.strip():
-        raise BadInputError(path, "empty file")
+def _decode(path: Path, data: bytes | bytearray) -> Trace:
     try:
-        doc = _DECODER.decode(data)
+        return DECODER.decode(data)
     except msgspec.ValidationError as exc:
         raise BadInputError(path, f"not a Kineto trace (unexpected structure: {exc})") from None
     except msgspec.DecodeError as exc:
         problem = "truncated JSON" if "truncated" in str(exc).lower() else f"not valid JSON ({exc})"
         raise BadInputError(path, problem) from None
+
+
+def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
+    """Read one Kineto trace file into a RankTrace (rank: distributedInfo, file name, or given)."""
+    data = read_bytes(path)
+    if not data or data.isspace():
+        raise BadInputError(path, "empty file")
+    doc = _decode(path, data)
     if doc.traceEvents is None:
         raise BadInputError(path, "not a Kineto trace: no traceEvents list")
-    events = doc.traceEvents
+    events = np.fromiter(doc.traceEvents, dtype=object, count=len(doc.traceEvents))
+    n_events = len(events)
+    doc.traceEvents = None
 
     names = NameTable()
     notes: list[str] = []
@@ -162,38 +118,47 @@ def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
         rank, rank_source = 0, "default"
     world = dist.world_size if dist is not None else None
 
-    by_cat: dict[str, list[_Event]] = {}
-    for e in events:
-        if e.ph == "X":
-            by_cat.setdefault(e.cat, []).append(e)
+    rows = _select_rows(events)
+    used = np.concatenate([idx for idx, _ in rows.values()])
+    ts_used = column(events[used], GET["ts"])  # ints and floats, as written
+    ts_us = np.zeros(n_events, dtype=np.float64)
+    ts_us[used] = ts_used.astype(np.float64)
+    if (len(used) and np.abs(ts_us[used]).max() >= EXACT_LIMIT_US
+            and float in set(map(type, ts_used))):
+        start_all = _exact_starts(path, data, n_events)
+    else:
+        start_all = ns_from_us(ts_us)
+    del data, ts_us, ts_used
 
-    gpu_rows = [e for cat in GPU_CATS for e in by_cat.get(cat, [])]
-    gpu = _gpu_table(gpu_rows, names)
-    runtime_rows = [e for cat in RUNTIME_CATS for e in by_cat.get(cat, [])]
-    runtime = _runtime_table(runtime_rows, names)
-    host_rows = [(cat, e) for cat in HOST_CATS for e in by_cat.get(cat, [])]
-    host_ops = _host_table(host_rows, names)
-    sync_rows = [e for cat in SYNC_CATS for e in by_cat.get(cat, [])]
-    syncs = _sync_table(sync_rows, names)
+    def span(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        start = start_all[idx]
+        return start, start + np.maximum(ns_from_us(floats(events[idx], GET["dur"])), 0)
+
+    gpu = _gpu_table(events, rows["gpu"], span, names)
+    runtime = _runtime_table(events, rows["runtime"], span, names)
+    host_ops = _host_table(events, rows["host"], span, names)
+    syncs = _sync_table(events, rows["sync"], span, names)
 
     if gpu.empty:
         notes.append("no GPU activity in this trace (was CUDA profiling on?)")
     devices = {d.id: d.name for d in (doc.deviceProperties or [])}
-    first_host = runtime_rows[0] if runtime_rows else (host_rows[0][1] if host_rows else None)
-    pid = first_host.pid if first_host is not None and isinstance(first_host.pid, int) else -1
+    first = rows["runtime"][0] if len(rows["runtime"][0]) else rows["host"][0]
+    first_pid = events[first[0]].pid if len(first) else -1
     meta = {
         "base_time_ns": doc.baseTimeNanoseconds,
         "schema_version": doc.schemaVersion,
         "backend": dist.backend if dist else None,
         "nccl_version": dist.nccl_version if dist else None,
-        "n_events": len(events),
-        "runtime_categories": sorted(cat for cat in RUNTIME_CATS if by_cat.get(cat)),
-        # HTA 0.5.0 takes GPU-side ProfilerStep annotations for CPU events when it cuts the last step
-        # (iterations.like_hta_mask): the latest one's start, if any.
-        "gpu_step_annotation_last_start_ns": _last_gpu_step_start(by_cat.get("gpu_user_annotation", [])),
+        "n_events": n_events,
         # HTA rounds events to whole µs only when the trace's timestamps are fractional.
         "fractional_us_timestamps": bool(
             any((tab["start_ns"].to_numpy() % 1000).any() for tab in (gpu, runtime, host_ops))),
+        # which runtimes the calls came from: syncs are judged on CUDA / HIP ones only
+        "runtime_categories": sorted({str(c).lower() for c in factorize(
+            column(events[rows["runtime"][0]], GET["cat"]))[1]}) if len(rows["runtime"][0]) else [],
+        # HTA 0.5.0 takes GPU-side ProfilerStep annotations for CPU events when it cuts the last step
+        # (iterations.like_hta_mask): the latest one's start, if any
+        "gpu_step_annotation_last_start_ns": _last_gpu_step_start(events, rows["gpu_annotation"][0], span),
     }
     return RankTrace(
         rank=int(rank),
@@ -206,109 +171,146 @@ def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
         sync_events=syncs,
         world_size=int(world) if world is not None else None,
         rank_source=rank_source,
-        pid=pid,
+        pid=first_pid if isinstance(first_pid, int) else -1,
         devices=devices,
         meta=meta,
         notes=notes,
     )
 
 
-def _last_gpu_step_start(rows: list[_Event]) -> int | None:
-    starts = [e.ts for e in rows if "ProfilerStep" in e.name]
-    return int(_ns(starts).max()) if starts else None
+def _last_gpu_step_start(events: np.ndarray, idx: np.ndarray, span) -> int | None:
+    """Start of the latest GPU-side ProfilerStep annotation (None without any)."""
+    if not len(idx):
+        return None
+    steps = idx[np.asarray(["ProfilerStep" in n for n in strings(events[idx], GET["name"])], dtype=bool)]
+    return int(span(steps)[0].max()) if len(steps) else None
 
 
-def _arg(rows: list[_Event], field: str) -> list[Any]:
-    return [getattr(e.args, field) if e.args is not None else None for e in rows]
+def _select_rows(events: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per table: (event indices in table order, kind per row). Complete ("X") events only;
+    the category decides the table, case-insensitively; table order is category order, then
+    file order (what the stable sort by start keeps for ties)."""
+    empty = np.zeros(0, dtype=np.int64)
+    out = {t: (empty, np.zeros(0, dtype=object)) for t in ("gpu", "runtime", "host", "sync", "gpu_annotation")}
+    if not len(events):
+        return out
+    cat_codes, cats = factorize(column(events, GET["cat"]))
+    ph_codes, phs = factorize(column(events, GET["ph"]))
+    complete = np.asarray([p == "X" for p in phs], dtype=bool)[ph_codes]
+    lowered = [str(c).lower() for c in cats]
+    for table in out:
+        members = [i for i, c in enumerate(lowered) if TABLE_OF_CATEGORY.get(c, ("", ""))[0] == table]
+        if not members:
+            continue
+        order = np.full(len(cats), -1, dtype=np.int64)
+        kinds = np.full(len(cats), "", dtype=object)
+        for i in members:
+            order[i] = CATEGORY_ORDER[lowered[i]]
+            kinds[i] = TABLE_OF_CATEGORY[lowered[i]][1]
+        rank_of = order[cat_codes]
+        idx = np.flatnonzero((rank_of >= 0) & complete)
+        idx = idx[np.argsort(rank_of[idx], kind="stable")]
+        out[table] = (idx, kinds[cat_codes[idx]])
+    return out
 
 
-def _gpu_table(rows: list[_Event], names: NameTable):
-    n = len(rows)
-    if n == 0:
+def _exact_starts(path: Path, data: bytes | bytearray, n: int) -> np.ndarray:
+    """Start times in ns read from the decimal digits themselves (epoch-scale timestamps)."""
+    try:
+        exact = EXACT_DECODER.decode(data).traceEvents or []
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise BadInputError(path, f"timestamps cannot be read ({exc})") from None
+    values = np.fromiter(map(GET["ts"], exact), dtype=object, count=n)
+    bad = [v for v in pd.unique(values) if not isinstance(v, (int, decimal.Decimal))]
+    if bad:
+        raise BadInputError(path, f"not a Kineto trace: non-numeric ts {bad[0]!r}")
+    return exact_ns(values)
+
+
+def _sorted_by_start(table: pd.DataFrame) -> pd.DataFrame:
+    return table.sort_values("start_ns", kind="stable").reset_index(drop=True)
+
+
+def _gpu_table(events: np.ndarray, sel: tuple[np.ndarray, np.ndarray], span, names: NameTable):
+    idx, kind = sel
+    if len(idx) == 0:
         return make_gpu_table(0)
-    start, end = _span(rows)
-    kind = [GPU_CATS[e.cat] for e in rows]
-    device = _int_or(_arg(rows, "device"), -1)
-    tid_fallback = _pid_tid([e.pid for e in rows])
-    device = np.where(device >= 0, device, np.maximum(tid_fallback, 0))
-    stream = _int_or(_arg(rows, "stream"), -1)
-    stream = np.where(stream >= 0, stream, _pid_tid([e.tid for e in rows]))
-    coll = _collective_column([e.name for e in rows], _arg(rows, "collective_name"))
-    pg = _arg(rows, "pg_name")
-    dtype = _arg(rows, "dtype")
+    rows = events[idx]
+    start, end = span(idx)
+    device = ints(rows, GET_ARG["device"], -1)
+    device = np.where(device >= 0, device, np.maximum(ints(rows, GET["pid"], -1), 0))
+    stream = ints(rows, GET_ARG["stream"], -1)
+    stream = np.where(stream >= 0, stream, ints(rows, GET["tid"], -1))
+    kernel_names = column(rows, GET["name"])
     table = make_gpu_table(
-        n,
+        len(idx),
         start_ns=start,
         end_ns=end,
         device=device,
         stream=stream,
-        name_id=names.intern_many([e.name for e in rows]),
+        name_id=intern(names, kernel_names),
         kind=kind,
-        correlation=_int_or(_arg(rows, "correlation"), -1),
-        bytes=_int_or(_arg(rows, "bytes"), -1),
-        src_device=_int_or(_arg(rows, "src_device"), -1),
-        dst_device=_int_or(_arg(rows, "dst_device"), -1),
-        seq=_int_or(_arg(rows, "seq"), -1),
-        msg_nelems=_int_or(_arg(rows, "in_nelems"), -1),
-        coll_name=coll,
-        pg=[str(v) if v is not None else "" for v in pg],
-        dtype=[str(v) if v is not None else "" for v in dtype],
+        correlation=ints(rows, GET_ARG["correlation"], -1),
+        bytes=ints(rows, GET_ARG["bytes"], -1),
+        src_device=ints(rows, GET_ARG["src_device"], -1),
+        dst_device=ints(rows, GET_ARG["dst_device"], -1),
+        seq=ints(rows, GET_ARG["seq"], -1),
+        msg_nelems=ints(rows, GET_ARG["in_nelems"], -1),
+        coll_name=_collective_column(kernel_names, strings(rows, GET_ARG["collective_name"])),
+        pg=strings(rows, GET_ARG["pg_name"]),
+        dtype=strings(rows, GET_ARG["dtype"]),
     )
-    return _by_start(table)
+    return _sorted_by_start(table)
 
 
-def _collective_column(kernel_names: list[str], from_args: list[Any]) -> np.ndarray:
+def _collective_column(kernel_names: np.ndarray, from_args: np.ndarray) -> np.ndarray:
     """One collective naming for both formats: the kernel name decides (as it does for nsys);
     the profiler's "Collective name" arg ("allreduce", "_allgather_base") fills in otherwise."""
     out = collective_names(kernel_names)
-    for i, arg in ((i, a) for i, a in enumerate(from_args) if a and out[i] == ""):
-        if arg:
-            key = str(arg).lower().strip("_").replace("_", "").removesuffix("base").removesuffix("tensor")
-            out[i] = COLLECTIVES.get(key, str(arg))
+    fill = np.flatnonzero((out == "") & (from_args != ""))
+    for i in fill:  # only kernels the name did not identify (few)
+        arg = str(from_args[i])
+        key = arg.lower().strip("_").replace("_", "").removesuffix("base").removesuffix("tensor")
+        out[i] = COLLECTIVES.get(key, arg)
     return out
 
 
-def _span(rows: list[_Event]) -> tuple[np.ndarray, np.ndarray]:
-    """(start_ns, end_ns) of X events; negative durations count as zero."""
-    start = _ns([e.ts for e in rows])
-    return start, start + np.maximum(_ns([e.dur for e in rows]), 0)
-
-
-def _by_start(table: pd.DataFrame) -> pd.DataFrame:
-    return table.sort_values("start_ns", kind="stable").reset_index(drop=True)
-
-
-def _runtime_table(rows: list[_Event], names: NameTable):
-    start, end = _span(rows)
-    return _by_start(make_table(
-        RUNTIME_COLUMNS, len(rows),
+def _runtime_table(events: np.ndarray, sel: tuple[np.ndarray, np.ndarray], span, names: NameTable):
+    idx, _ = sel
+    rows = events[idx]
+    start, end = span(idx)
+    return _sorted_by_start(make_table(
+        RUNTIME_COLUMNS, len(idx),
         start_ns=start, end_ns=end,
-        name_id=names.intern_many([e.name for e in rows]),
-        pid=_pid_tid([e.pid for e in rows]), tid=_pid_tid([e.tid for e in rows]),
-        correlation=_int_or(_arg(rows, "correlation"), -1),
+        name_id=intern(names, column(rows, GET["name"])),
+        pid=ints(rows, GET["pid"], -1), tid=ints(rows, GET["tid"], -1),
+        correlation=ints(rows, GET_ARG["correlation"], -1),
     ))
 
 
-def _host_table(rows: list[tuple[str, _Event]], names: NameTable):
-    evs = [e for _, e in rows]
-    start, end = _span(evs)
-    return _by_start(make_table(
-        HOST_OP_COLUMNS, len(evs),
+def _host_table(events: np.ndarray, sel: tuple[np.ndarray, np.ndarray], span, names: NameTable):
+    idx, kind = sel
+    rows = events[idx]
+    start, end = span(idx)
+    return _sorted_by_start(make_table(
+        HOST_OP_COLUMNS, len(idx),
         start_ns=start, end_ns=end,
-        name_id=names.intern_many([e.name for e in evs]),
-        pid=_pid_tid([e.pid for e in evs]), tid=_pid_tid([e.tid for e in evs]),
-        correlation=_int_or(_arg(evs, "external_id"), -1),
-        kind=np.asarray([c for c, _ in rows], dtype=object),
+        name_id=intern(names, column(rows, GET["name"])),
+        pid=ints(rows, GET["pid"], -1), tid=ints(rows, GET["tid"], -1),
+        correlation=ints(rows, GET_ARG["external_id"], -1),
+        kind=kind,
     ))
 
 
-def _sync_table(rows: list[_Event], names: NameTable):
-    start, end = _span(rows)
-    return _by_start(make_table(
-        SYNC_COLUMNS, len(rows),
+def _sync_table(events: np.ndarray, sel: tuple[np.ndarray, np.ndarray], span, names: NameTable):
+    idx, _ = sel
+    rows = events[idx]
+    start, end = span(idx)
+    return _sorted_by_start(make_table(
+        SYNC_COLUMNS, len(idx),
         start_ns=start, end_ns=end,
-        device=np.maximum(_int_or(_arg(rows, "device"), 0), 0),
-        stream=_int_or(_arg(rows, "stream"), -1),
-        name_id=names.intern_many([e.name for e in rows]),
-        correlation=_int_or(_arg(rows, "correlation"), -1),
+        device=np.maximum(ints(rows, GET_ARG["device"], 0), 0),
+        stream=ints(rows, GET_ARG["stream"], -1),
+        name_id=intern(names, column(rows, GET["name"])),
+        correlation=ints(rows, GET_ARG["correlation"], -1),
     ))

@@ -10,10 +10,11 @@ import glob
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from analyzers.errors import BadInputError, MixedRunsError
 from analyzers.io.kineto import load_kineto
-from analyzers.timeline.classify import Rule, classify_trace, load_rules
+from analyzers.timeline.classify import Rule, load_rules
 from analyzers.timeline.model import RankTrace, TraceSet
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
@@ -23,6 +24,7 @@ RUN_METADATA = re.compile(r"^(?:manifest(?:\.failed)?|rank\d+\.(?:status|error)|
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 Progress = Callable[[str, int, int], None]  # (file, index, total)
+PerRank = Callable[[RankTrace], Any]  # see analyzers.io.parallel
 
 
 def sniff_format(path: Path) -> str:
@@ -146,22 +148,33 @@ def load_traces(
     rules: list[Rule] | None = None,
     label: str = "",
     progress: Progress | None = None,
+    jobs: int | None = 1,
+    cache: bool = False,
+    scheduler: str | None = None,
+    per_rank: PerRank | None = None,
 ) -> TraceSet:
-    """Load, validate and classify the traces of one run."""
+    """Load, validate and classify the traces of one run.
+
+    jobs: worker processes (None: one per core); cache: use the parse cache; scheduler: run
+    the per-rank stage on that Dask cluster instead. per_rank (analyzers.report.RankStage) is
+    computed beside each rank's parse; its results land in meta for `analyze` to reuse.
+    """
+    from analyzers.io.parallel import PER_RANK_KEY, run_files
+
     paths = expand_paths(inputs)
     if rank is not None and len(paths) > 1:
         raise BadInputError(", ".join(map(str, paths)), "--rank applies to a single trace file")
-    traces: list[RankTrace] = []
-    for i, p in enumerate(paths):
-        if progress:
-            progress(str(p), i, len(paths))
-        traces += load_file(p, rank)
+    rules = rules if rules is not None else load_rules()
+    if progress:
+        progress(str(paths[0]) if paths else "", 0, len(paths))
+    done = run_files(paths, rank, rules, load_file, per_rank, jobs=jobs, use_cache=cache, scheduler=scheduler,
+                     progress=progress)
     if progress:
         progress("", len(paths), len(paths))
-    ts = assemble(traces, label=label or _default_label(paths))
-    rules = rules if rules is not None else load_rules()
-    for t in ts:
-        classify_trace(t, rules)
+    ts = assemble([t for d in done for t in d.traces], label=label or _default_label(paths))
+    results = {r: res for d in done for r, res in d.results.items()}
+    if results:
+        ts.meta[PER_RANK_KEY] = results
     return ts
 
 

@@ -11,6 +11,7 @@ window runs from the first start of its activities to the first start of step N+
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -95,6 +96,30 @@ def select_step_rows(trace: RankTrace, selection: StepSelection, pattern: str = 
     return replace(trace, gpu=trace.gpu[keep].reset_index(drop=True))
 
 
+# Step ranges are asked for by metrics, syncs, findings and cross-rank alike: computed once per
+# (tables, pattern). Entries hold weak references to the tables they were made from, plus their
+# length and start-time sum, so a table replaced, freed or changed is never matched.
+_MEMO: dict[tuple, tuple[tuple, pd.DataFrame]] = {}
+_MEMO_LIMIT = 512
+
+
+def _stamp(frames: tuple[pd.DataFrame, ...]) -> tuple:
+    return tuple((len(f), int(f["start_ns"].to_numpy().sum()) if len(f) else 0) for f in frames)
+
+
+def _memoized(kind: str, pattern: str, frames: tuple[pd.DataFrame, ...], compute) -> pd.DataFrame:
+    key = (kind, pattern, *map(id, frames))
+    hit = _MEMO.get(key)
+    stamp = _stamp(frames)
+    if hit is not None and all(r() is f for r, f in zip(hit[0][0], frames, strict=True)) and hit[0][1] == stamp:
+        return hit[1].copy()
+    value = compute()
+    if len(_MEMO) >= _MEMO_LIMIT:
+        _MEMO.clear()
+    _MEMO[key] = ((tuple(weakref.ref(f) for f in frames), stamp), value)
+    return value.copy()
+
+
 def host_steps(trace: RankTrace, pattern: str = DEFAULT_STEP_PATTERN) -> pd.DataFrame:
     """Host step ranges: columns step, name, host_start_ns, host_end_ns (sorted by start).
 
@@ -102,6 +127,10 @@ def host_steps(trace: RankTrace, pattern: str = DEFAULT_STEP_PATTERN) -> pd.Data
     Duplicate step numbers (e.g. an NVTX range and a profiler op of the same name) keep the
     longest range.
     """
+    return _memoized("host_steps", pattern, (trace.host_ops,), lambda: _host_steps(trace, pattern))
+
+
+def _host_steps(trace: RankTrace, pattern: str) -> pd.DataFrame:
     ops = trace.host_ops
     cols = ["step", "name", "host_start_ns", "host_end_ns"]
     if ops.empty:
@@ -172,6 +201,11 @@ def gpu_step_windows(trace: RankTrace, pattern: str = DEFAULT_STEP_PATTERN) -> p
 
     Steps that launched no GPU work are left out (their window would be empty).
     """
+    return _memoized("gpu_step_windows", pattern, (trace.host_ops, trace.runtime, trace.gpu),
+                     lambda: _gpu_step_windows(trace, pattern))
+
+
+def _gpu_step_windows(trace: RankTrace, pattern: str) -> pd.DataFrame:
     steps = host_steps(trace, pattern)
     cols = ["step", "name", "host_start_ns", "host_end_ns", "gpu_start_ns", "gpu_end_ns", "n_gpu"]
     if steps.empty:

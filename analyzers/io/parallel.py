@@ -1,0 +1,142 @@
+"""The per-rank stage, run on many cores or on a Dask cluster.
+
+One task per trace file: parse it (or read it from the parse cache), classify its kernels,
+and compute what depends on that rank alone through the caller's per-rank callable
+(analyzers.report.RankStage: metrics, blocking syncs, per-rank findings). Only those
+compact tables and results travel back, so the parent's memory grows with the tables, not
+with the JSON, and a worker holds one file's decode at a time. The cross-rank stage then
+runs on the caller (analyzers.report.analyze), which reuses the per-rank results.
+
+Executors: in-process (jobs=1), a local process pool (jobs>1, default: one per core), or
+an existing dask.distributed cluster (scheduler address; workers must see the same paths).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from analyzers.timeline.classify import Rule, classify_trace
+from analyzers.timeline.model import RankTrace
+
+ENV_SCHEDULER = "OVERLAPSCOPE_SCHEDULER"
+PER_RANK_KEY = "per_rank_results"  # TraceSet.meta key holding {rank: RankResults}
+
+Progress = Callable[[str, int, int], None]
+# What the caller computes per rank beside the parse (a picklable callable; analyzers.report.RankStage).
+PerRank = Callable[[RankTrace], Any]
+# Reads one file into its rank traces (analyzers.io.load.load_file; passed in, so that the loader,
+# which calls this module, is not imported by it).
+Loader = Callable[[Path, "int | None"], list[RankTrace]]
+
+
+def default_jobs() -> int:
+    """One worker per core this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class FileResult:
+    path: str
+    traces: list[RankTrace]
+    results: dict[int, Any] = field(default_factory=dict)  # rank -> what per_rank returned
+
+
+def run_rank_stage(path: str, rank: int | None, rules: tuple[Rule, ...], per_rank: PerRank | None,
+                   use_cache: bool, loader: Loader) -> FileResult:
+    """One file through the per-rank stage (runs in a worker process, or in-process)."""
+    p = Path(path)
+    traces = _load_cached(p, rank, loader) if use_cache else loader(p, rank)
+    out = FileResult(path, traces)
+    for t in traces:
+        classify_trace(t, list(rules))
+    if per_rank is not None:
+        for t in traces:
+            out.results[t.rank] = per_rank(t)
+    return out
+
+
+def _load_cached(path: Path, rank: int | None, loader: Loader) -> list[RankTrace]:
+    from analyzers.io import parse_cache
+
+    hit = parse_cache.get(path, rank)
+    if hit is not None:
+        return hit
+    traces = loader(path, rank)
+    parse_cache.put(path, rank, traces)
+    return traces
+
+
+def _pool_context() -> multiprocessing.context.BaseContext:
+    """fork where it exists: workers start in milliseconds with the parent's imports."""
+    if sys.platform.startswith("linux"):
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context()
+
+
+def run_files(paths: list[Path], rank: int | None, rules: list[Rule], loader: Loader,
+              per_rank: PerRank | None = None, *, jobs: int | None = None, use_cache: bool = False,
+              scheduler: str | None = None, progress: Progress | None = None) -> list[FileResult]:
+    """The per-rank stage over every file, in input order, on the chosen executor."""
+    jobs = default_jobs() if jobs is None or jobs < 1 else jobs
+    total = len(paths)
+    results: dict[int, FileResult] = {}
+    for i, res in _execute(paths, rank, (tuple(rules), per_rank, use_cache, loader), jobs, scheduler):
+        results[i] = res
+        if progress:
+            progress(res.path, len(results), total)
+    return [results[i] for i in range(total)]
+
+
+def _execute(paths: list[Path], rank: int | None, stage: tuple[Any, ...], jobs: int,
+             scheduler: str | None) -> Iterator[tuple[int, FileResult]]:
+    args = [(str(p), rank, *stage) for p in paths]
+    if scheduler:
+        yield from _execute_dask(args, scheduler)
+    elif jobs == 1 or len(paths) == 1:
+        for i, a in enumerate(args):
+            yield i, run_rank_stage(*a)
+    else:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=_pool_context()) as pool:
+            futures = {pool.submit(run_rank_stage, *a): i for i, a in enumerate(args)}
+            try:
+                for fut in as_completed(futures):
+                    yield futures[fut], fut.result()
+            except BaseException:
+                for fut in futures:
+                    fut.cancel()
+                raise
+
+
+def _execute_dask(args: list[tuple[Any, ...]], scheduler: str) -> Iterator[tuple[int, FileResult]]:
+    """Each file a task on an existing dask.distributed cluster; results gathered here."""
+    from distributed import Client
+    from distributed import as_completed as dask_completed
+
+    from analyzers.errors import BadInputError
+
+    try:
+        client = Client(scheduler, timeout="20s", set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise BadInputError(scheduler, f"cannot reach the Dask scheduler ({exc})") from None
+    try:
+        futures = [client.submit(run_rank_stage, *a, pure=False) for a in args]
+        index = {f.key: i for i, f in enumerate(futures)}
+        for fut in dask_completed(futures, loop=client.loop):
+            yield index[fut.key], fut.result()
+    finally:
+        client.close()
+
+
+def scheduler_from_env(value: str | None) -> str | None:
+    """--scheduler wins; else $OVERLAPSCOPE_SCHEDULER; empty means local."""
+    return value or os.environ.get(ENV_SCHEDULER) or None

@@ -1,0 +1,191 @@
+"""Parse cache: the compact per-rank tables of a trace file, kept as Parquet in the user cache.
+
+Parsing a large trace costs seconds; reading its tables back costs milliseconds. An entry is
+keyed by the file's resolved path, size and mtime, the loader version and the --rank given,
+so a changed file or a changed loader never hits an old entry. An entry is a folder holding
+one Parquet file per table plus a small JSON header; it is written to a temporary folder and
+renamed into place, so readers never see half an entry. Anything odd on reading (missing
+file, bad Parquet, a header that does not match) makes the entry a miss: it is removed and
+rewritten from the trace, never trusted.
+
+Location: ``$OVERLAPSCOPE_CACHE_DIR`` if set, else the platform's user cache directory
+(platformdirs), sub-folder ``parsed``. ``overlapscope cache info`` / ``cache clear`` show and
+empty it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from platformdirs import user_cache_dir
+
+from analyzers.io.kineto import LOADER_VERSION as KINETO_LOADER_VERSION
+from analyzers.timeline.model import NameTable, RankTrace
+
+ENV_CACHE_DIR = "OVERLAPSCOPE_CACHE_DIR"
+# The nsys reader's table layout version: bump when analyzers' nsys loader changes its output.
+NSYS_LOADER_VERSION = 2  # 2: runtime calls recorded twice are dropped
+CACHE_VERSION = f"1-k{KINETO_LOADER_VERSION}-n{NSYS_LOADER_VERSION}"
+TABLES = ("gpu", "runtime", "host_ops", "sync_events")
+HEADER = "header.json"
+
+
+def cache_root() -> Path:
+    """Folder of the parse cache (created on first write)."""
+    override = os.environ.get(ENV_CACHE_DIR)
+    base = Path(override) if override else Path(user_cache_dir("overlapscope"))
+    return base / "parsed"
+
+
+@dataclass(frozen=True)
+class FileKey:
+    """What an entry must match: the file as it is now, the loader, the rank asked for."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    rank: int | None
+    version: str = CACHE_VERSION
+
+    @classmethod
+    def of(cls, path: Path, rank: int | None) -> FileKey:
+        st = path.stat()
+        return cls(str(path.resolve()), st.st_size, st.st_mtime_ns, rank)
+
+    def folder(self) -> Path:
+        digest = hashlib.sha256(repr(self).encode()).hexdigest()[:24]
+        stem = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(self.path).name)[:60]
+        return cache_root() / f"{stem}-{digest}"
+
+
+class _TraceHeader(msgspec.Struct):
+    rank: int
+    source: str
+    fmt: str
+    world_size: int | None
+    rank_source: str
+    hostname: str
+    pid: int
+    devices: dict[int, str]
+    meta: dict[str, Any]
+    notes: list[str]
+    categoricals: dict[str, dict[str, list[str]]]  # table -> column -> categories
+
+
+class _Header(msgspec.Struct):
+    key: dict[str, Any]
+    given_path: str
+    traces: list[_TraceHeader]
+
+
+def _key_dict(key: FileKey) -> dict[str, Any]:
+    return {"path": key.path, "size": key.size, "mtime_ns": key.mtime_ns, "rank": key.rank,
+            "version": key.version}
+
+
+def get(path: Path, rank: int | None) -> list[RankTrace] | None:
+    """The cached traces of this file, or None (miss, stale or unreadable: then removed)."""
+    try:
+        key = FileKey.of(path, rank)
+    except OSError:
+        return None
+    folder = key.folder()
+    if not folder.is_dir():
+        return None
+    try:
+        header = msgspec.json.decode((folder / HEADER).read_bytes(), type=_Header)
+        if header.key != _key_dict(key):
+            raise ValueError("entry made for another file state")
+        return [_read_trace(folder, i, th, header.given_path, path) for i, th in enumerate(header.traces)]
+    except Exception:  # noqa: BLE001 - a bad entry is a miss, whatever is wrong with it
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+
+
+def put(path: Path, rank: int | None, traces: list[RankTrace]) -> bool:
+    """Store the traces of this file; False (and nothing written) when they cannot be stored."""
+    try:
+        key = FileKey.of(path, rank)
+        folder = key.folder()
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = folder.parent / f".{folder.name}.{uuid.uuid4().hex}.tmp"
+        tmp.mkdir()
+    except OSError:
+        return False
+    try:
+        headers = [_write_trace(tmp, i, t) for i, t in enumerate(traces)]
+        header = _Header(key=_key_dict(key), given_path=str(path), traces=headers)
+        (tmp / HEADER).write_bytes(msgspec.json.encode(header))
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(tmp, folder)
+        return True
+    except (OSError, TypeError, ValueError, pa.ArrowException, msgspec.EncodeError):
+        shutil.rmtree(tmp, ignore_errors=True)
+        return False
+
+
+def _write_trace(folder: Path, i: int, t: RankTrace) -> _TraceHeader:
+    cats: dict[str, dict[str, list[str]]] = {}
+    for name in TABLES:
+        df: pd.DataFrame = getattr(t, name)
+        cats[name] = {c: [str(x) for x in df[c].cat.categories] for c in df.columns
+                      if isinstance(df[c].dtype, pd.CategoricalDtype)}
+        plain = df.astype({c: object for c in cats[name]}) if cats[name] else df
+        pq.write_table(pa.Table.from_pandas(plain, preserve_index=False), folder / f"{i}.{name}.parquet",
+                       compression="lz4")
+    pq.write_table(pa.table({"name": pa.array(t.names.names, type=pa.string())}), folder / f"{i}.names.parquet",
+                   compression="lz4")
+    return _TraceHeader(rank=t.rank, source=t.source, fmt=t.fmt, world_size=t.world_size,
+                        rank_source=t.rank_source, hostname=t.hostname, pid=t.pid, devices=dict(t.devices),
+                        meta=dict(t.meta), notes=list(t.notes), categoricals=cats)
+
+
+def _read_trace(folder: Path, i: int, th: _TraceHeader, given_then: str, given_now: Path) -> RankTrace:
+    tables = {}
+    for name in TABLES:
+        df = pq.read_table(folder / f"{i}.{name}.parquet").to_pandas()
+        for c in df.columns:
+            if c in th.categoricals[name]:
+                df[c] = pd.Categorical(df[c].to_numpy(dtype=object), categories=th.categoricals[name][c])
+            elif not pd.api.types.is_numeric_dtype(df[c].dtype):
+                df[c] = df[c].to_numpy(dtype=object)  # as the loaders build them: plain object strings
+        tables[name] = df
+    names = pq.read_table(folder / f"{i}.names.parquet").column("name").to_pylist()
+    source = str(given_now) if th.source == given_then else th.source
+    return RankTrace(rank=th.rank, source=source, fmt=th.fmt, names=NameTable(names), world_size=th.world_size,
+                     rank_source=th.rank_source, hostname=th.hostname, pid=th.pid, devices=dict(th.devices),
+                     meta=dict(th.meta), notes=list(th.notes), **tables)
+
+
+@dataclass
+class CacheInfo:
+    folder: Path
+    entries: int
+    bytes: int
+
+
+def info() -> CacheInfo:
+    """Where the cache is, how many entries and bytes it holds."""
+    root = cache_root()
+    entries = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")] if root.is_dir() else []
+    size = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.is_dir() else 0
+    return CacheInfo(root, len(entries), size)
+
+
+def clear() -> CacheInfo:
+    """Remove every entry; returns what was there."""
+    before = info()
+    if before.folder.is_dir():
+        shutil.rmtree(before.folder, ignore_errors=True)
+    return before

@@ -1,0 +1,51 @@
+"""JSON-safe data in one C-level pass (msgspec), instead of walking results element by element.
+
+Analyses hold numpy scalars and arrays, NaN for undefined figures, tuples and integer keys.
+``to_plain`` turns any such nesting into plain Python (NaN/inf -> None, numpy -> Python,
+tuples -> lists, keys -> str) by encoding it once with msgspec and decoding the bytes;
+``to_json`` writes the same document as indented JSON text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+
+def _enc_hook(obj: Any) -> Any:
+    """What msgspec does not encode itself: numpy values, pandas missing values, the rest as str."""
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if obj is pd.NA or obj is pd.NaT:
+        return None
+    if isinstance(obj, pd.Timestamp):
+        return obj.isoformat()
+    return str(obj)
+
+
+_ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
+
+
+def encode(obj: Any) -> bytes:
+    """Compact JSON bytes (NaN and inf written as null)."""
+    return _ENCODER.encode(obj)
+
+
+def to_plain(obj: Any) -> Any:
+    """A plain-Python, JSON-safe copy of obj."""
+    return msgspec.json.decode(_ENCODER.encode(obj))
+
+
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """A frame's rows as plain dicts (missing values -> None)."""
+    return to_plain(df.to_dict(orient="records"))
+
+
+def to_json(obj: Any, indent: int = 2) -> str:
+    """Indented JSON text of obj."""
+    return msgspec.json.format(_ENCODER.encode(obj), indent=indent).decode()

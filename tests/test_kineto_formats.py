@@ -1,0 +1,116 @@
+"""Kineto loader edge formats: PyTorch <= 1.8 category names, epoch-scale fractional timestamps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from analyzers.io.kineto import load_kineto
+from analyzers.io.load import load_traces
+from analyzers.overlap.metrics import rank_metrics
+
+COMM = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"
+GEMM = "volta_sgemm_128x64_nn"
+
+
+def _write(path: Path, events: list[dict], **top) -> Path:
+    path.write_text(json.dumps({"schemaVersion": 1, **top, "traceEvents": events}))
+    return path
+
+
+def _old_format_events() -> list[dict]:
+    """The shape of a PyTorch 1.8 Kineto trace (TensorBoard plugin samples): capitalised
+    categories, string tids, integer epoch µs."""
+    t0 = 1617073813683000
+    return [
+        {"ph": "X", "cat": "Operator", "name": "ProfilerStep#1", "pid": 9284, "tid": "9284",
+         "ts": t0, "dur": 100, "args": {"External id": 1}},
+        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 9284, "tid": "9284",
+         "ts": t0 + 1, "dur": 2, "args": {"cbid": 211, "correlation": 11, "external id": 1}},
+        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 9284, "tid": "9284",
+         "ts": t0 + 3, "dur": 2, "args": {"cbid": 211, "correlation": 12, "external id": 1}},
+        # compute 10..40 µs on stream 7, comm 30..60 µs on stream 13: 10 µs of overlap
+        {"ph": "X", "cat": "Kernel", "name": GEMM, "pid": 0, "tid": "stream 7", "ts": t0 + 10, "dur": 30,
+         "args": {"queued": 0, "device": 0, "context": 1, "stream": 7, "correlation": 11, "external id": 1}},
+        {"ph": "X", "cat": "Kernel", "name": COMM, "pid": 0, "tid": "stream 13", "ts": t0 + 30, "dur": 30,
+         "args": {"queued": 0, "device": 0, "context": 1, "stream": 13, "correlation": 12, "external id": 1}},
+        {"ph": "X", "cat": "Memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": "stream 7",
+         "ts": t0 + 70, "dur": 5, "args": {"device": 0, "stream": 7, "correlation": 13, "bytes": 4096}},
+        {"ph": "X", "cat": "Memset", "name": "Memset (Device)", "pid": 0, "tid": "stream 7",
+         "ts": t0 + 80, "dur": 1, "args": {"device": 0, "stream": 7, "correlation": 14, "bytes": 64}},
+        {"ph": "i", "cat": "Kernel", "name": "instant, not a span", "pid": 0, "tid": "stream 7", "ts": t0 + 90},
+    ]
+
+
+def test_pytorch_1_8_categories_are_read(tmp_path):
+    trace = load_kineto(_write(tmp_path / "old.json", _old_format_events()))
+    assert not any("no GPU activity" in n for n in trace.notes)
+    assert list(trace.gpu["kind"]) == ["kernel", "kernel", "memcpy", "memset"]
+    assert list(trace.gpu["stream"]) == [7, 13, 7, 7]
+    assert list(trace.gpu["bytes"]) == [-1, -1, 4096, 64]
+    assert list(trace.runtime["correlation"]) == [11, 12]
+    assert list(trace.host_ops["kind"]) == ["cpu_op"]
+    assert trace.pid == 9284
+    m = rank_metrics(load_traces([tmp_path / "old.json"]).ranks[0])
+    # comm 30 µs, compute 30 µs, overlap 10 µs (by hand)
+    assert (m.comm_ns, m.compute_ns, m.overlap_ns) == (30_000, 30_000, 10_000)
+    assert abs(m.overlap_ratio - 1 / 3) < 1e-12
+
+
+def test_lookalikes_keep_todays_behaviour(tmp_path):
+    # Old-format trace without GPU activity: still the "no GPU activity" note, nothing invented.
+    cpu_only = [e for e in _old_format_events() if e["cat"] in ("Operator", "Runtime")]
+    trace = load_kineto(_write(tmp_path / "cpu.json", cpu_only))
+    assert trace.gpu.empty and any("no GPU activity" in n for n in trace.notes)
+    assert len(trace.runtime) == 2 and len(trace.host_ops) == 1
+    # Categories that merely contain a known name are not taken for it.
+    odd = [dict(e, cat=e["cat"] + "_launch") for e in _old_format_events()]
+    trace = load_kineto(_write(tmp_path / "odd.json", odd))
+    assert trace.gpu.empty and trace.runtime.empty and trace.host_ops.empty
+    # Today's lower-case names load exactly as the capitalised ones.
+    modern = [dict(e, cat={"Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel",
+                           "Memcpy": "gpu_memcpy", "Memset": "gpu_memset"}[e["cat"]])
+              for e in _old_format_events()]
+    a = load_kineto(_write(tmp_path / "modern.json", modern))
+    b = load_kineto(_write(tmp_path / "old.json", _old_format_events()))
+    for table in ("gpu", "runtime", "host_ops"):
+        assert getattr(a, table).equals(getattr(b, table)), table
+
+
+def test_epoch_scale_fractional_timestamps_are_exact(tmp_path):
+    # 1.7e15 µs: a double is 0.25 µs apart there; the loader must keep every nanosecond.
+    raw = ('{"traceEvents": ['
+           '{"ph": "X", "cat": "kernel", "name": "k1", "pid": 0, "tid": 7, "ts": 1700000000000000.123, '
+           '"dur": 1.5, "args": {"device": 0, "stream": 7}},'
+           '{"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7, "ts": 1700000000000001.999, '
+           '"dur": 0.001, "args": {"device": 0, "stream": 7}},'
+           '{"ph": "X", "cat": "kernel", "name": "k3", "pid": 0, "tid": 7, "ts": 1700000000000002, '
+           '"dur": 2, "args": {"device": 0, "stream": 7}},'
+           '{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 5, "tid": 5, '
+           '"ts": 1699999999999999.0005, "dur": 0.25, "args": {"correlation": 1}}'
+           ']}')
+    path = tmp_path / "epoch.json"
+    path.write_text(raw)
+    trace = load_kineto(path)
+    assert list(trace.gpu["start_ns"]) == [1700000000000000123, 1700000000000001999, 1700000000000002000]
+    assert list(trace.gpu["end_ns"]) == [1700000000000001623, 1700000000000002000, 1700000000000004000]
+    # 0.0005 µs = 0.5 ns rounds half away from zero
+    assert list(trace.runtime["start_ns"]) == [1699999999999999001]
+    assert list(trace.runtime["end_ns"]) == [1699999999999999251]
+
+
+def test_small_scale_timestamps_take_the_fast_path_exactly(tmp_path):
+    # Since-boot µs (4.5e12, what current PyTorch writes) and integer epoch µs: read as doubles,
+    # still exact to the nanosecond.
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "a", "pid": 0, "tid": 7, "ts": 4466930142299.748, "dur": 0.999,
+         "args": {"device": 0, "stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": "b", "pid": 0, "tid": 7, "ts": 4466930142301.001, "dur": 3,
+         "args": {"device": 0, "stream": 7}},
+    ]
+    trace = load_kineto(_write(tmp_path / "boot.json", events))
+    assert list(trace.gpu["start_ns"]) == [4466930142299748, 4466930142301001]
+    assert list(trace.gpu["end_ns"]) == [4466930142300747, 4466930142304001]
+    whole = [dict(e, ts=1617073813683556 + i) for i, e in enumerate(events)]
+    trace = load_kineto(_write(tmp_path / "whole.json", whole))
+    assert list(trace.gpu["start_ns"]) == [1617073813683556000, 1617073813683557000]

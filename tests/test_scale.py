@@ -1,0 +1,178 @@
+"""Parallel per-rank stage, parse cache, msgspec JSON and the Dask executor give the same figures."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analyzers.io import parse_cache
+from analyzers.io.load import load_file, load_traces
+from analyzers.io.parallel import PER_RANK_KEY
+from analyzers.io.plain import to_json, to_plain
+from analyzers.overlap.metrics import AnalysisOptions
+from analyzers.report import RankStage, analyze
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_traces"
+# Two Kineto runs with findings and syncs, and an nsys run (two exports).
+SETS = [SAMPLES / "ag-gemm" / "host-sync", SAMPLES / "fsdp" / "zero3", SAMPLES / "ag-gemm-nsys" / "sync-before-loop"]
+
+
+@pytest.fixture()
+def cache_dir(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "cache"
+    monkeypatch.setenv(parse_cache.ENV_CACHE_DIR, str(folder))
+    return folder
+
+
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "overlapscope", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **(env or {})})
+
+
+def _tables_equal(a, b) -> None:
+    assert (a.rank, a.source, a.fmt, a.world_size, a.rank_source, a.pid) == \
+        (b.rank, b.source, b.fmt, b.world_size, b.rank_source, b.pid)
+    assert a.names.names == b.names.names and a.devices == b.devices and a.notes == b.notes
+    assert a.meta == b.meta
+    for name in parse_cache.TABLES:
+        x, y = getattr(a, name), getattr(b, name)
+        assert list(x.dtypes) == list(y.dtypes), name
+        pd.testing.assert_frame_equal(x, y, check_exact=True)
+
+
+@pytest.mark.parametrize("path", [
+    SAMPLES / "fsdp" / "zero3" / "rank1.json.gz",
+    SAMPLES / "ag-gemm-nsys" / "sync-before-loop" / "rank0.sqlite",
+])
+def test_cache_round_trip_is_exact(cache_dir, path):
+    fresh = load_file(path)
+    assert parse_cache.get(path, None) is None
+    assert parse_cache.put(path, None, fresh)
+    cached = parse_cache.get(path, None)
+    assert cached is not None and len(cached) == len(fresh)
+    for a, b in zip(fresh, cached, strict=True):
+        _tables_equal(a, b)
+
+
+def test_stale_and_corrupt_entries_are_rewritten(cache_dir, tmp_path):
+    src = tmp_path / "rank0.json.gz"
+    shutil.copy(SAMPLES / "ag-gemm" / "baseline" / "rank0.json.gz", src)
+    first = load_traces([src], cache=True).ranks[0]
+    entry = parse_cache.FileKey.of(src, None).folder()
+    assert entry.is_dir()
+    # corrupt: a table cut short -> a miss, removed, parsed again and written again
+    victim = entry / "0.gpu.parquet"
+    victim.write_bytes(victim.read_bytes()[:50])
+    assert parse_cache.get(src, None) is None and not entry.exists()
+    again = load_traces([src], cache=True).ranks[0]
+    _tables_equal(first, again)
+    assert parse_cache.get(src, None) is not None
+    # a header made for another file state is not trusted
+    header = json.loads((entry / parse_cache.HEADER).read_text())
+    header["key"]["size"] += 1
+    (entry / parse_cache.HEADER).write_text(json.dumps(header))
+    assert parse_cache.get(src, None) is None
+    # stale: the file changes (new mtime, other contents) -> a new key, the new contents are read
+    shutil.copy(SAMPLES / "ag-gemm" / "tuned" / "rank0.json.gz", src)
+    os.utime(src, ns=(1, 2))
+    changed = load_traces([src], cache=True).ranks[0]
+    assert len(changed.gpu) != len(first.gpu)
+    assert len(changed.gpu) == len(load_file(SAMPLES / "ag-gemm" / "tuned" / "rank0.json.gz")[0].gpu)
+
+
+def test_cache_commands(cache_dir):
+    env = {parse_cache.ENV_CACHE_DIR: str(cache_dir)}
+    assert cli("analyze", str(SETS[0]), "-f", "csv", env=env).returncode == 0
+    info = cli("cache", "info", env=env)
+    assert info.returncode == 0 and "entries: 2" in info.stdout and str(cache_dir) in info.stdout
+    cleared = cli("cache", "clear", env=env)
+    assert cleared.returncode == 0 and "removed 2 entries" in cleared.stdout
+    assert "entries: 0" in cli("cache", "info", env=env).stdout
+    # --no-cache writes nothing
+    assert cli("analyze", str(SETS[0]), "-f", "csv", "--no-cache", env=env).returncode == 0
+    assert "entries: 0" in cli("cache", "info", env=env).stdout
+
+
+def _report_json(paths, **load) -> str:
+    options = AnalysisOptions()
+    traces = load_traces(paths, per_rank=RankStage(options), **load)
+    return to_json(analyze(traces, options).to_dict())
+
+
+@pytest.mark.parametrize("run", SETS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_jobs_cache_and_reference_agree(cache_dir, run):
+    reference = to_json(analyze(load_traces([run])).to_dict())  # in-process, no per-rank stage
+    assert _report_json([run], jobs=1) == reference
+    assert _report_json([run], jobs=2) == reference
+    assert _report_json([run], jobs=2, cache=True) == reference  # writes the cache
+    traces = load_traces([run], jobs=2, cache=True, per_rank=RankStage(AnalysisOptions()))
+    assert set(traces.meta[PER_RANK_KEY]) == set(traces.ranks)
+    assert _report_json([run], jobs=2, cache=True) == reference  # reads it
+    assert len(list(cache_dir.joinpath("parsed").iterdir())) == len(traces.ranks)
+
+
+def test_per_rank_results_are_not_reused_for_other_options(cache_dir):
+    run = SETS[0]
+    traces = load_traces([run], jobs=2, per_rank=RankStage(AnalysisOptions()))
+    other = AnalysisOptions(like_hta=True)
+    assert to_json(analyze(traces, other).to_dict()) == to_json(analyze(load_traces([run]), other).to_dict())
+
+
+def test_cli_json_identical_across_executors(cache_dir):
+    from distributed import LocalCluster
+
+    env = {parse_cache.ENV_CACHE_DIR: str(cache_dir)}
+    run = str(SETS[0])
+    outs = {}
+    for label, extra in [("jobs1", ["--jobs", "1", "--no-cache"]), ("jobs2", ["--jobs", "2", "--no-cache"]),
+                         ("cache-cold", []), ("cache-warm", [])]:
+        r = cli("analyze", run, "-f", "json", *extra, env=env)
+        assert r.returncode == 0, r.stderr
+        outs[label] = r.stdout
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        r = cli("analyze", run, "-f", "json", "--no-cache", "--scheduler", cluster.scheduler_address, env=env)
+        assert r.returncode == 0, r.stderr
+        outs["dask"] = r.stdout
+        r = cli("analyze", run, "-f", "json", "--no-cache",
+                env={**env, "OVERLAPSCOPE_SCHEDULER": cluster.scheduler_address})
+        outs["dask-env"] = r.stdout
+    assert len(set(outs.values())) == 1, {k: len(v) for k, v in outs.items()}
+    doc = json.loads(outs["jobs1"])
+    assert doc["findings"] and doc["cross_rank"]["n_matched"] > 0  # the comparison covers them
+
+
+def test_unreachable_scheduler_is_one_line_exit_3():
+    r = cli("analyze", str(SETS[0]), "--scheduler", "tcp://127.0.0.1:9", "--no-cache")
+    assert r.returncode == 3 and "Traceback" not in r.stderr
+    assert "Dask scheduler" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_plain_json_cleans_in_one_pass():
+    obj = {1: np.int64(3), "f": np.float32(0.5), "nan": float("nan"), "inf": np.inf, "t": (1, 2),
+           "arr": np.array([1, 2]), "na": pd.NA, "nested": [{"x": np.nan}]}
+    assert to_plain(obj) == {"1": 3, "f": 0.5, "nan": None, "inf": None, "t": [1, 2], "arr": [1, 2],
+                             "na": None, "nested": [{"x": None}]}
+    assert json.loads(to_json({"a": math.nan})) == {"a": None}
+
+
+def test_bad_file_in_a_worker_is_one_line_exit_3(tmp_path, cache_dir):
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(SAMPLES / "ag-gemm" / "baseline" / "rank0.json.gz", run / "rank0.json.gz")
+    (run / "rank1.json.gz").write_bytes((SAMPLES / "ag-gemm" / "baseline" / "rank1.json.gz").read_bytes()[:1000])
+    before = (run / "rank1.json.gz").read_bytes()
+    r = cli("analyze", str(run), "--jobs", "2", env={parse_cache.ENV_CACHE_DIR: str(cache_dir)})
+    assert r.returncode == 3 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == f"overlapscope: error: {run / 'rank1.json.gz'}: truncated or corrupt gzip data " \
+                               "(Compressed file ended before the end-of-stream marker was reached)"
+    assert (run / "rank1.json.gz").read_bytes() == before
