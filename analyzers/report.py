@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
@@ -14,7 +14,14 @@ from analyzers.findings.finding import Finding
 from analyzers.io.parallel import PER_RANK_KEY
 from analyzers.io.plain import to_plain
 from analyzers.overlap.metrics import AnalysisOptions, RankMetrics, rank_metrics
-from analyzers.syncs.blocking import SyncParams, blocking_syncs, sync_records
+from analyzers.syncs.blocking import (
+    SyncParams,
+    blocking_syncs,
+    sync_records,
+    sync_totals_beyond_span,
+    syncs_not_judged,
+)
+from analyzers.timeline.iterations import check_step_selection, select_step_rows
 from analyzers.timeline.model import RankTrace, TraceSet
 
 
@@ -84,7 +91,7 @@ class RankStage:
         metrics = rank_metrics(trace, self.options)
         res = RankResults(self.options, self.diagnose, table_fingerprint(trace), metrics)
         if self.diagnose:
-            res.syncs = blocking_syncs(trace, None)
+            res.syncs = in_selected_steps(blocking_syncs(trace, None), self.options)
             res.findings = detect_rank(trace, metrics, FindingParams(), None, res.syncs)
         return res
 
@@ -126,6 +133,21 @@ def _clean(obj: Any) -> Any:
     return to_plain(obj)
 
 
+def selected_steps_only(traces: TraceSet, options: AnalysisOptions) -> TraceSet:
+    """The trace set as the cross-rank analysis sees it: only the selected steps' GPU activity."""
+    if options.steps.steps is None:
+        return traces
+    return replace(traces, ranks={r: select_step_rows(t, options.steps, options.step_pattern)
+                                  for r, t in traces.ranks.items()})
+
+
+def in_selected_steps(syncs: pd.DataFrame, options: AnalysisOptions) -> pd.DataFrame:
+    """The blocking syncs called inside the selected steps (all of them when none are selected)."""
+    if options.steps.steps is None or syncs.empty:
+        return syncs
+    return syncs[syncs["step"].isin(list(options.steps.steps))].reset_index(drop=True)
+
+
 def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
             diagnose: bool = True, cross_rank: bool = True, align: bool = True,
             cross_rank_params: CrossRankParams | None = None, finding_params: FindingParams | None = None,
@@ -139,6 +161,7 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
     progress(stage, done, total) reports each stage.
     """
     options = options or AnalysisOptions()
+    check_step_selection(traces, options.steps, options.step_pattern)
     ids = traces.rank_ids()
     stages = 1 + int(cross_rank and len(ids) > 1) + int(diagnose)
     done = 0
@@ -162,13 +185,19 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
         clock_offsets_ns=dict(traces.clock_offsets_ns),
     )
     if cross_rank and len(ids) > 1:
-        report.cross_rank = analyze_cross_rank(traces, align=align, params=cross_rank_params)
+        report.cross_rank = analyze_cross_rank(selected_steps_only(traces, options), align=align,
+                                               params=cross_rank_params)
         if report.cross_rank.clock is not None:
             report.clock_offsets_ns = dict(report.cross_rank.clock.offsets_ns)
         tick("cross-rank")
     if diagnose:
         defaults = bool(pre) and sync_params is None and finding_params is None
-        report.syncs = {r: pre[r].syncs if defaults else blocking_syncs(traces.ranks[r], sync_params) for r in ids}
+        report.syncs = {r: pre[r].syncs if defaults else
+                        in_selected_steps(blocking_syncs(traces.ranks[r], sync_params), options) for r in ids}
+        for r in ids:
+            report.notes += sync_totals_beyond_span(traces.ranks[r], report.syncs[r])
+            if reason := syncs_not_judged(traces.ranks[r]):
+                report.notes.append(f"rank {r}: {reason}")
         extra = cross_rank_findings(report.cross_rank) if report.cross_rank is not None else []
         report.findings = detect_findings(traces, {m.rank: m for m in metrics}, finding_params,
                                           extra=extra, syncs=report.syncs,

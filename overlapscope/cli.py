@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 from analyzers.errors import BadInputError
+from analyzers.timeline.iterations import UnknownStepsError
 
 from . import cmd_analyze, cmd_app, cmd_cache, cmd_diff, cmd_export, cmd_run
 from .common import EXIT_BAD_INPUT, EXIT_OK, EXIT_USAGE, UsageFailure, app, err_console
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     except BadInputError as exc:
         err_console.print(f"overlapscope: error: {exc}", markup=False, highlight=False)
         return EXIT_BAD_INPUT
-    except UsageFailure as exc:
+    except (UsageFailure, UnknownStepsError) as exc:
         err_console.print(f"overlapscope: usage error: {exc}", markup=False, highlight=False)
         return EXIT_USAGE
     return EXIT_OK

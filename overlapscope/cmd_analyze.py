@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from analyzers.findings import findings_present
 from analyzers.findings.finding import CATALOGUE
-from analyzers.report import analyze
+from analyzers.report import AnalysisReport, analyze
 from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN
 
 from . import render
@@ -58,8 +59,13 @@ def analyze_cmd(
              "Ids: " + ", ".join(CATALOGUE) + ".")] = None,
     fail_under_overlap: Annotated[float | None, typer.Option(
         "--fail-under-overlap", metavar="R",
-        help="Exit 1 when any rank's overlap ratio is below R (0.8 or 80 both mean 80 %). "
-             "Ranks without communication do not fail the gate.")] = None,
+        help="Exit 1 when any rank's overlap ratio is below R (0.8 or 80 both mean 80 %). A rank whose "
+             "ratio is undefined (no communication recognised in what was analysed) also fails the gate, "
+             "named on stderr, unless --allow-undefined.")] = None,
+    allow_undefined: Annotated[bool, typer.Option(
+        "--allow-undefined",
+        help="Let --fail-under-overlap pass ranks whose overlap ratio is undefined (still named on stderr).")
+    ] = False,
     jobs: JobsOpt = None,
     no_cache: NoCacheOpt = False,
     scheduler: SchedulerOpt = None,
@@ -80,12 +86,33 @@ def analyze_cmd(
             detail = ", ".join(f"rank {m.rank} {render.pct(m.overlap_ratio)}" for m in failing)
             err_console.print(f"[red]gate failed:[/red] overlap ratio below {render.pct(threshold)}: {detail}")
             failed = True
+        failed |= undefined_ratio_gate(report, allow_undefined)
     present = findings_present(report.findings or [], fail_ids)
     if present:
         err_console.print(f"[red]gate failed:[/red] finding(s) present: {', '.join(present)}")
         failed = True
     if failed:
         raise typer.Exit(EXIT_GATE)
+
+
+def undefined_ratio_gate(report: AnalysisReport, allow: bool) -> bool:
+    """Name on stderr the ranks the overlap gate could not measure; True (gate fails) unless allowed.
+
+    A CI gate that measured nothing must not pass silently: no communication recognised (a custom
+    comm kernel no rule knows) or none in the selected steps leaves the ratio undefined.
+    """
+    undefined = [m for m in report.ranks if m.overlap_ratio is None]
+    if not undefined:
+        return False
+    hints = [n for m in undefined for n in m.notes if "look like it" in n][:1]
+    ranks = ", ".join(str(m.rank) for m in undefined)
+    verdict = "allowed (--allow-undefined)" if allow else "gate failed"
+    colour = "yellow" if allow else "red"
+    detail = (f"overlap ratio undefined for rank {ranks}: no communication recognised in the analysed steps, so "
+              "--fail-under-overlap measured nothing there"
+              + (f" ({hints[0]})" if hints else "; name custom comm kernels with --comm-kernel or --rules"))
+    err_console.print(f"[{colour}]{verdict}:[/{colour}] {escape(detail)}", highlight=False)
+    return not allow
 
 
 def check_finding_ids(ids: list[str], no_diagnose: bool) -> list[str]:

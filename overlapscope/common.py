@@ -131,7 +131,9 @@ PathsArg = Annotated[list[str], typer.Argument(
     show_default=False)]
 FormatOpt = Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")]
 StepsOpt = Annotated[str | None, typer.Option(
-    "--steps", help="Only these profiler steps, e.g. 3, 2-4 or 2,5,7 (ProfilerStep#N numbers).")]
+    "--steps", help="Only these profiler steps, e.g. 3, 2-4 or 2,5,7 (ProfilerStep#N numbers): the table, syncs, "
+                    "findings and cross-rank analysis all see only them. A step not in every rank's trace is "
+                    "refused (exit 2).")]
 RulesOpt = Annotated[Path | None, typer.Option(
     "--rules", help="TOML file of (pattern -> category) rules tried before the defaults.")]
 CommKernelOpt = Annotated[list[str] | None, typer.Option(

@@ -57,13 +57,16 @@ def test_gate_exit_codes(hta_dir):
                "-f", "csv").returncode == 1
 
 
-def test_rank_without_comm_passes_gate_and_shows_na(tmp_path):
+def test_rank_without_comm_fails_gate_unless_allowed_and_shows_na(tmp_path):
     trace = {"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 10.0,
                               "dur": 5.0, "args": {"device": 0, "stream": 7, "correlation": 1}}]}
     p = tmp_path / "rank0.json"
     p.write_text(json.dumps(trace))
+    # the gate measured nothing: it says so and fails, unless --allow-undefined (issue 19.4)
     r = cli("analyze", str(p), "--fail-under-overlap", "0.9")
-    assert r.returncode == 0 and "n/a" in r.stdout
+    assert r.returncode == 1 and "n/a" in r.stdout and "overlap ratio undefined for rank 0" in r.stderr
+    r = cli("analyze", str(p), "--fail-under-overlap", "0.9", "--allow-undefined")
+    assert r.returncode == 0 and "n/a" in r.stdout and "overlap ratio undefined for rank 0" in r.stderr
     doc = json.loads(cli("analyze", str(p), "-f", "json").stdout)
     assert doc["ranks"][0]["overlap_ratio"] is None and doc["ranks"][0]["compute_ns"] == 5000
 

@@ -48,13 +48,15 @@ def only(trace, fid: str, params: FindingParams | None = None) -> Finding:
 def test_host_sync_fires_with_one_sync_per_step_and_the_idle_it_caused():
     f = only(sf.pipeline("host-sync"), "host-blocking-sync")
     ev = f.evidence
-    assert ev["n_syncs"] == 12 and ev["syncs_per_iteration"] == {"1": 4, "2": 4, "3": 4}  # 4 steps x 3 iterations
+    # 4 steps x 3 iterations, less the very last sync: nothing is launched after it, so it caused no
+    # idle (the trace ends there; issue 16) and is not counted
+    assert ev["n_syncs"] == 11 and ev["syncs_per_iteration"] == {"1": 4, "2": 4, "3": 3}
     # inside an iteration: next launch 2 µs after the sync returns, starts 8 µs later -> 10 µs idle;
-    # after the last step: until the next iteration's first all-gather (or the trace's end)
+    # after the last step: until the next iteration's first all-gather
     assert ev["gpu_idle_ns_median"] == 10_000
-    assert ev["apis"] == {"cudaStreamSynchronize": 12}
+    assert ev["apis"] == {"cudaStreamSynchronize": 11}
     assert f.ranks == [0] and f.severity == Severity.critical
-    assert "12 blocking host syncs (4 per iteration)" in f.title
+    assert "11 blocking host syncs (4 per iteration)" in f.title
 
 
 def test_host_sync_total_idle_is_the_sum_over_syncs():
@@ -62,12 +64,10 @@ def test_host_sync_total_idle_is_the_sum_over_syncs():
     f = only(t, "host-blocking-sync")
     syncs = trace_set_syncs(sf.trace_set(t))
     assert f.evidence["gpu_idle_ns_total"] == int(syncs["gpu_idle_ns"].sum())
-    # 3 syncs followed by a launch 10 µs later; the last one is idle until the trace's last event,
-    # the step's host end: base + ITER - 150 µs; its sync ended at base + 4 * 263 µs - 10 µs + 3 µs
-    # step s starts at base + 263 µs * s (100 all-gather + 150 matmul + 3 sync return + 2 + 8 launch)
-    base = sf.ITER
-    last_end = base + 3 * 263_000 + 253_000
-    assert f.evidence["gpu_idle_ns_total"] == 3 * 10_000 + (base + sf.ITER - 150_000 - last_end)
+    # 3 syncs followed by a launch 10 µs later; nothing is launched after the last one: the trace
+    # ends there and that sync caused no idle (it used to be charged until the trace's end)
+    assert f.evidence["gpu_idle_ns_total"] == 3 * 10_000
+    assert f.evidence["n_syncs"] == 3 and len(syncs) == 4
 
 
 def test_sync_after_all_communication_of_the_step_is_silent():
@@ -75,7 +75,9 @@ def test_sync_after_all_communication_of_the_step_is_silent():
     # matmul ends (700 µs): the GPU then idles until the next iteration, but no comm was left to hide
     t = sf.pipeline("overlapped", sync_at=("cudaStreamSynchronize", 450_000, 702_000))
     syncs = trace_set_syncs(sf.trace_set(t))
-    assert len(syncs) == 3 and (syncs["gpu_idle_ns"] > 1_000_000).all()  # blocking, long idle after ...
+    # blocking, long idle after (the last one: nothing launched after it, no idle) ...
+    assert len(syncs) == 3 and (syncs["gpu_idle_ns"].iloc[:2] > 1_000_000).all()
+    assert syncs["gpu_idle_ns"].iloc[2] == 0 and syncs["next_gpu_start_ns"].iloc[2] == -1
     assert "host-blocking-sync" not in ids(t)  # ... but outside the overlapped region
 
 
@@ -367,7 +369,7 @@ def test_findings_render_as_table_and_markdown():
     text = console.export_text()
     assert "host-blocking-sync" in text and "serialized-streams" in text
     md = findings_markdown(fs)
-    assert md.count("**Fix:**") == 2 and "- n_syncs: `12`" in md
+    assert md.count("**Fix:**") == 2 and "- n_syncs: `11`" in md
     syncs = trace_set_syncs(ts)
     summary = syncs_summary(syncs)
     assert summary[["rank", "api", "n"]].values.tolist() == [[0, "cudaStreamSynchronize", 12]]
@@ -405,11 +407,13 @@ def test_real_ag_gemm_host_sync_one_sync_per_step_per_iteration():
     syncs = trace_set_syncs(ts)
     for r, f in found.items():
         ev = f.evidence
-        assert ev["n_syncs"] == steps * iters
-        assert ev["syncs_per_iteration"] == {str(i): steps for i in range(1, iters + 1)}
-        assert ev["apis"] == {"cudaStreamSynchronize": steps * iters}
+        # every step's sync but the very last one, after which nothing is launched (no idle caused)
+        assert ev["n_syncs"] == steps * iters - 1
+        assert ev["syncs_per_iteration"] == {str(i): steps - (i == iters) for i in range(1, iters + 1)}
+        assert ev["apis"] == {"cudaStreamSynchronize": steps * iters - 1}
         mine = syncs[(syncs["rank"] == r) & (syncs["api"] == "cudaStreamSynchronize")]
         assert len(mine) == steps * iters and mine["confirmed"].all()  # cuda_sync records agree
+        assert int((mine["gpu_idle_ns"] > 0).sum()) == steps * iters - 1
         assert ev["gpu_idle_ns_total"] == int(mine["gpu_idle_ns"].sum()) > 0
         assert f.severity == Severity.critical
     # the profiler's own cudaDeviceSynchronize after the last step is a blocking sync, never counted
@@ -564,7 +568,7 @@ def _starved_by_brute_force(t, params: FindingParams) -> list[tuple[int, int, in
         prev = [e[j] for j in range(len(g)) if stream[j] == stream[i] and s[j] < s[i]]
         ended = [e[j] for j in range(len(g)) if e[j] < s[i]]
         eligible = max([launch[i], max(prev, default=-1), max(ended, default=-1)])
-        if s[i] - eligible < params.starve_min_delay_ns:
+        if s[i] - eligible < params.starve_min_delay_ns or not ended:  # nothing ended before: censored
             continue
         if any(cat[j] == "compute" and stream[j] != stream[i] and s[j] <= eligible + params.starve_blocker_slack_ns
                and e[j] > s[i] for j in range(len(g))):

@@ -73,3 +73,12 @@ def test_zero_length_and_touching():
 def test_gaps():
     s, e = iv.gaps([0, 10, 30], [5, 20, 40])
     assert list(zip(s, e, strict=True)) == [(5, 10), (20, 30)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(interval_sets, interval_sets)
+def test_overlaps_any_matches_brute_force(rows, windows):
+    """Each row reaches into some window (end > lo and start < hi), windows possibly overlapping."""
+    got = iv.overlaps_any(*arrays(rows), *arrays(windows))
+    want = [any(e > lo and s < hi for lo, hi in windows) for s, e in rows]
+    assert got.tolist() == want

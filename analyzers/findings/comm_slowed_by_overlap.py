@@ -114,7 +114,7 @@ def comm_overlap_comparison(view: RankView, eff_start: np.ndarray | None = None)
     p = view.params
     cols = ["collective", "size", "n_alone", "n_overlapped", "median_alone_ns", "median_overlapped_ns", "slowdown"]
     g = view.trace.gpu
-    cm = view.comm & (g["kind"] == "kernel").to_numpy() & view.in_range(view.lo, view.hi)
+    cm = view.comm & (g["kind"] == "kernel").to_numpy() & view.in_windows()
     if not cm.any():
         return pd.DataFrame({c: [] for c in cols})
     s0 = view.s if eff_start is None else eff_start

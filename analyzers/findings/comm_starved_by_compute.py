@@ -74,18 +74,22 @@ def starved_comm_kernels(view: RankView) -> pd.DataFrame:
     start). It counts when it started starve_min_delay_ns or more after that, while a compute
     kernel on another stream, started by then (give or take starve_blocker_slack_ns), still ran;
     of those, the one that ran longest past the comm kernel's start is named. Copies (copy
-    engine) are left out: they need no SMs. Sorted running maxima per stream keep this
-    O(n log n). Columns: device, stream, start_ns, eligible_ns, delay_ns, name, blocker,
-    blocker_end_ns.
+    engine) are left out: they need no SMs. A comm kernel before which nothing recorded on its
+    device had ended is left out too: what it waited on may predate the trace (censored). Sorted
+    running maxima per stream keep this O(n log n). Columns: device, stream, start_ns, eligible_ns,
+    delay_ns, name, blocker, blocker_end_ns.
     """
     p, t = view.params, view.trace
     cols = ["device", "stream", "start_ns", "eligible_ns", "delay_ns", "name", "blocker", "blocker_end_ns"]
     is_kernel = (t.gpu["kind"] == "kernel").to_numpy()
     launch = launch_times(t)
+    analysed = view.in_windows()
     rows = []
     for d in view.devices():
-        idx = np.flatnonzero((view.device == d) & view.in_range(view.lo, view.hi))
-        cand = idx[view.comm[idx] & is_kernel[idx] & (launch[idx] >= 0)]
+        # Candidates come from the analysed windows; what they could have waited on (earlier work,
+        # last end, blockers) from the whole device, so a window's edge hides no dependency.
+        idx = np.flatnonzero(view.device == d)
+        cand = idx[analysed[idx] & view.comm[idx] & is_kernel[idx] & (launch[idx] >= 0)]
         if cand.size == 0:
             continue
         prev_end = np.full(cand.size, -1, dtype=np.int64)  # end of the earlier work on its stream
@@ -99,7 +103,8 @@ def starved_comm_kernels(view: RankView) -> pd.DataFrame:
         last_end = np.where(before > 0, ends[np.clip(before - 1, 0, None)], -1)
         eligible = np.maximum.reduce([launch[cand], prev_end, last_end])
         delay = view.s[cand] - eligible
-        keep = delay >= p.starve_min_delay_ns
+        # Nothing recorded on the device ended before it: what it waited on may predate the trace.
+        keep = (delay >= p.starve_min_delay_ns) & (last_end >= 0)
         cand, eligible, delay = cand[keep], eligible[keep], delay[keep]
         comp = idx[view.compute[idx]]
         for k in np.unique(view.stream[cand]):

@@ -51,10 +51,10 @@ def detect_copy_kernels(view: RankView) -> list[Finding]:
     copies on a side stream of their own, copies small against the exposed communication.
     """
     p, t = view.params, view.trace
-    lo, hi = view.lo, view.hi
+    analysed = view.in_windows()
     findings_ev = []
     for d in view.devices():
-        on = view.in_range(lo, hi) & (view.device == d)
+        on = analysed & (view.device == d)
         cm, cp, cc = on & view.comm, on & view.compute, on & view.copy
         if not cm.any() or not cc.any():
             continue

@@ -53,8 +53,9 @@ def syncs_in_overlap_region(view: RankView, syncs: pd.DataFrame) -> pd.DataFrame
     ranges, every sync of an iteration that has one such sync counts (the sync after the last
     step's collective blocks the same pipeline; whether that collective had just ended when the
     host got there is timing), and syncs outside the analysed iterations (the profiler's own
-    cudaDeviceSynchronize at the end) never count. Each counted sync left the GPU idle at least
-    sync_min_idle_ns.
+    cudaDeviceSynchronize at the end) never count. A sync after which nothing is launched (at the
+    very end of the recorded work) is never in the region: there is nothing left to overlap.
+    Each counted sync left the GPU idle at least sync_min_idle_ns.
     """
     p = view.params
     if syncs.empty or not view.comm.any() or view.windows.empty:
@@ -83,7 +84,7 @@ def syncs_in_overlap_region(view: RankView, syncs: pd.DataFrame) -> pd.DataFrame
         k = np.searchsorted(rl, start[on], side="right") - 1
         kc = np.clip(k, 0, max(rl.size - 1, 0))
         between = (k >= 0) & (rl[kc] >= 0) & (start[on] < rh[kc])
-        in_region[on] = in_flight | between
+        in_region[on] = (in_flight | between) & (syncs["next_gpu_start_ns"].to_numpy(np.int64)[on] >= 0)
         region_step[on] = np.where(between, rs[kc], -1)
     idle_ok = syncs["gpu_idle_ns"].to_numpy(np.int64) >= p.sync_min_idle_ns
     host_step = syncs["step"].to_numpy(np.int64)

@@ -50,7 +50,9 @@ ENTRY = CatalogueEntry(
 def launch_bound_gaps(view: RankView, syncs: pd.DataFrame | None = None) -> pd.DataFrame:
     """Idle gaps (per device) whose next activity was launched only after the gap began.
 
-    Gaps during which a blocking host sync returned are left out: host-blocking-sync owns them.
+    Gaps during which a blocking host sync that caused GPU idle returned are left out:
+    host-blocking-sync owns them. A sync that found the GPU already drained claimed nothing
+    (syncs.blocking_syncs charges it no idle): the gap after it stays a launch gap.
     Columns: device, start_ns, end_ns, gap_ns, next_launch_ns, next_name.
     """
     p, t = view.params, view.trace
@@ -81,7 +83,8 @@ def launch_bound_gaps(view: RankView, syncs: pd.DataFrame | None = None) -> pd.D
         k = np.searchsorted(wl, gs, side="right") - 1
         bound &= (k >= 0) & (ge <= wh[np.clip(k, 0, wl.size - 1)])
         if not syncs.empty:
-            se = np.sort(syncs.loc[syncs["device"] == d, "end_ns"].to_numpy(np.int64))
+            claimed = (syncs["device"] == d) & (syncs["gpu_idle_ns"] > 0)
+            se = np.sort(syncs.loc[claimed, "end_ns"].to_numpy(np.int64))
             has_sync = np.searchsorted(se, ge, side="right") > np.searchsorted(se, gs, side="left")
             bound &= ~has_sync
         parts.append(pd.DataFrame({"device": d, "start_ns": gs[bound], "end_ns": ge[bound],

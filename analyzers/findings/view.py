@@ -16,6 +16,7 @@ import pandas as pd
 from analyzers.findings.finding import Severity
 from analyzers.overlap.metrics import RankMetrics
 from analyzers.syncs.blocking import SyncParams
+from analyzers.timeline import intervals as iv
 from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN, gpu_step_windows, host_steps
 from analyzers.timeline.kernel_names import normalize_kernel_name
 from analyzers.timeline.model import RankTrace
@@ -176,6 +177,11 @@ class RankView:
 
     def in_range(self, lo: int, hi: int) -> np.ndarray:
         return (self.e > lo) & (self.s < hi)
+
+    def in_windows(self) -> np.ndarray:
+        """Rows inside some analysed window: with --steps 2,5 the steps between are not analysed."""
+        return iv.overlaps_any(self.s, self.e, self.windows["lo"].to_numpy(np.int64),
+                               self.windows["hi"].to_numpy(np.int64))
 
     def span_ns(self) -> int:
         """Sum of the analysed windows (the denominator of 'share of time')."""

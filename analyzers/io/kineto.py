@@ -55,7 +55,7 @@ from analyzers.timeline.model import (
 
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 # Bumped whenever the tables this loader produces change (the parse cache keys on it).
-LOADER_VERSION = 3  # 3: input limits (bounded gzip, refused times), out-of-range int args
+LOADER_VERSION = 4  # 4: input limits (bounded gzip, refused times), out-of-range int args
 
 
 def read_bytes(path: Path) -> bytes | bytearray:
@@ -150,6 +150,12 @@ def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
         # HTA rounds events to whole µs only when the trace's timestamps are fractional.
         "fractional_us_timestamps": bool(
             any((tab["start_ns"].to_numpy() % 1000).any() for tab in (gpu, runtime, host_ops))),
+        # which runtimes the calls came from: syncs are judged on CUDA / HIP ones only
+        "runtime_categories": sorted({str(c).lower() for c in factorize(
+            column(events[rows["runtime"][0]], GET["cat"]))[1]}) if len(rows["runtime"][0]) else [],
+        # HTA 0.5.0 takes GPU-side ProfilerStep annotations for CPU events when it cuts the last step
+        # (iterations.like_hta_mask): the latest one's start, if any
+        "gpu_step_annotation_last_start_ns": _last_gpu_step_start(events, rows["gpu_annotation"][0], span),
     }
     return RankTrace(
         rank=int(rank),
@@ -169,12 +175,20 @@ def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
     )
 
 
+def _last_gpu_step_start(events: np.ndarray, idx: np.ndarray, span) -> int | None:
+    """Start of the latest GPU-side ProfilerStep annotation (None without any)."""
+    if not len(idx):
+        return None
+    steps = idx[np.asarray(["ProfilerStep" in n for n in strings(events[idx], GET["name"])], dtype=bool)]
+    return int(span(steps)[0].max()) if len(steps) else None
+
+
 def _select_rows(events: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per table: (event indices in table order, kind per row). Complete ("X") events only;
     the category decides the table, case-insensitively; table order is category order, then
     file order (what the stable sort by start keeps for ties)."""
     empty = np.zeros(0, dtype=np.int64)
-    out = {t: (empty, np.zeros(0, dtype=object)) for t in ("gpu", "runtime", "host", "sync")}
+    out = {t: (empty, np.zeros(0, dtype=object)) for t in ("gpu", "runtime", "host", "sync", "gpu_annotation")}
     if not len(events):
         return out
     cat_codes, cats = factorize(column(events, GET["cat"]))

@@ -88,12 +88,21 @@ TABLE_OF_CATEGORY: dict[str, tuple[str, str]] = {
     "cuda_runtime": ("runtime", ""),
     "cuda_driver": ("runtime", ""),
     "runtime": ("runtime", ""),
+    # other devices' runtimes (Kineto ActivityType names): read for launch correlation; host syncs
+    # are judged only by CUDA / HIP API names (analyzers/syncs/blocking.py: syncs_not_judged)
+    "mtia_runtime": ("runtime", ""),
+    "xpu_runtime": ("runtime", ""),
+    "xpu_driver": ("runtime", ""),
+    "privateuse1_runtime": ("runtime", ""),
+    "privateuse1_driver": ("runtime", ""),
     "cpu_op": ("host", "cpu_op"),
     "operator": ("host", "cpu_op"),
     "user_annotation": ("host", "user_annotation"),
     "python_function": ("host", "python_function"),
     "cpu_instant_event": ("host", "cpu_instant_event"),
     "cuda_sync": ("sync", ""),
+    # GPU-side annotations: only the ProfilerStep ones are kept, for --like-hta's last-step cut
+    "gpu_user_annotation": ("gpu_annotation", ""),
 }
 # Row order before the stable sort by start: categories in this order, file order within.
 CATEGORY_ORDER = {c: i for i, c in enumerate(TABLE_OF_CATEGORY)}

@@ -107,9 +107,38 @@ def _gpu_table(parts: list[pd.DataFrame], names: NameTable) -> pd.DataFrame:
     )
 
 
-def _runtime_table(df: pd.DataFrame | None, names: NameTable) -> pd.DataFrame:
+def nested_duplicate_calls(df: pd.DataFrame) -> np.ndarray:
+    """Rows that repeat an earlier call: same thread, same correlation id, overlapping it in time.
+
+    Some exports (seen with nsys 2022.2 on an MPI+CUDA run) record every runtime call twice,
+    e.g. ``cudaMemcpy`` with ``cudaMemcpy_v3020`` inside it; counted twice, each sync would be
+    charged twice. One thread cannot make two calls at once except by nesting, and nested calls
+    get their own correlation ids, so such a pair is one call: the outermost row is kept.
+    """
+    if df.empty:
+        return np.zeros(0, dtype=bool)
+    d = pd.DataFrame({"tid": df["tid"].to_numpy(), "corr": df["correlation"].to_numpy(),
+                      "s": df["start_ns"].to_numpy(), "e": df["end_ns"].to_numpy(), "i": np.arange(len(df))})
+    d = d[d["corr"] >= 0].sort_values(["tid", "corr", "s", "e"], ascending=[True, True, True, False],
+                                     kind="stable")
+    first_s = d.groupby(["tid", "corr"])["s"].transform("first")
+    first_e = d.groupby(["tid", "corr"])["e"].transform("first")  # the outermost (earliest, longest)
+    repeat = d.duplicated(["tid", "corr"], keep="first") & (d["s"] >= first_s) & (d["s"] < first_e)
+    out = np.zeros(len(df), dtype=bool)
+    out[d.loc[repeat, "i"].to_numpy()] = True
+    return out
+
+
+def _runtime_table(df: pd.DataFrame | None, names: NameTable, notes: list[str] | None = None) -> pd.DataFrame:
     if df is None or df.empty:
         return make_table(RUNTIME_COLUMNS, 0)
+    dup = nested_duplicate_calls(df)
+    if dup.any():
+        df = df[~dup]
+        if notes is not None:
+            notes.append(f"{int(dup.sum())} CUDA API calls were recorded twice (same thread and correlation id, "
+                         "one inside the other, e.g. cudaMemcpy_v3020 inside cudaMemcpy): the inner copies "
+                         "were dropped")
     df = df.sort_values("start_ns", kind="stable")
     return make_table(
         RUNTIME_COLUMNS, len(df),
@@ -267,7 +296,7 @@ def _load(ex: _Export, source: str, sqlite_path: Path) -> list[RankTrace]:
             fmt="nsys",
             names=names,
             gpu=gpu,
-            runtime=_runtime_table(rt_by.pop(p, None), names),
+            runtime=_runtime_table(rt_by.pop(p, None), names, trace_notes),
             host_ops=_host_table(nvtx_by.pop(p, None), names),
             sync_events=_sync_table(sync_by.pop(p, None), names),
             world_size=info.world_size,

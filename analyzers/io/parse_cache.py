@@ -35,7 +35,8 @@ from analyzers.timeline.model import NameTable, RankTrace
 
 ENV_CACHE_DIR = "OVERLAPSCOPE_CACHE_DIR"
 # The nsys reader's table layout version: bump when analyzers' nsys loader changes its output.
-NSYS_LOADER_VERSION = 2  # 2: input limits (rows ending before they start, absurd durations refused)
+# 2: runtime calls recorded twice are dropped; 3: input limits (rows ending before they start refused)
+NSYS_LOADER_VERSION = 3
 CACHE_VERSION = f"1-k{KINETO_LOADER_VERSION}-n{NSYS_LOADER_VERSION}"
 TABLES = ("gpu", "runtime", "host_ops", "sync_events")
 HEADER = "header.json"

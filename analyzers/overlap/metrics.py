@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.timeline import intervals as iv
+from analyzers.timeline.classify import lookalike_note
 from analyzers.timeline.iterations import (
     DEFAULT_STEP_PATTERN,
     StepSelection,
@@ -301,11 +302,42 @@ def selected_gpu(trace: RankTrace, options: AnalysisOptions) -> tuple[pd.DataFra
     return gpu, windows, notes
 
 
+def contiguous_runs(windows: pd.DataFrame) -> list[tuple[int, int]]:
+    """Step windows merged where one ends as the next begins: [(lo, hi), ...] in time order."""
+    w = windows.sort_values("gpu_start_ns", kind="stable")
+    runs: list[tuple[int, int]] = []
+    for lo, hi in zip(w["gpu_start_ns"].to_numpy(np.int64), w["gpu_end_ns"].to_numpy(np.int64), strict=True):
+        if runs and int(lo) <= runs[-1][1]:
+            runs[-1] = (runs[-1][0], max(runs[-1][1], int(hi)))
+        else:
+            runs.append((int(lo), int(hi)))
+    return runs
+
+
+def _clipped_to_runs(gpu: pd.DataFrame, runs: list[tuple[int, int]]) -> pd.DataFrame:
+    """The GPU rows inside the runs, cut at their edges (what lies between runs is left out)."""
+    s, e = gpu["start_ns"].to_numpy(np.int64), gpu["end_ns"].to_numpy(np.int64)
+    parts = []
+    for lo, hi in runs:
+        inside = (e > lo) & (s < hi) | ((s == e) & (s >= lo) & (s < hi))
+        part = gpu[inside].copy()
+        part["start_ns"] = np.clip(part["start_ns"].to_numpy(np.int64), lo, hi)
+        part["end_ns"] = np.clip(part["end_ns"].to_numpy(np.int64), lo, hi)
+        parts.append(part)
+    return pd.concat(parts, ignore_index=True) if parts else gpu.iloc[0:0]
+
+
 def rank_metrics(trace: RankTrace, options: AnalysisOptions | None = None) -> RankMetrics:
-    """Whole-window, per-stream, stream-pair and per-iteration metrics of one rank."""
+    """Whole-window, per-stream, stream-pair and per-iteration metrics of one rank.
+
+    With steps selected the whole window is the selected steps only: steps that are not next to
+    each other (--steps 1,3) leave out what runs between them, and the span is the sum of the
+    spans of each run of adjacent steps.
+    """
     options = options or AnalysisOptions()
     gpu, windows, notes = selected_gpu(trace, options)
     lo = hi = None
+    span_ns = None
     if options.window_ns is not None:
         lo, hi = options.window_ns
     elif options.steps.steps is not None:
@@ -313,12 +345,21 @@ def rank_metrics(trace: RankTrace, options: AnalysisOptions | None = None) -> Ra
             lo = hi = 0
         else:
             lo, hi = int(windows["gpu_start_ns"].min()), int(windows["gpu_end_ns"].max())
+            runs = contiguous_runs(windows)
+            if len(runs) > 1:
+                span_ns = sum(window_metrics(gpu, a, b).span_ns for a, b in runs)
+                gpu = _clipped_to_runs(gpu, runs)
     whole = window_metrics(gpu, lo, hi)
+    if span_ns is not None:
+        whole.span_ns, whole.idle_ns = span_ns, span_ns - whole.busy_ns
     its = iteration_metrics(gpu, windows)
     if windows.empty:
         notes.append("no ProfilerStep / step ranges found: per-iteration metrics unavailable")
     if whole.n_comm == 0:
         notes.append("no communication activity: overlap ratio undefined")
+    lookalike = lookalike_note(trace, comm_found=bool((trace.gpu["category"] == "comm").any()))
+    if lookalike:
+        notes.append(lookalike)
     return RankMetrics(
         rank=trace.rank,
         source=trace.source,

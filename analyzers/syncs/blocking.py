@@ -16,7 +16,12 @@ Why it is built this way:
 - GPU idle caused (DESIGN.md, Host syncs): the time with nothing running on the sync's device
   from the sync's end until the next GPU activity launched after it starts, once the work queued
   before the sync has drained (idle while queued work waits on its own dependencies, e.g. a
-  collective waiting for a peer, is not the host's doing).
+  collective waiting for a peer, is not the host's doing). A sync causes idle only when the GPU
+  still had queued work when the call began: one that returns at once because the GPU had
+  already drained did not hold the host back, and the gap after it belongs to whatever made the
+  host late (launch-bound-gaps). A sync after which nothing is launched caused no idle (nothing
+  was waiting to run: the trace simply ends), and the profiler's own closing sync, after the last
+  step range, is never charged.
 
 Everything is vectorized: searchsorted / merge_asof joins and prefix sums on int64 arrays; the
 only Python loops run over devices and host-range nesting depths, never over rows.
@@ -46,12 +51,23 @@ DEFAULT_SYNC_APIS: dict[str, str] = {
     "cuCtxSynchronize": "device",
     "cuEventSynchronize": "event",
 }
+# HIP (ROCm traces name HIP calls in the cuda_runtime category).
+DEFAULT_SYNC_APIS.update({
+    "hipStreamSynchronize": "stream",
+    "hipDeviceSynchronize": "device",
+    "hipEventSynchronize": "event",
+})
 # Synchronous (host-blocking) copies; the *Async forms are not.
 DEFAULT_BLOCKING_MEMCPY_APIS: tuple[str, ...] = (
     "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyToSymbol", "cudaMemcpyFromSymbol",
     "cudaMemcpyToArray", "cudaMemcpyFromArray",
     "cuMemcpy", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy2D", "cuMemcpy3D",
+    "hipMemcpy", "hipMemcpyWithStream", "hipMemcpy2D", "hipMemcpy3D", "hipMemcpyDtoH", "hipMemcpyHtoD",
 )
+# Runtime categories whose calls this module can judge (CUDA and HIP API names). A trace whose
+# runtime calls all come from another device's runtime (MTIA, XPU, a PrivateUse1 backend) has
+# sync APIs we do not know: its syncs cannot be judged, and none are reported.
+JUDGED_RUNTIME_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver", "runtime"})
 # Host ops that imply a sync whenever they run on a CUDA tensor.
 DEFAULT_IMPLIED_SYNC_OPS: tuple[str, ...] = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero")
 # Ops that sync only when a blocking runtime call runs inside them (.cpu() / .to("cpu")); they are
@@ -113,6 +129,15 @@ def _name_lookup(trace: RankTrace, ids: np.ndarray, fn) -> np.ndarray:
     return mapped[inv]
 
 
+def syncs_not_judged(trace: RankTrace) -> str | None:
+    """Why this rank's host syncs cannot be judged (another device's runtime), else None."""
+    cats = trace.meta.get("runtime_categories")
+    if not cats or any(c in JUDGED_RUNTIME_CATEGORIES for c in cats):
+        return None
+    return (f"runtime calls are {', '.join(cats)}: blocking host syncs cannot be judged on this device "
+            "(only CUDA and HIP sync APIs are known), so none are reported")
+
+
 def empty_syncs() -> pd.DataFrame:
     """The blocking_syncs frame with no rows (typed columns, so callers can concat / filter)."""
     ints = {"rank", "start_ns", "end_ns", "host_blocked_ns", "gpu_idle_ns", "next_gpu_start_ns", "device",
@@ -130,14 +155,17 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
     host_blocked_ns: how long the host call (or, without runtime, the op) lasted.
     gpu_idle_ns: idle time on the sync's device from the sync's end until the next GPU activity
     launched after it starts, counted only once the work launched before the sync has finished
-    (a host far ahead of the GPU is not blocked by a sync that returns at once). When nothing
-    launched after it is in the trace (next_gpu_start_ns -1), the idle until the trace's last
-    recorded event: a lower bound.
+    (a host far ahead of the GPU is not blocked by a sync that returns at once), and only when
+    that device still had queued work when the call began (a sync on a drained GPU blocked
+    nothing). 0 when nothing is launched after it (next_gpu_start_ns -1) and for a sync that
+    starts after the last step range ended (the profiler's closing sync).
     caller: innermost enclosing host op / annotation on the same thread, else on any thread
     (iteration ranges excluded); sync_op: the sync-implying op around it (aten::item, ...);
     annotation / frame: the innermost enclosing annotation (record_function, NVTX) / Python frame.
     """
     params = params or SyncParams()
+    if syncs_not_judged(trace):
+        return empty_syncs()
     rt, ops = trace.runtime, trace.host_ops
     step_rx = re.compile(params.step_pattern)
 
@@ -245,18 +273,31 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
     sync_op = label(sync_op_idx, o_base)
     sync_op[n_rt:] = o_base[op_rows]
 
+    # --- step ------------------------------------------------------------------------
+    steps = host_steps(trace, params.step_pattern)
+    step = np.full(start.size, -1, dtype=np.int64)
+    after_last_step = np.zeros(start.size, dtype=bool)
+    if not steps.empty:
+        hs, he = steps["host_start_ns"].to_numpy(np.int64), steps["host_end_ns"].to_numpy(np.int64)
+        i = np.searchsorted(hs, start, side="right") - 1
+        ic = np.clip(i, 0, hs.size - 1)
+        ok = (i >= 0) & (start < he[ic])
+        step[ok] = steps["step"].to_numpy(np.int64)[ic[ok]]
+        after_last_step = start >= int(he.max())
+
     # --- GPU idle caused --------------------------------------------------------------
     idle = np.zeros(start.size, dtype=np.int64)
     nxt = np.full(start.size, -1, dtype=np.int64)
-    trace_end = max([int(tab["end_ns"].max()) for tab in (gpu, rt, ops) if not tab.empty], default=0)
     for d, tl in timelines.items():
         m = devices == d
         ns = tl.next_start_launched_from(end[m])
         nxt[m] = ns
         # Idle counts once the work queued before the sync has finished: until then the GPU had
-        # work, and any gap is that work waiting on its own dependencies, not on the host.
-        # Nothing launched after it in the trace: idle at least until the trace ends (censored).
-        idle[m] = tl.idle_between(tl.drained_at(end[m]), np.where(ns >= 0, ns, np.maximum(trace_end, end[m])))
+        # work, and any gap is that work waiting on its own dependencies, not on the host. It
+        # counts only for a sync that found queued work (one on a drained GPU blocked nothing)
+        # and that something was launched after (else the trace just ends: no idle was caused).
+        charged = tl.pending_at(start[m]) & (ns >= 0) & ~after_last_step[m]
+        idle[m] = np.where(charged, tl.idle_between(tl.drained_at(end[m]), ns), 0)
 
     # --- GPU-side confirmation and stream ---------------------------------------------
     se = trace.sync_events
@@ -278,16 +319,6 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
         fill = (kinds == "memcpy") & ~np.isnan(found)
         stream[fill] = found[fill].astype(np.int64)
 
-    # --- step ------------------------------------------------------------------------
-    steps = host_steps(trace, params.step_pattern)
-    step = np.full(start.size, -1, dtype=np.int64)
-    if not steps.empty:
-        hs, he = steps["host_start_ns"].to_numpy(np.int64), steps["host_end_ns"].to_numpy(np.int64)
-        i = np.searchsorted(hs, start, side="right") - 1
-        ic = np.clip(i, 0, hs.size - 1)
-        ok = (i >= 0) & (start < he[ic])
-        step[ok] = steps["step"].to_numpy(np.int64)[ic[ok]]
-
     df = pd.DataFrame({
         "rank": np.full(start.size, trace.rank, dtype=np.int64),
         "api": api, "kind": kinds, "start_ns": start, "end_ns": end,
@@ -305,3 +336,23 @@ def sync_records(df: pd.DataFrame) -> list[dict]:
     for rec in df.to_dict(orient="records"):
         out.append({k: (v.item() if hasattr(v, "item") else v) for k, v in rec.items()})
     return out
+
+
+def sync_totals_beyond_span(trace: RankTrace, syncs: pd.DataFrame) -> list[str]:
+    """Sanity check: notes for any device whose syncs' GPU idle, or thread whose host time blocked,
+    adds up to more than the rank's trace span. Neither can happen unless sync records overlap
+    (e.g. runtime calls recorded twice); then the sync figures of that rank are not to be trusted.
+    """
+    tables = [tab for tab in (trace.gpu, trace.runtime, trace.host_ops) if not tab.empty]
+    if syncs.empty or not tables:
+        return []
+    span = max(int(t["end_ns"].max()) for t in tables) - min(int(t["start_ns"].min()) for t in tables)
+    notes = []
+    idle = syncs.groupby("device")["gpu_idle_ns"].sum()
+    blocked = syncs.groupby("tid")["host_blocked_ns"].sum()
+    for what, totals in (("GPU idle on device", idle), ("host time blocked on thread", blocked)):
+        for key, total in totals[totals > span].items():
+            notes.append(f"rank {trace.rank}: blocking syncs' {what} {key} adds up to {int(total) / 1e6:.3f} ms, "
+                         f"more than the trace's span ({span / 1e6:.3f} ms): sync records overlap (calls "
+                         "recorded twice?), so this rank's sync figures are unreliable")
+    return notes

@@ -94,3 +94,47 @@ def classify_set(traces: TraceSet, rules: list[Rule] | None = None) -> TraceSet:
     for t in traces:
         classify_trace(t, rules)
     return traces
+
+
+# Names that suggest communication. Never used to classify (a guess is no rule): only to tell the
+# user which kernel to name with --comm-kernel when rules did not recognise it.
+COMM_LOOKALIKE = re.compile(
+    r"(?i)all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|dispatch|combine|nvshmem|ibgda|rdma"
+    r"|(?<![a-z])(?:send|recv|p2p|comm)(?![a-z])")
+_NAME_HEAD = re.compile(r"[(<]")
+
+
+def comm_lookalikes(trace: RankTrace, limit: int = 3) -> list[str]:
+    """Kernels the rules did not classify as communication whose names look like it (their
+    function names, without arguments and templates; most GPU time first)."""
+    gpu = trace.gpu
+    if gpu.empty:
+        return []
+    kernels = gpu[(gpu["kind"] == "kernel").to_numpy() & (gpu["category"] != "comm").to_numpy()]
+    if kernels.empty:
+        return []
+    time = (kernels["end_ns"] - kernels["start_ns"]).groupby(kernels["name_id"].to_numpy()).sum()
+    heads: dict[str, int] = {}
+    for name_id, ns in time.items():
+        name = trace.name_of(int(name_id))
+        # the function name only: template arguments name policies (cub::DispatchReduceByKey...)
+        head = _NAME_HEAD.split(name, maxsplit=1)[0].strip().removeprefix("void ").strip() or name
+        if COMM_LOOKALIKE.search(head):
+            heads[head] = heads.get(head, 0) + int(ns)
+    return sorted(heads, key=lambda h: -heads[h])[:limit]
+
+
+def lookalike_note(trace: RankTrace, comm_found: bool) -> str | None:
+    """A note naming the rule that would classify kernels that look like communication, if any."""
+    names = comm_lookalikes(trace)
+    if not names:
+        return None
+    listed = ", ".join(f"'{n}'" for n in names)
+    first = names[0]
+    rule = (f"--comm-kernel '{first}' (or a --rules file entry pattern = '{re.escape(first)}', "
+            "category = \"comm\")")
+    if comm_found:
+        return (f"kernels classified as compute look like communication: {listed}; if they move data between "
+                f"GPUs, classify them with {rule}")
+    return (f"no kernel was recognised as communication, but {listed} look like it; if they move data between "
+            f"GPUs, classify them with {rule}")

@@ -143,3 +143,20 @@ def gaps(starts: object, ends: object) -> Intervals:
     if s.size < 2:
         return empty()
     return e[:-1].copy(), s[1:].copy()
+
+
+def overlaps_any(starts: object, ends: object, win_lo: object, win_hi: object) -> np.ndarray:
+    """For each interval [start, end): whether it reaches into some window [lo, hi) (end > lo and
+    start < hi, as RankView.in_range has it).
+
+    One searchsorted over the windows sorted by lo and a prefix max of their ends: O((n + w) log w),
+    not n x w, so a selection of thousands of steps stays cheap on millions of kernels.
+    """
+    s, e = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    lo, hi = np.asarray(win_lo, dtype=np.int64), np.asarray(win_hi, dtype=np.int64)
+    if lo.size == 0:
+        return np.zeros(s.size, dtype=bool)
+    order = np.argsort(lo, kind="stable")
+    lo_sorted, hi_reach = lo[order], np.maximum.accumulate(hi[order])
+    k = np.searchsorted(lo_sorted, e, side="left") - 1  # windows starting before the interval ends
+    return (k >= 0) & (hi_reach[np.clip(k, 0, None)] > s)

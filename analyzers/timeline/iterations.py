@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import re
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
-from analyzers.timeline.model import RankTrace
+from analyzers.timeline import intervals as iv
+from analyzers.timeline.model import RankTrace, TraceSet
 
 DEFAULT_STEP_PATTERN = r"^ProfilerStep\s*#\s*(\d+)$"
 
@@ -50,6 +51,49 @@ class StepSelection:
 
     def keeps(self, step: int) -> bool:
         return self.steps is None or step in self.steps
+
+
+class UnknownStepsError(ValueError):
+    """A step selection names steps that a trace does not hold (a usage error, not bad input)."""
+
+
+def format_steps(steps: list[int]) -> str:
+    """[1, 2, 3, 5] -> '1-3, 5'."""
+    vals = np.unique(np.asarray(list(steps), dtype=np.int64))
+    if vals.size == 0:
+        return "none"
+    cuts = np.flatnonzero(np.diff(vals) != 1) + 1
+    runs = np.split(vals, cuts)
+    return ", ".join(str(r[0]) if r.size == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def check_step_selection(traces: TraceSet, selection: StepSelection, pattern: str = DEFAULT_STEP_PATTERN) -> None:
+    """Refuse a selection naming a step that some rank's trace does not hold (UnknownStepsError,
+    listing the steps present), so that no section silently measures nothing or everything."""
+    if selection.steps is None:
+        return
+    for t in traces:
+        present = gpu_step_windows(t, pattern)["step"].astype(int).tolist()
+        missing = sorted(set(selection.steps) - set(present))
+        if not missing:
+            continue
+        where = f"{t.label} ({t.source})" if len(traces) > 1 else t.source
+        if not present:
+            raise UnknownStepsError(f"--steps {format_steps(missing)}: {where} has no step ranges that launched GPU "
+                                    "work (ProfilerStep#N, or ranges matching --step-pattern)")
+        raise UnknownStepsError(f"--steps: step {format_steps(missing)} not in {where}; "
+                                f"steps present: {format_steps(present)}")
+
+
+def select_step_rows(trace: RankTrace, selection: StepSelection, pattern: str = DEFAULT_STEP_PATTERN) -> RankTrace:
+    """A copy of the trace whose GPU table keeps only the activity inside the selected steps' GPU
+    windows (the whole trace when nothing is selected): what cross-rank analyses then see."""
+    if selection.steps is None:
+        return trace
+    w = gpu_step_windows(trace, pattern)
+    w = w[w["step"].astype(int).isin(list(selection.steps))]
+    keep = iv.overlaps_any(trace.gpu["start_ns"], trace.gpu["end_ns"], w["gpu_start_ns"], w["gpu_end_ns"])
+    return replace(trace, gpu=trace.gpu[keep].reset_index(drop=True))
 
 
 # Step ranges are asked for by metrics, syncs, findings and cross-rank alike: computed once per
@@ -189,12 +233,16 @@ def like_hta_mask(trace: RankTrace, pattern: str = DEFAULT_STEP_PATTERN) -> np.n
 
     HTA drops kernels launched during the last ProfilerStep (it may be cut short) and any
     GPU activity whose launch is not in the trace. With fewer than two steps it keeps all.
+    HTA takes "the last ProfilerStep" as the latest-starting event of that name that is not a GPU
+    kernel, so a GPU-side ``gpu_user_annotation`` ProfilerStep (ROCm and CUDA traces carry them)
+    that starts after the last host step moves the cut there; the Kineto loader records its start.
     """
     steps = host_steps(trace, pattern)
     n = len(trace.gpu)
     if len(steps) < 2:
         return np.ones(n, dtype=bool)
-    last_start = np.int64(steps["host_start_ns"].max())
+    last_start = np.int64(max(int(steps["host_start_ns"].max()),
+                              trace.meta.get("gpu_step_annotation_last_start_ns") or -1))
     launched = launch_times(trace)
     if trace.meta.get("fractional_us_timestamps"):  # HTA compares µs-rounded times then
         last_start, launched = _ceil_us(np.asarray([last_start]))[0], np.where(launched >= 0, _ceil_us(launched), -1)
