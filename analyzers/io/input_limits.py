@@ -125,14 +125,6 @@ def _check_growth(out_total: int, packed_size: int, limits: Limits) -> None:
                               f"(set {ENV_MAX_GZIP_RATIO} to raise the ratio)")
 
 
-def gunzip_bytes(packed: bytes, limits: Limits | None = None) -> bytes:
-    """gzip bytes -> unpacked bytes, within the limits."""
-    import io
-
-    limits = limits or Limits.from_env()
-    return b"".join(_gunzip_chunks(io.BytesIO(packed), len(packed), limits))
-
-
 def gunzip_into(src: BinaryIO, packed_size: int, limits: Limits | None = None) -> bytearray:
     """Unpack src into one growing buffer (no second copy), within the limits."""
     limits = limits or Limits.from_env()
