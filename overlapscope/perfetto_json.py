@@ -14,26 +14,18 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import BinaryIO
 
-import msgspec
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from analyzers.export.perfetto import PerfettoData
+from analyzers.io.plain import encode
 
 SEP = ",\n"
 GZIP_LEVEL = 1  # 1M kernels: ~40 MB at level 1; higher levels cost seconds for a few MB
 
 
-def _plain(obj: object) -> object:
-    """numpy scalars and arrays in args / evidence -> Python values."""
-    if isinstance(obj, np.generic | np.ndarray):
-        return obj.tolist()
-    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
-
-
-_json = msgspec.json.Encoder(enc_hook=_plain)
 
 
 def _join(*parts: object) -> pa.Array:
@@ -58,7 +50,7 @@ def _quoted(values: pd.Series) -> pa.Array:
         codes, uniques = values.cat.codes.to_numpy(), values.cat.categories
     else:
         codes, uniques = pd.factorize(values.astype(object), use_na_sentinel=False)
-    table = pa.array([_json.encode(str(u)).decode() for u in uniques], pa.large_string())
+    table = pa.array([encode(str(u)).decode() for u in uniques], pa.large_string())
     return table.take(pa.array(np.asarray(codes, dtype=np.int64)))
 
 
@@ -90,18 +82,18 @@ def _metadata(data: PerfettoData) -> list[dict]:
 
 def event_blocks(data: PerfettoData) -> list[bytes | memoryview]:
     """The traceEvents array's contents in blocks, every event followed by SEP (metadata first)."""
-    small = [_json.encode(m) + SEP.encode() for m in _metadata(data)]
+    small = [encode(m) + SEP.encode() for m in _metadata(data)]
     g = data.gpu
     gpu_args = _join('{"correlation":', _text(g["correlation"]), ',"kind":', _quoted(g["kind"]), "}") if len(g) \
         else None
     blocks = [b"".join(small), _complete(g, gpu_args)]
     sp = data.spans
     if len(sp):
-        span_args = pa.array([_json.encode(a or {}).decode() for a in sp["args"]], pa.large_string())
+        span_args = pa.array([encode(a or {}).decode() for a in sp["args"]], pa.large_string())
         blocks.append(_complete(sp, span_args))
     for m in data.markers:
         ts = f"{m['ts_ns'] // 1000}.{m['ts_ns'] % 1000:03d}"
-        name, args = _json.encode(m["name"]).decode(), _json.encode(m["args"]).decode()
+        name, args = encode(m["name"]).decode(), encode(m["args"]).decode()
         blocks.append(f'{{"ph":"i","s":"t","pid":{m["pid"]},"tid":{m["tid"]},"ts":{ts},"name":{name},'
                       f'"cat":"finding","args":{args}}}{SEP}'.encode())
     return blocks
@@ -109,7 +101,7 @@ def event_blocks(data: PerfettoData) -> list[bytes | memoryview]:
 
 def _stream(data: PerfettoData, fh: BinaryIO) -> None:
     """The file's bytes into fh, block by block (no copy of the whole text); the last SEP becomes the end."""
-    fh.write(('{"displayTimeUnit":"ns","otherData":' + _json.encode({"overlapscope": data.meta}).decode()
+    fh.write(('{"displayTimeUnit":"ns","otherData":' + encode({"overlapscope": data.meta}).decode()
               + ',"traceEvents":[\n').encode())
     blocks = [b for b in event_blocks(data) if len(b)]
     for b in blocks[:-1]:

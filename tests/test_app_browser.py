@@ -43,9 +43,15 @@ def start_app(port: int, env: dict[str, str], log: Path, paths: list[str] | None
     cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"), "--server.headless", "true",
            "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
            "--server.fileWatcherType", "none", "--", *(paths or [])]
+    return launch_until_healthy(cmd, port, env, log)
+
+
+def launch_until_healthy(cmd: list[str], port: int, env: dict[str, str], log: Path,
+                         timeout_s: float = 90) -> subprocess.Popen:
+    """Start a streamlit command line; return once /_stcore/health on 127.0.0.1:port answers."""
     fh = log.open("w")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"streamlit exited ({proc.returncode}):\n{log.read_text()[-2000:]}")

@@ -18,7 +18,7 @@ from overlapscope.cmd_app import streamlit_command
 
 from .bad_inputs import build_corpus
 from .conftest import ROOT
-from .test_app_browser import free_port, launch_browser, stop_app
+from .test_app_browser import free_port, launch_browser, launch_until_healthy, stop_app
 
 EXCEPTION = '[data-testid="stException"]'
 ERROR = '[data-testid="stAlertContentError"]'
@@ -26,26 +26,11 @@ ERROR = '[data-testid="stAlertContentError"]'
 
 def _start(port: int, env: dict[str, str], log: Path):
     """streamlit_command as `overlapscope app` builds it (default address), until /_stcore/health answers."""
-    import subprocess
     import sys
-    import time
 
     cmd = streamlit_command([], port=port, address="127.0.0.1", max_upload_mb=20)
     assert cmd[0] == sys.executable and "--server.enableXsrfProtection" in cmd
-    fh = log.open("w")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"streamlit exited ({proc.returncode}):\n{log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc
-        except OSError:
-            time.sleep(0.3)
-    stop_app(proc)
-    raise RuntimeError(f"streamlit did not come up:\n{log.read_text()[-2000:]}")
+    return launch_until_healthy(cmd, port, env, log)
 
 
 @pytest.fixture(scope="module")

@@ -247,7 +247,7 @@ def test_comm_slowed_of_an_unselected_step_between_selected_ones_is_silent(tmp_p
     # --steps 1,3: six samples alone, none overlapped (step 2's three used to be compared too)
     assert finding(analyze_json(p, "--steps", "1,3"), "comm-slowed-by-overlap") is None
     f = finding(analyze_json(p, "--steps", "1-3"), "comm-slowed-by-overlap")
-    assert f is not None
+    assert f is not None and f["ranks"] == [0]
     c = f["evidence"]["collectives"][0]
     assert (c["n_alone"], c["n_overlapped"], c["median_alone_ns"], c["median_overlapped_ns"]) == (6, 3, 100_000,
                                                                                                   150_000)
