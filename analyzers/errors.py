@@ -18,3 +18,7 @@ class BadInputError(Exception):
 
 class MixedRunsError(BadInputError):
     """Files from different runs (world sizes, run ids, duplicate ranks) given together."""
+
+
+class UnknownStepsError(ValueError):
+    """A step selection names steps that a trace does not hold (a usage error, not bad input)."""

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from analyzers.errors import BadInputError
-from analyzers.io.load import expand_paths, load_traces
+from analyzers.io.discover import expand_paths
+from analyzers.io.load import load_traces
 from analyzers.timeline.model import TraceSet
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

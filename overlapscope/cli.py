@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from analyzers.errors import BadInputError
-from analyzers.timeline.iterations import UnknownStepsError
+from analyzers.errors import BadInputError, UnknownStepsError
 
 from . import cmd_analyze, cmd_app, cmd_cache, cmd_diff, cmd_export, cmd_run
 from .common import EXIT_BAD_INPUT, EXIT_OK, EXIT_USAGE, UsageFailure, app, err_console

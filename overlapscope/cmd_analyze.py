@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import hashlib
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
+import msgspec
 import typer
 from rich.markup import escape
 
-from analyzers.findings import findings_present
-from analyzers.findings.finding import CATALOGUE
-from analyzers.report import AnalysisReport, analyze
-from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN
+from analyzers.io import report_cache
+from analyzers.timeline.constants import DEFAULT_STEP_PATTERN
 
-from . import render
 from .common import (
     EXIT_GATE,
     CommKernelOpt,
@@ -34,6 +35,11 @@ from .common import (
     options_from,
     stage_progress,
 )
+from .finding_ids import FINDING_IDS
+from .render_format import pct
+
+if TYPE_CHECKING:
+    from analyzers.report import AnalysisReport
 
 
 def analyze_cmd(
@@ -56,7 +62,7 @@ def analyze_cmd(
     fail_on: Annotated[list[str] | None, typer.Option(
         "--fail-on", metavar="FINDING",
         help="Exit 1 when this finding is present (repeatable), e.g. --fail-on host-blocking-sync. "
-             "Ids: " + ", ".join(CATALOGUE) + ".")] = None,
+             "Ids: " + ", ".join(FINDING_IDS) + ".")] = None,
     fail_under_overlap: Annotated[float | None, typer.Option(
         "--fail-under-overlap", metavar="R",
         help="Exit 1 when any rank's overlap ratio is below R (0.8 or 80 both mean 80 %). A rank whose "
@@ -70,42 +76,92 @@ def analyze_cmd(
     no_cache: NoCacheOpt = False,
     scheduler: SchedulerOpt = None,
 ) -> None:
-    """Measure comm/compute overlap per rank, stream and iteration."""
-    options = options_from(steps, like_hta, step_pattern)
+    """Measure comm/compute overlap per rank, stream and iteration.
+
+    The answer is kept in the report cache: the same command on unchanged files prints it again
+    without analyzing (--no-cache recomputes).
+    """
     threshold = gate_threshold(fail_under_overlap) if fail_under_overlap is not None else None
     fail_ids = check_finding_ids(fail_on or [], no_diagnose)
-    traces = load_set(paths, rank=rank, rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache,
-                      scheduler=scheduler, options=options, diagnose=not no_diagnose)
-    with stage_progress(err_console.is_terminal) as progress:
-        report = analyze(traces, options, diagnose=not no_diagnose, align=not no_align, progress=progress)
-    emit(report, format, streams=streams)
-    failed = False
-    if threshold is not None:
-        failing = report.ranks_below(threshold)
-        if failing:
-            detail = ", ".join(f"rank {m.rank} {render.pct(m.overlap_ratio)}" for m in failing)
-            err_console.print(f"[red]gate failed:[/red] overlap ratio below {render.pct(threshold)}: {detail}")
-            failed = True
-        failed |= undefined_ratio_gate(report, allow_undefined)
-    present = findings_present(report.findings or [], fail_ids)
-    if present:
-        err_console.print(f"[red]gate failed:[/red] finding(s) present: {', '.join(present)}")
-        failed = True
-    if failed:
+    # Keyed by the options as given: a --steps text that does not parse never made an entry, so it
+    # still fails below, with the usage error.
+    key = None if no_cache else report_cache.ReportKey.of(paths, {
+        "command": "analyze", "rank": rank, "rules": _file_digest(rules), "comm_kernel": comm_kernel or [],
+        "steps": steps, "like_hta": like_hta, "step_pattern": step_pattern, "align": not no_align,
+        "diagnose": not no_diagnose})
+    hit = report_cache.get(key) if key is not None else None
+    report = hit.report() if hit is not None and format is not OutputFormat.json else None
+    if hit is None or (format is not OutputFormat.json and report is None):  # a miss (or a damaged entry)
+        from analyzers.report import analyze
+
+        options = options_from(steps, like_hta, step_pattern)
+        traces = load_set(paths, rank=rank, rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache,
+                          scheduler=scheduler, options=options, diagnose=not no_diagnose)
+        with stage_progress(err_console.is_terminal) as progress:
+            report = analyze(traces, options, diagnose=not no_diagnose, align=not no_align, progress=progress)
+        doc = _json_document(report)
+        if key is not None:
+            report_cache.put(key, doc, report.without_timelines())
+    else:
+        doc = hit.doc
+    if format is OutputFormat.json:
+        sys.stdout.write(doc.decode() + "\n")
+    else:
+        emit(report, format, streams=streams)
+    if gates_fail(msgspec.json.decode(doc) if threshold is not None or fail_ids else {}, threshold,
+                  allow_undefined, fail_ids):
         raise typer.Exit(EXIT_GATE)
 
 
-def undefined_ratio_gate(report: AnalysisReport, allow: bool) -> bool:
+def _json_document(report: AnalysisReport) -> bytes:
+    """What `-f json` prints (without the final newline), as the cache keeps it."""
+    from .render import to_json
+
+    return to_json(report.to_dict()).encode()
+
+
+def _file_digest(path: Path | None) -> str | None:
+    """A rules file enters the cache key by its contents (an edited file is a new analysis)."""
+    if path is None:
+        return None
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return str(path)  # unreadable: load_rules reports it on the (uncached) analysis
+
+
+def gates_fail(doc: dict[str, Any], threshold: float | None, allow_undefined: bool, fail_ids: list[str]) -> bool:
+    """The CI gates, read from the report's JSON document (the same on a fresh analysis and a cache hit).
+
+    Each failing gate is named on stderr; True when any failed.
+    """
+    failed = False
+    if threshold is not None:
+        failing = [r for r in doc["ranks"] if r["overlap_ratio"] is not None and r["overlap_ratio"] < threshold]
+        if failing:
+            detail = ", ".join(f"rank {r['rank']} {pct(r['overlap_ratio'])}" for r in failing)
+            err_console.print(f"[red]gate failed:[/red] overlap ratio below {pct(threshold)}: {detail}")
+            failed = True
+        failed |= undefined_ratio_gate(doc, allow_undefined)
+    have = {f["id"] for f in doc.get("findings") or []}
+    present = [i for i in fail_ids if i in have]
+    if present:
+        err_console.print(f"[red]gate failed:[/red] finding(s) present: {', '.join(present)}")
+        failed = True
+    return failed
+
+
+def undefined_ratio_gate(doc: dict[str, Any], allow: bool) -> bool:
     """Name on stderr the ranks the overlap gate could not measure; True (gate fails) unless allowed.
 
     A CI gate that measured nothing must not pass silently: no communication recognised (a custom
     comm kernel no rule knows) or none in the selected steps leaves the ratio undefined.
     """
-    undefined = [m for m in report.ranks if m.overlap_ratio is None]
+    undefined = [r for r in doc["ranks"] if r["overlap_ratio"] is None]
     if not undefined:
         return False
-    hints = [n for m in undefined for n in m.notes if "look like it" in n][:1]
-    ranks = ", ".join(str(m.rank) for m in undefined)
+    hints = [n for r in undefined for n in r["notes"] if "look like it" in n][:1]
+    ranks = ", ".join(str(r["rank"]) for r in undefined)
     verdict = "allowed (--allow-undefined)" if allow else "gate failed"
     colour = "yellow" if allow else "red"
     detail = (f"overlap ratio undefined for rank {ranks}: no communication recognised in the analysed steps, so "
@@ -117,9 +173,9 @@ def undefined_ratio_gate(report: AnalysisReport, allow: bool) -> bool:
 
 def check_finding_ids(ids: list[str], no_diagnose: bool) -> list[str]:
     """--fail-on ids must be known finding ids, and need the diagnosis."""
-    unknown = [i for i in ids if i not in CATALOGUE]
+    unknown = [i for i in ids if i not in FINDING_IDS]
     if unknown:
-        raise UsageFailure(f"--fail-on: unknown finding {', '.join(unknown)} (known: {', '.join(CATALOGUE)})")
+        raise UsageFailure(f"--fail-on: unknown finding {', '.join(unknown)} (known: {', '.join(FINDING_IDS)})")
     if ids and no_diagnose:
         raise UsageFailure("--fail-on needs the findings: drop --no-diagnose")
     return ids

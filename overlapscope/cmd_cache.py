@@ -1,18 +1,19 @@
-"""`overlapscope cache info` / `cache clear`: the parse cache (analyzers.io.parse_cache)."""
+"""`overlapscope cache info` / `cache clear`: the parse cache (analyzers.io.parse_cache) and the
+report cache (analyzers.io.report_cache)."""
 
 from __future__ import annotations
 
 import typer
 
-from analyzers.io import parse_cache
-
 from .common import out_console
 
 cache_app = typer.Typer(
     name="cache",
-    help="The parse cache: parsed trace tables kept (as Parquet) in the user cache directory so that "
-         "loading the same unchanged files again is fast. Entries are keyed by path, size, mtime and "
-         "loader version; a changed file is parsed again.",
+    help="The caches in the user cache directory ($OVERLAPSCOPE_CACHE_DIR to move it). The parse cache "
+         "keeps parsed trace tables (Parquet), keyed by path, size, mtime and loader version, so loading "
+         "unchanged files again is fast. The report cache keeps finished `analyze` results, keyed by the "
+         "files, the options and the code version, so the same command on unchanged files answers at "
+         "once. A changed file, option or release is analyzed again; --no-cache skips both.",
     no_args_is_help=True,
 )
 
@@ -21,17 +22,25 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB"
 
 
+def _caches():
+    from analyzers.io import parse_cache, report_cache
+
+    return (("parse cache", parse_cache), ("report cache", report_cache))
+
+
 @cache_app.command("info")
 def cache_info() -> None:
-    """Where the parse cache is and how much it holds."""
-    info = parse_cache.info()
-    out_console.print(f"parse cache: {info.folder}\nentries: {info.entries}\nsize: {_mb(info.bytes)}",
-                      markup=False, highlight=False)
+    """Where the caches are and how much they hold."""
+    for name, cache in _caches():
+        info = cache.info()
+        out_console.print(f"{name}: {info.folder}\nentries: {info.entries}\nsize: {_mb(info.bytes)}",
+                          markup=False, highlight=False)
 
 
 @cache_app.command("clear")
 def cache_clear() -> None:
-    """Delete every entry of the parse cache (the traces themselves are never touched)."""
-    info = parse_cache.clear()
-    out_console.print(f"removed {info.entries} entries ({_mb(info.bytes)}) from {info.folder}",
-                      markup=False, highlight=False)
+    """Delete every entry of both caches (the traces themselves are never touched)."""
+    for name, cache in _caches():
+        info = cache.clear()
+        out_console.print(f"{name}: removed {info.entries} entries ({_mb(info.bytes)}) from {info.folder}",
+                          markup=False, highlight=False)

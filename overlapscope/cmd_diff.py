@@ -9,18 +9,13 @@ from __future__ import annotations
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from analyzers.diff import TraceDiff, aligned_timelines, diff_reports
-from analyzers.io.load import TRACE_SUFFIXES
-from analyzers.report import analyze
-from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN
-from analyzers.timeline.kernel_names import KERNEL_NAME_MODES
-from analyzers.timeline.model import TraceSet
+from analyzers.io.discover import TRACE_SUFFIXES
+from analyzers.timeline.constants import DEFAULT_STEP_PATTERN, KERNEL_NAME_MODES
 
-from . import render, render_diff
 from .common import (
     CommKernelOpt,
     JobsOpt,
@@ -36,6 +31,10 @@ from .common import (
     options_from,
     out_console,
 )
+
+if TYPE_CHECKING:  # the analysis stack is imported where it is used (fast `--help`)
+    from analyzers.diff import TraceDiff
+    from analyzers.timeline.model import TraceSet
 
 
 class DiffFormat(StrEnum):
@@ -95,6 +94,8 @@ def check_writable(path: Path, overwrite: bool, option: str) -> None:
 
 
 def emit_diff(d: TraceDiff, fmt: DiffFormat, top: int) -> None:
+    from . import render, render_diff
+
     if fmt is DiffFormat.json:
         sys.stdout.write(render.to_json(d.to_dict()) + "\n")
     elif fmt is DiffFormat.md:
@@ -139,6 +140,9 @@ def diff_cmd(
 ) -> None:
     """Compare two trace sets (schedule variants): every metric with deltas, findings on one side only,
     kernel changes, and a verdict."""
+    from analyzers.diff import aligned_timelines, diff_reports
+    from analyzers.report import analyze
+
     names = parse_labels(labels)
     options = options_from(steps, like_hta, step_pattern)
     if timeline is not None:

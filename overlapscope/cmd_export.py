@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from analyzers.diff import diff_reports
-from analyzers.export.perfetto import perfetto_data
-from analyzers.report import AnalysisReport, analyze
-from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN
-from analyzers.timeline.model import TraceSet
+from analyzers.timeline.constants import DEFAULT_STEP_PATTERN
 
 from .cmd_diff import default_labels, parse_labels, set_inputs
 from .common import (
@@ -32,6 +28,10 @@ from .common import (
     options_from,
     stage_progress,
 )
+
+if TYPE_CHECKING:  # the analysis stack is imported where it is used (fast `--help`)
+    from analyzers.report import AnalysisReport
+    from analyzers.timeline.model import TraceSet
 
 OutOpt = Path | None
 
@@ -120,6 +120,10 @@ def export_cmd(
         raise UsageFailure("give the trace files to export (PATHS) or --diff A B")
     if diff is not None and perfetto is not None:
         raise UsageFailure("--perfetto exports one trace set: run it on A and on B separately")
+    from analyzers.diff import diff_reports
+    from analyzers.export.perfetto import perfetto_data
+    from analyzers.report import analyze
+
     options = options_from(steps, False, step_pattern)
 
     def analyzed(inputs: list[str], label: str = "") -> tuple[TraceSet, AnalysisReport]:

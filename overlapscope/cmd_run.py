@@ -10,16 +10,17 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from analyzers.io.load import is_trace_name
-from analyzers.report import AnalysisReport, analyze
+from analyzers.io.discover import is_trace_name
 
-from . import render
 from .common import EXIT_RUN_FAILED, OutputFormat, UsageFailure, emit, err_console, load_set, out_console
+
+if TYPE_CHECKING:  # the analysis stack is imported where it is used (fast `--help`)
+    from analyzers.report import AnalysisReport
 
 PROFILERS = ("torch", "nsys", "none")
 
@@ -138,6 +139,8 @@ def _analyze_out(out_dir: Path, label: str, cpu: bool = False) -> AnalysisReport
     """
     if not out_dir.is_dir() or not any(p.is_file() and is_trace_name(p) for p in out_dir.iterdir()):
         return None
+    from analyzers.report import analyze
+
     return analyze(load_set([str(out_dir)], label=label, require_gpu=not cpu))
 
 
@@ -197,7 +200,9 @@ def run_cmd(
     report = _analyze_out(result.out_dir, f"{algo} {variant}", cpu=_on_cpu(result))
     if report is None:
         if format is not OutputFormat.table:
-            sys.stdout.write(render.to_json({"timings": vars(result.timings)}) + "\n")
+            from analyzers.io.plain import to_json as plain_json
+
+            sys.stdout.write(plain_json({"timings": vars(result.timings)}) + "\n")
         return
     report.extra["timings_ms"] = vars(result.timings)
     emit(report, format)
@@ -255,6 +260,7 @@ def emit_sweep(results: dict[str, Any], reports: dict[str, AnalysisReport],
     """Per workload, trace metrics of its variants against its own baseline (compare_many), with the
     CUDA-event timings; the same document is written to OUT/sweep.json."""
     from analyzers.diff import compare_many
+    from analyzers.io.plain import to_json as plain_json
 
     from .render_diff import print_sweep, sweep_markdown
 
@@ -267,9 +273,9 @@ def emit_sweep(results: dict[str, Any], reports: dict[str, AnalysisReport],
            "groups": [{"workload": w, "baseline": b, "variants": [] if t is None else t.to_dict(orient="records")}
                       for w, b, t in tables]}
     if out is not None and Path(out).is_dir():
-        (Path(out) / "sweep.json").write_text(render.to_json(doc) + "\n")
+        (Path(out) / "sweep.json").write_text(plain_json(doc) + "\n")
     if fmt is OutputFormat.json:
-        sys.stdout.write(render.to_json(doc) + "\n")
+        sys.stdout.write(plain_json(doc) + "\n")
         return
     if fmt is OutputFormat.md:
         sys.stdout.write("\n".join(f"#### {w} (baseline {b})\n\n{sweep_markdown(t)}" for w, b, t in tables

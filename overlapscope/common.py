@@ -13,21 +13,18 @@ import sys
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from analyzers.io.load import load_traces
-from analyzers.io.parallel import ENV_SCHEDULER, scheduler_from_env
-from analyzers.overlap.metrics import AnalysisOptions
-from analyzers.report import AnalysisReport, RankStage
-from analyzers.timeline.classify import load_rules
-from analyzers.timeline.iterations import StepSelection
-from analyzers.timeline.model import TraceSet
+from analyzers.io.environment import ENV_SCHEDULER, scheduler_from_env
 
-from . import render
+if TYPE_CHECKING:  # the analysis stack (pandas) is imported where it is used: `--help` and cache hits stay fast
+    from analyzers.overlap.metrics import AnalysisOptions
+    from analyzers.report import AnalysisReport
+    from analyzers.timeline.model import TraceSet
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_BAD_INPUT, EXIT_RUN_FAILED = 0, 1, 2, 3, 4
 
@@ -91,6 +88,10 @@ def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = 
     at scheduler / $OVERLAPSCOPE_SCHEDULER), through the parse cache unless cache=False; with
     options, the per-rank analysis runs beside the parse.
     """
+    from analyzers.io.load import load_traces
+    from analyzers.report import RankStage
+    from analyzers.timeline.classify import load_rules
+
     rule_list = load_rules(rules, comm_kernel)
     many = len(paths) > 1 or any(Path(p).is_dir() or any(c in p for c in "*?[") for p in paths)
     with load_progress(many and err_console.is_terminal) as progress:
@@ -101,6 +102,9 @@ def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = 
 
 
 def options_from(steps: str | None, like_hta: bool, step_pattern: str) -> AnalysisOptions:
+    from analyzers.overlap.metrics import AnalysisOptions
+    from analyzers.timeline.iterations import StepSelection
+
     try:
         selection = StepSelection.parse(steps)
     except ValueError as exc:
@@ -109,6 +113,8 @@ def options_from(steps: str | None, like_hta: bool, step_pattern: str) -> Analys
 
 
 def emit(report: AnalysisReport, fmt: OutputFormat, streams: bool = False) -> None:
+    from . import render
+
     if fmt is OutputFormat.json:
         sys.stdout.write(render.to_json(report.to_dict()) + "\n")
     elif fmt is OutputFormat.md:

@@ -81,6 +81,12 @@ def test_registry_is_consistent():
         assert callable(f.detect_cross_rank)
 
 
+def test_cli_finding_ids_match_registry():
+    from overlapscope.finding_ids import FINDING_IDS
+
+    assert FINDING_IDS == tuple(CATALOGUE), "overlapscope/finding_ids.py must list the registry's ids in its order"
+
+
 def test_readme_catalogue_matches_registry():
     assert generated_block(README) == readme_table(), "README catalogue is stale: run python -m tests.test_catalogue"
 

@@ -498,7 +498,7 @@ def test_gzipped_file_that_is_neither_json_nor_sqlite_is_one_clear_error(tmp_pat
 
 
 def test_directory_reads_gzipped_export_and_skips_its_report(tmp_path: Path, private_cache: Path) -> None:
-    from analyzers.io.load import expand_paths
+    from analyzers.io.discover import expand_paths
 
     from .conftest import NSYS_PACKED
 

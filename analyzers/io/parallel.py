@@ -25,7 +25,6 @@ from typing import Any
 from analyzers.timeline.classify import Rule, classify_trace
 from analyzers.timeline.model import RankTrace
 
-ENV_SCHEDULER = "OVERLAPSCOPE_SCHEDULER"
 PER_RANK_KEY = "per_rank_results"  # TraceSet.meta key holding {rank: RankResults}
 
 Progress = Callable[[str, int, int], None]
@@ -135,8 +134,3 @@ def _execute_dask(args: list[tuple[Any, ...]], scheduler: str) -> Iterator[tuple
             yield index[fut.key], fut.result()
     finally:
         client.close()
-
-
-def scheduler_from_env(value: str | None) -> str | None:
-    """--scheduler wins; else $OVERLAPSCOPE_SCHEDULER; empty means local."""
-    return value or os.environ.get(ENV_SCHEDULER) or None

@@ -17,10 +17,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from analyzers.errors import UnknownStepsError
 from analyzers.timeline import intervals as iv
+from analyzers.timeline.constants import DEFAULT_STEP_PATTERN
 from analyzers.timeline.model import RankTrace, TraceSet
-
-DEFAULT_STEP_PATTERN = r"^ProfilerStep\s*#\s*(\d+)$"
 
 
 @dataclass(frozen=True)
@@ -51,10 +51,6 @@ class StepSelection:
 
     def keeps(self, step: int) -> bool:
         return self.steps is None or step in self.steps
-
-
-class UnknownStepsError(ValueError):
-    """A step selection names steps that a trace does not hold (a usage error, not bad input)."""
 
 
 def format_steps(steps: list[int]) -> str:

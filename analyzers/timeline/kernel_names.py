@@ -39,6 +39,8 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from analyzers.timeline.constants import KERNEL_NAME_MODES
+
 _WS = re.compile(r"\s+")
 _ANON = re.compile(r"\(anonymous namespace\)::|`anonymous namespace'::|\{anonymous\}::|<unnamed>::")
 # Lambdas as Kineto (gcc demangler: "{lambda(int)#1}") and nsys (cu++filt: "[lambda(int) (instance 1)]") print them.
@@ -51,7 +53,6 @@ _LITERAL = re.compile(r"^[-+]?(?:\d[\w.']*|\.\d[\w.]*)$|^(?:true|false|nullptr)$
 _TILE = re.compile(r"\d+(?:x\d+)+")
 _ALIGN = re.compile(r"align\d+")
 
-KERNEL_NAME_MODES = ("normalized", "coarse", "raw")
 
 
 def _matching(s: str, i: int, open_ch: str, close_ch: str) -> int:

@@ -1,0 +1,75 @@
+"""Which files a command's inputs name: files, globs and run folders -> trace files.
+
+Light to import (no pandas): the report cache keys an analysis by these files before anything
+is parsed, and `run` checks its output folder with is_trace_name.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from analyzers.errors import BadInputError
+
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
+# Files the runners write beside a run's traces (runners/harness.py, runners/launch.py): a run
+# folder is analyzed as it is, so directory search leaves these out.
+RUN_METADATA = re.compile(r"^(?:manifest(?:\.failed)?|rank\d+\.(?:status|error)|.*\.partial)\.json$")
+
+def is_trace_name(p: Path) -> bool:
+    """A trace file by its name: a trace suffix, not hidden, not a run's manifest/status/error file."""
+    return (any(p.name.endswith(s) for s in TRACE_SUFFIXES) and not p.name.startswith(".")
+            and not RUN_METADATA.match(p.name))
+
+
+def expand_paths(inputs: Iterable[str | Path]) -> list[Path]:
+    """Files as given, globs expanded, directories searched (recursively) for trace files.
+
+    In a directory, an .nsys-rep whose .sqlite export sits beside it is read from the export.
+    """
+    out: list[Path] = []
+    for raw in inputs:
+        text = str(raw)
+        p = Path(text)
+        if p.is_dir():
+            _refuse_tree_of_runs(p)
+            found = sorted(q for q in p.rglob("*") if q.is_file() and is_trace_name(q))
+            stems = {q.with_suffix("") for q in found if q.suffix == ".sqlite"}
+            stems |= {q.with_suffix("").with_suffix("") for q in found if q.name.endswith(".sqlite.gz")}
+            found = [q for q in found if not (q.suffix == ".nsys-rep" and q.with_suffix("") in stems)]
+            if not found:
+                raise BadInputError(p, "directory holds no trace files "
+                                       "(.json, .json.gz, .sqlite, .sqlite.gz, .nsys-rep)")
+            out += found
+        elif p.exists():
+            out.append(p)
+        elif any(ch in text for ch in "*?["):
+            matched = sorted(Path(m) for m in glob.glob(text, recursive=True) if Path(m).is_file())
+            if not matched:
+                raise BadInputError(text, "no file matches this pattern")
+            out += matched
+        elif p.is_symlink():
+            raise BadInputError(p, "symbolic link to nothing (its target is missing, or links loop)")
+        else:
+            raise BadInputError(p, "no such file or directory")
+    seen: set[Path] = set()
+    unique = []
+    for p in out:
+        key = p.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(p)
+    return unique
+
+
+def _refuse_tree_of_runs(folder: Path) -> None:
+    """A folder holding several runs (each sub-folder with its manifest.json) is not one run."""
+    if (folder / "manifest.json").exists():
+        return
+    runs = sorted(m.parent for m in folder.rglob("manifest.json"))
+    if len(runs) > 1:
+        shown = ", ".join(str(r) for r in runs[:3]) + (", ..." if len(runs) > 3 else "")
+        raise BadInputError(folder, f"holds {len(runs)} runs, not one; analyze one run folder ({shown}), "
+                                    "or compare two with `overlapscope diff`")

@@ -1,0 +1,178 @@
+"""Report cache: a finished analysis, kept for the same files, options and code.
+
+Re-running `analyze` on unchanged traces (a CI gate read twice, a table after the JSON, the
+same run opened again) should cost what reading the answer costs, not the analysis. An entry
+is keyed by every input file's resolved path, size and mtime, the analysis settings the
+command was given (steps, rules file contents, --comm-kernel, alignment, diagnosis...) and a
+fingerprint of the code that made it (overlapscope's and analyzers' sources, the Python and
+library versions), so a changed file, option or release never hits an old entry.
+
+An entry is a folder with the report's JSON document (what `-f json` prints, and what the
+gates read), the pickled report object (for the other formats) and a header naming the key
+and the SHA-256 of both payloads. It is written to a temporary folder and renamed into place;
+anything that does not match on reading makes it a miss: it is removed and rewritten, never
+trusted. The pickle is only ever read from the user's own cache folder (created 0700) and
+only after its checksum matched the header written with it.
+
+Light to import (no pandas): a hit answers `analyze -f json` without loading the analysis stack.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import pickle
+import shutil
+import sys
+import uuid
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from analyzers.io.discover import expand_paths
+from analyzers.io.environment import cache_base
+
+FORMAT_VERSION = 1
+MAX_ENTRIES = 64  # oldest entries beyond this are dropped on write
+HEADER, DOC, OBJECT = "header.json", "report.json", "report.pickle"
+LIBRARIES = ("numpy", "pandas", "pyarrow", "msgspec", "sqlite-utils")
+
+
+def cache_root() -> Path:
+    return cache_base() / "reports"
+
+
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """SHA-256 over the sources of analyzers/ and overlapscope/ plus Python's and the libraries' versions."""
+    h = hashlib.sha256(f"{FORMAT_VERSION}|{sys.version}".encode())
+    for lib in LIBRARIES:
+        try:
+            h.update(f"|{lib}={importlib.metadata.version(lib)}".encode())
+        except importlib.metadata.PackageNotFoundError:
+            h.update(f"|{lib}=none".encode())
+    root = Path(__file__).resolve().parents[2]
+    for package in ("analyzers", "overlapscope"):
+        for f in sorted((root / package).rglob("*")):
+            if f.suffix in (".py", ".toml") and f.is_file():
+                h.update(str(f.relative_to(root)).encode())
+                h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class ReportKey:
+    """What an entry must match: the files as they are now, what was asked, the code that answered."""
+
+    files: tuple[tuple[str, int, int], ...]  # (resolved path, size, mtime_ns), in input order
+    settings: str  # the command's analysis settings, canonical JSON
+    code: str
+
+    @classmethod
+    def of(cls, inputs: list[str], settings: dict[str, Any]) -> ReportKey:
+        """The key for these inputs (expanded as the loader expands them) and settings."""
+        files = []
+        for p in expand_paths(inputs):
+            st = p.stat()
+            files.append((str(p.resolve()), st.st_size, st.st_mtime_ns))
+        return cls(tuple(files), msgspec.json.encode(dict(sorted(settings.items()))).decode(), code_fingerprint())
+
+    def text(self) -> str:
+        return msgspec.json.encode({"files": self.files, "settings": self.settings, "code": self.code}).decode()
+
+    def folder(self) -> Path:
+        return cache_root() / hashlib.sha256(self.text().encode()).hexdigest()[:32]
+
+
+class _Header(msgspec.Struct):
+    key: str
+    doc_sha256: str
+    object_sha256: str
+
+
+@dataclass
+class CachedReport:
+    """A hit: the JSON document now, the report object only when asked for (it needs pandas)."""
+
+    folder: Path
+    doc: bytes
+    object_sha256: str
+
+    def report(self) -> Any | None:
+        """The pickled report, or None if its bytes no longer match the header (then the entry is removed)."""
+        try:
+            raw = (self.folder / OBJECT).read_bytes()
+            if hashlib.sha256(raw).hexdigest() != self.object_sha256:
+                raise ValueError("checksum")
+            return pickle.loads(raw)  # noqa: S301 - our own entry, checksum-verified (see module docstring)
+        except Exception:  # noqa: BLE001 - an odd entry is a miss, never an error
+            shutil.rmtree(self.folder, ignore_errors=True)
+            return None
+
+
+def get(key: ReportKey) -> CachedReport | None:
+    """The entry for key if it is whole and matches; a damaged or foreign entry is removed (a miss)."""
+    folder = key.folder()
+    if not folder.is_dir():
+        return None
+    try:
+        header = msgspec.json.decode((folder / HEADER).read_bytes(), type=_Header)
+        doc = (folder / DOC).read_bytes()
+        if header.key != key.text() or hashlib.sha256(doc).hexdigest() != header.doc_sha256:
+            raise ValueError("stale or damaged entry")
+        os.utime(folder)  # recently used: kept when old entries are dropped
+        return CachedReport(folder, doc, header.object_sha256)
+    except Exception:  # noqa: BLE001 - missing file, bad JSON, mismatch: all a miss
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+
+
+def put(key: ReportKey, doc: bytes, report: Any) -> None:
+    """Store an entry (best effort: a cache that cannot be written never fails the command)."""
+    folder = key.folder()
+    tmp = folder.parent / f".tmp-{uuid.uuid4().hex}"
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp.mkdir(mode=0o700)
+        raw = pickle.dumps(report, protocol=pickle.HIGHEST_PROTOCOL)
+        (tmp / DOC).write_bytes(doc)
+        (tmp / OBJECT).write_bytes(raw)
+        header = _Header(key.text(), hashlib.sha256(doc).hexdigest(), hashlib.sha256(raw).hexdigest())
+        (tmp / HEADER).write_bytes(msgspec.json.encode(header))
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.rename(folder)
+        _drop_oldest(folder.parent)
+    except (OSError, pickle.PicklingError, TypeError, AttributeError):
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _drop_oldest(root: Path) -> None:
+    entries = sorted((p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")),
+                     key=lambda p: p.stat().st_mtime_ns)
+    for old in entries[:-MAX_ENTRIES]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    folder: Path
+    entries: int
+    bytes: int
+
+
+def info() -> CacheInfo:
+    root = cache_root()
+    entries = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")] if root.is_dir() else []
+    size = sum(f.stat().st_size for e in entries for f in e.iterdir() if f.is_file())
+    return CacheInfo(root, len(entries), size)
+
+
+def clear() -> CacheInfo:
+    """Remove every entry; what was removed."""
+    before = info()
+    shutil.rmtree(before.folder, ignore_errors=True)
+    return before

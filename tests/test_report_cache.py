@@ -1,0 +1,146 @@
+"""The report cache answers the same command on unchanged files without analyzing, and never
+answers anything else: a changed file, option, rules file or code version is analyzed afresh, and a
+damaged entry is removed and rewritten, never trusted."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analyzers.io import report_cache
+from analyzers.io.environment import ENV_CACHE_DIR
+from overlapscope.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_traces"
+
+
+@pytest.fixture()
+def run_dir(tmp_path, monkeypatch) -> Path:
+    """A copy of a 2-rank run with findings and syncs, and a private cache folder."""
+    monkeypatch.setenv(ENV_CACHE_DIR, str(tmp_path / "cache"))
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLES / "ag-gemm" / "host-sync", run)
+    return run
+
+
+@pytest.fixture()
+def analyses(monkeypatch) -> list[int]:
+    """Counts the analyses that really run (a hit runs none)."""
+    import analyzers.report
+
+    calls: list[int] = []
+    real = analyzers.report.analyze
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(analyzers.report, "analyze", counting)
+    return calls
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    rc = main(["analyze", *args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def entries() -> int:
+    return report_cache.info().entries
+
+
+@pytest.mark.parametrize("fmt", ["json", "table", "md", "csv"])
+def test_a_hit_prints_what_the_analysis_printed_without_analyzing(run_dir, analyses, capsys, fmt):
+    rc, fresh, _ = run_cli(capsys, str(run_dir), "-f", fmt, "--no-cache")
+    assert rc == 0 and len(analyses) == 1 and entries() == 0  # --no-cache neither reads nor writes
+    assert run_cli(capsys, str(run_dir), "-f", fmt)[:2] == (0, fresh)
+    assert len(analyses) == 2 and entries() == 1
+    assert run_cli(capsys, str(run_dir), "-f", fmt)[:2] == (0, fresh)
+    assert len(analyses) == 2  # the hit did not analyze
+
+
+def test_gates_give_the_same_verdict_on_a_hit(run_dir, analyses, capsys):
+    args = (str(run_dir), "-f", "csv", "--fail-under-overlap", "0.99", "--fail-on", "host-blocking-sync")
+    miss = run_cli(capsys, *args)
+    hit = run_cli(capsys, *args)
+    assert len(analyses) == 1
+    assert miss == hit and miss[0] == 1
+    assert "overlap ratio below 99.0%: rank 0 0.0%, rank 1 0.0%" in miss[2]
+    assert "finding(s) present: host-blocking-sync" in miss[2]
+
+
+@pytest.mark.parametrize("change", ["file contents", "mtime", "steps", "no-align", "comm-kernel", "rules file",
+                                    "no-diagnose", "code"])
+def test_anything_that_changes_the_answer_misses(run_dir, analyses, capsys, monkeypatch, tmp_path, change):
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\npattern = "no_such_kernel_a"\ncategory = "comm"\n')
+    base = [str(run_dir), "-f", "json", "--rules", str(rules)]
+    first = run_cli(capsys, *base)[1]
+    extra: list[str] = []
+    if change == "file contents":
+        shutil.copy(SAMPLES / "ag-gemm" / "tuned" / "rank0.json.gz", run_dir / "rank0.json.gz")
+    elif change == "mtime":
+        os.utime(run_dir / "rank1.json.gz", ns=(1, 2))
+    elif change == "steps":
+        extra = ["--steps", "3"]
+    elif change == "no-align":
+        extra = ["--no-align"]
+    elif change == "comm-kernel":
+        extra = ["--comm-kernel", "no_such_kernel_b"]
+    elif change == "rules file":
+        rules.write_text('[[rule]]\npattern = "no_such_kernel_c"\ncategory = "comm"\n')
+    elif change == "no-diagnose":
+        extra = ["--no-diagnose"]
+    elif change == "code":
+        monkeypatch.setattr(report_cache, "code_fingerprint", lambda: "another release")
+    rc, out, _ = run_cli(capsys, *base, *extra)
+    assert rc == 0 and len(analyses) == 2, "a changed input or option must be analyzed again"
+    if change == "file contents":
+        assert out != first
+
+
+@pytest.mark.parametrize("damage", ["doc", "header", "pickle"])
+def test_a_damaged_entry_is_removed_and_rewritten(run_dir, analyses, capsys, damage):
+    fresh = run_cli(capsys, str(run_dir), "-f", "table")[1]
+    (entry,) = [p for p in report_cache.cache_root().iterdir() if p.is_dir()]
+    victim = entry / {"doc": report_cache.DOC, "header": report_cache.HEADER, "pickle": report_cache.OBJECT}[damage]
+    victim.write_bytes(victim.read_bytes()[:100])
+    assert run_cli(capsys, str(run_dir), "-f", "table")[:2] == (0, fresh)
+    assert len(analyses) == 2  # the damaged entry was not trusted
+    assert run_cli(capsys, str(run_dir), "-f", "table")[:2] == (0, fresh)
+    assert len(analyses) == 2  # it was rewritten whole
+
+
+def test_a_json_hit_does_not_load_the_analysis_stack(run_dir):
+    env = {**os.environ, ENV_CACHE_DIR: os.environ[ENV_CACHE_DIR]}
+    code = ("import sys; from overlapscope.cli import main; rc = main(['analyze', sys.argv[1], '-f', 'json']); "
+            "print('pandas' in sys.modules, file=sys.stderr); sys.exit(rc)")
+    first = subprocess.run([sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True, env=env,
+                           cwd=ROOT, timeout=300)
+    hit = subprocess.run([sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True, env=env,
+                         cwd=ROOT, timeout=300)
+    assert first.returncode == hit.returncode == 0
+    assert first.stderr.split() == ["True"] and hit.stderr.split() == ["False"]
+    assert hit.stdout == first.stdout
+
+
+def test_help_does_not_load_the_analysis_stack():
+    code = "import sys, overlapscope.cli; print(sorted(m for m in ('pandas', 'pyarrow', 'plotly') if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+def test_bad_input_is_never_cached(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(ENV_CACHE_DIR, str(tmp_path / "cache"))
+    bad = tmp_path / "rank0.json"
+    bad.write_text('{"traceEvents": [')
+    for _ in range(2):
+        rc, out, err = run_cli(capsys, str(bad), "-f", "json")
+        assert rc == 3 and out == "" and str(bad) in err
+    assert entries() == 0
