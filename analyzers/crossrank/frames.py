@@ -7,8 +7,10 @@ later steps work on these arrays, never on string-keyed groupbys over events.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -29,8 +31,36 @@ def _normalized(names: np.ndarray) -> np.ndarray:
     return np.array([normalized_name(str(u)) for u in uniques], dtype=object)[codes] if len(names) else names
 
 
+_PACK_LIMIT = 2 ** 62  # packed keys stay below this (int64 with room to spare)
+
+
+def _ranges(tables: list[list[np.ndarray]]) -> tuple[list[int], list[int]]:
+    """Per column the lowest value and the span over all tables (tables: lists of aligned columns)."""
+    lows, spans = [], []
+    for i in range(len(tables[0])):
+        present = [t[i] for t in tables if len(t[i])]
+        lo = min((int(c.min()) for c in present), default=0)
+        lows.append(lo)
+        spans.append(max((int(c.max()) for c in present), default=0) - lo + 1)
+    return lows, spans
+
+
+def _pack(cols: list[np.ndarray], lows: list[int], spans: list[int]) -> np.ndarray | None:
+    """The columns as one int64 per row in mixed radix (order-preserving); None when it would overflow."""
+    if math.prod(spans) >= _PACK_LIMIT:
+        return None
+    out = np.zeros(len(cols[0]), dtype=np.int64)
+    for c, lo, span in zip(cols, lows, spans, strict=True):
+        out = out * span + (c - lo)
+    return out
+
+
 def _codes(*cols: np.ndarray) -> tuple[np.ndarray, int]:
-    """One code per distinct tuple of the columns, numbered in order of first appearance."""
+    """One code per distinct tuple of the (integer) columns, numbered in order of first appearance."""
+    packed = _pack(list(cols), *_ranges([list(cols)])) if len(cols[0]) else None
+    if packed is not None:
+        codes, uniq = pd.factorize(packed)
+        return codes.astype(np.int64), len(uniq)
     out, n = np.zeros(len(cols[0]), dtype=np.int64), 1
     for c in cols:
         codes, uniq = pd.factorize(c)
@@ -88,7 +118,7 @@ class _Frames:
     ref: int
     by_rank: dict[int, _RankRows]
     names: np.ndarray  # gname -> kernel name (object array)
-    comm: dict[str, np.ndarray] | None = None  # communication rows, once match_collectives built them
+    comm: Any = None  # matching._CommRows: the communication rows, once match_collectives built them
 
 
 def _stream_codes(device: np.ndarray, stream: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, pd.DataFrame]:

@@ -26,10 +26,30 @@ class _Matching:
 _MEMBER_COLUMNS = ["coll_id", "rank", "row", "start", "end", "stream", "role", "label", "group", "key", "occ", "seq"]
 
 
-def _comm_rows(traces: TraceSet, frames: _Frames, role_labels: dict[int, str]) -> dict[str, np.ndarray] | None:
+@dataclass
+class _CommRows:
+    """Every rank's communication rows, sorted by (rank, group, start), and their string values.
+
+    Group and label depend on (pg, coll_name, kernel name, role, stream) alone, so the strings are
+    built once per distinct combination (combo) and the rows carry integer codes.
+    """
+
+    rows: dict[str, np.ndarray]  # rank, row, start, end, stream, role, gname, seq, combo, gcode, lab
+    groups: np.ndarray  # gcode -> group (sorted, so code order is the groups' order)
+    labels: np.ndarray  # combo -> label
+
+
+def _strings(col: pd.Series, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of col[idx] and the distinct values as str (as .astype(str) would write them)."""
+    codes, uniq = pd.factorize(col.array.take(idx), use_na_sentinel=False)
+    return codes, np.asarray(uniq, dtype=object).astype(str)
+
+
+def _comm_rows(traces: TraceSet, frames: _Frames, role_labels: dict[int, str]) -> _CommRows | None:
     """Every rank's communication rows with their group and label, sorted by rank, group, start."""
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("rank", "row", "start", "end", "stream", "role",
                                                            "gname", "seq", "coll", "pg")}
+    texts: dict[str, list[np.ndarray]] = {"coll": [], "pg": []}
     for r in frames.ranks:
         rows = frames.by_rank[r]
         idx = np.flatnonzero(rows.comm)
@@ -39,29 +59,39 @@ def _comm_rows(traces: TraceSet, frames: _Frames, role_labels: dict[int, str]) -
         for k, v in (("rank", np.full(idx.size, r, dtype=np.int64)), ("row", idx.astype(np.int64)),
                      ("start", rows.start[idx]), ("end", rows.end[idx]), ("stream", rows.stream[idx]),
                      ("role", rows.role[idx]), ("gname", rows.gname[idx]),
-                     ("seq", gpu["seq"].to_numpy(dtype=np.int64)[idx]),
-                     ("coll", gpu["coll_name"].iloc[idx].to_numpy(dtype=object).astype(str)),
-                     ("pg", gpu["pg"].iloc[idx].to_numpy(dtype=object).astype(str))):
+                     ("seq", gpu["seq"].to_numpy(dtype=np.int64)[idx])):
             cols[k].append(v)
+        for k, name in (("coll", "coll_name"), ("pg", "pg")):  # local codes, made global below
+            codes, uniq = _strings(gpu[name], idx)
+            cols[k].append(codes + sum(len(u) for u in texts[k]))
+            texts[k].append(uniq)
     if not cols["rank"]:
         return None
     c = {k: np.concatenate(v) for k, v in cols.items()}
-    # Group and label depend on (pg, coll, kernel name, role, stream) alone: build the strings once per
-    # distinct combination, as the per-row expressions would.
+    text = {}
+    for k in ("coll", "pg"):
+        glob, uniq = pd.factorize(np.concatenate(texts[k]))
+        c[k], text[k] = glob[c[k]], np.asarray(uniq, dtype=str)
     combo, _ = _codes(c["pg"], c["coll"], c["gname"], c["role"], c["stream"])
     _, first = np.unique(combo, return_index=True)
-    coll, pg = c["coll"][first], c["pg"][first]
+    coll, pg = text["coll"][c["coll"][first]], text["pg"][c["pg"][first]]
     norm = _normalized(frames.names[c["gname"][first]])
     role_txt = pd.Series(c["role"][first]).map(role_labels).fillna("").to_numpy(dtype=object)
     role_txt = np.where(role_txt == "", "unpaired stream " + c["stream"][first].astype(str), role_txt)
     group = np.where(pg != "", "pg " + pg.astype(object),
                      np.where(coll != "", "nccl", norm + " @ " + role_txt.astype(object)))
-    label = np.where(coll != "", coll, norm)
-    c["group"], c["label"] = np.asarray(group, dtype=object)[combo], np.asarray(label, dtype=object)[combo]
-    c["gcode"], groups = pd.factorize(c["group"], sort=True)  # code order = the groups' sorted order
-    c["groups"] = np.asarray(groups, dtype=object)
+    label = np.asarray(np.where(coll != "", coll, norm), dtype=object)
+    gcode, groups = pd.factorize(np.asarray(group, dtype=object), sort=True)
+    c["combo"], c["gcode"] = combo, gcode[combo]
+    c["lab"] = pd.factorize(label)[0][combo]
+    del c["coll"], c["pg"]
     order = np.lexsort((c["start"], c["gcode"], c["rank"]))
-    return {k: (v if k == "groups" else v[order]) for k, v in c.items()}
+    return _CommRows({k: v[order] for k, v in c.items()}, np.asarray(groups, dtype=object), label)
+
+
+def _str_column(values: np.ndarray, codes: np.ndarray) -> pd.api.extensions.ExtensionArray:
+    """values[codes] as the column pandas infers for those strings, built with one take."""
+    return pd.Series(values).array.take(codes)
 
 
 def match_collectives(traces: TraceSet, frames: _Frames, role_labels: dict[int, str],
@@ -75,13 +105,13 @@ def match_collectives(traces: TraceSet, frames: _Frames, role_labels: dict[int, 
     (group, key, occ), so every step is a sort, a bincount or a reduceat over rows.
     """
     if frames.comm is None:
-        frames.comm = _comm_rows(traces, frames, role_labels) or {}
+        frames.comm = _comm_rows(traces, frames, role_labels)
     empty_members = pd.DataFrame(columns=_MEMBER_COLUMNS)
     empty_colls = pd.DataFrame(columns=["coll_id", "group", "index", "seq", "coll_name", "n_ranks"])
-    if not frames.comm:
+    if frames.comm is None:
         return _Matching(empty_members, empty_colls, [], [], ["no communication activity on any rank"])
-    c = dict(frames.comm)
-    groups, gcode, rank = c["groups"], c["gcode"], c["rank"]
+    c, groups, labels = dict(frames.comm.rows), frames.comm.groups, frames.comm.labels
+    gcode, rank = c["gcode"], c["rank"]
     notes: list[str] = []
     unmatched: list[dict[str, Any]] = []
     inconsistent: list[dict[str, Any]] = []
@@ -126,7 +156,7 @@ def match_collectives(traces: TraceSet, frames: _Frames, role_labels: dict[int, 
                              "counts": {str(int(r)): int(v) for r, v in zip(ranks[counts[g] > 0], present,
                                                                              strict=True)}})
     keep = ~bad[gcode]
-    c = {k: v[keep] for k, v in c.items() if k != "groups"}
+    c = {k: v[keep] for k, v in c.items()}
     key, occ, gcode, rank = key[keep], occ[keep], c["gcode"], c["rank"]
 
     # Matched = a (group, key, occ) present on every rank that runs the group (one row per rank each).
@@ -143,15 +173,15 @@ def match_collectives(traces: TraceSet, frames: _Frames, role_labels: dict[int, 
             unmatched.append({"group": groups[g], "rank": int(ranks[r]), "count": int(n), "reason": why})
 
     # Inconsistent = matched rows whose collective names differ across ranks.
-    lab, _ = _codes(c["label"])
+    lab = c["lab"]
     lo = np.full(n_coll, np.iinfo(np.int64).max, dtype=np.int64)
     hi = np.full(n_coll, -1, dtype=np.int64)
     np.minimum.at(lo, coll, lab)
     np.maximum.at(hi, coll, lab)
     mixed = (lo != hi)[coll] & full
     if mixed.any():
-        diff = pd.DataFrame({"group": c["group"][mixed], "key": key[mixed], "occ": occ[mixed],
-                             "rank": rank[mixed], "label": c["label"][mixed]})
+        diff = pd.DataFrame({"group": groups[gcode[mixed]], "key": key[mixed], "occ": occ[mixed],
+                             "rank": rank[mixed], "label": labels[c["combo"][mixed]]})
         wide = diff.pivot_table(index=["group", "key", "occ"], columns="rank", values="label", aggfunc="first")
         for (g, k, _o), row in wide.iterrows():  # only the inconsistent collectives, reported one by one
             inconsistent.append({"group": g, "index": int(k), "count": 1,
@@ -173,12 +203,14 @@ def match_collectives(traces: TraceSet, frames: _Frames, role_labels: dict[int, 
     o = np.lexsort((c["rank"], cid))
     members = pd.DataFrame({"coll_id": cid[o], "rank": c["rank"][o], "row": c["row"][o], "start": c["start"][o],
                             "end": c["end"][o], "stream": c["stream"][o], "role": c["role"][o],
-                            "label": c["label"][o], "group": c["group"][o], "key": key[o], "occ": occ[o],
+                            "label": _str_column(labels, c["combo"][o]), "group": _str_column(groups, c["gcode"][o]),
+                            "key": key[o], "occ": occ[o],
                             "seq": c["seq"][o]})
     heads = np.flatnonzero(np.r_[True, cid[o][1:] != cid[o][:-1]])
-    colls = pd.DataFrame({"coll_id": cid[o][heads], "group": c["group"][o][heads], "index": key[o][heads],
-                          "seq": np.maximum.reduceat(c["seq"][o], heads),
-                          "coll_name": c["label"][o][heads], "n_ranks": np.diff(np.r_[heads, len(o)])})
+    colls = pd.DataFrame({"coll_id": cid[o][heads], "group": _str_column(groups, c["gcode"][o][heads]),
+                          "index": key[o][heads], "seq": np.maximum.reduceat(c["seq"][o], heads),
+                          "coll_name": _str_column(labels, c["combo"][o][heads]),
+                          "n_ranks": np.diff(np.r_[heads, len(o)])})
     if unmatched or inconsistent:
         notes.append("some communication could not be matched across ranks (see unmatched / inconsistent); "
                      "it is left out of peer wait")

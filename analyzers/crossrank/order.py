@@ -7,13 +7,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzers.crossrank.frames import _codes, _Frames, _RankRows, _runs, _slices
+from analyzers.crossrank.frames import _codes, _Frames, _pack, _ranges, _RankRows, _runs, _slices
 from analyzers.crossrank.report import CrossRankParams
 from analyzers.timeline.iterations import assign_steps, gpu_step_windows, host_steps
 from analyzers.timeline.model import RankTrace, TraceSet
 
 # --------------------------------------------------------------------------- scheduling-order mismatch
 
+_KEY = ("role", "seg", "anchor", "gname", "k")  # names the same kernel on every rank (see _kernel_keys)
 _MISMATCH_COLUMNS = [
     "rank_a", "rank_b", "step", "coll_id", "coll_name", "n_swapped_pairs",
     "kernel_x", "stream_x", "kernel_y", "stream_y",
@@ -49,6 +50,7 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
     coll_rows = _member_rows(members)
     keyed = {r: _kernel_keys(traces.ranks[r], frames.by_rank[r], coll_rows.get(r), params) for r in frames.ranks}
     a = keyed[ref]
+    packed = _sorted_keys(keyed)
     loose = pd.unique(a["role"][(a["seg"] == -2) & (a["anchor"] == -1)])
     if len(loose):
         notes.append(f"no step ranges and no collective on {', '.join(role_labels.get(int(x), str(x)) for x in loose)}"
@@ -66,9 +68,9 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
         if not len(b["start"]):
             continue
         # "Same kernel" on both ranks: one key per (role, seg, anchor, gname, k), unique within a rank.
-        hit_b = _same_kernels(a, b)
+        hit_b = _same_kernels(a, b, *((packed[ref], packed[rb]) if packed else (None, None)))
         in_both = hit_b >= 0
-        both = {k: v[in_both] for k, v in a.items()}  # in a's order: sorted by (role, start)
+        both = {k: v[in_both] for k, v in a.items() if k != "order"}  # in a's order: sorted by (role, start)
         both["start_a"], both["start_b"] = both.pop("start"), b["start"][hit_b[in_both]]
         by_role = {r: {k: v[sl] for k, v in both.items()} for r, sl in _slices(both["role"]).items()}
         firsts = {r: _first_compute(g) for r, g in by_role.items()}
@@ -170,7 +172,8 @@ def _kernel_keys(trace: RankTrace, rows: _RankRows, colls_of_rows: tuple[np.ndar
       k counts backwards instead.
     """
     cat = trace.gpu["category"]
-    idx = np.flatnonzero(cat.isin(list(params.order_categories)).to_numpy())
+    idx = np.flatnonzero(np.logical_or.reduce([(cat == c).to_numpy(dtype=bool) for c in params.order_categories]
+                                              + [np.zeros(len(cat), dtype=bool)]))
     idx = idx[np.lexsort((rows.start[idx], rows.role[idx]))]
     d = {"role": rows.role[idx], "start": rows.start[idx], "gname": rows.gname[idx],
          "compute": (cat == "compute").to_numpy(dtype=bool)[idx]}
@@ -198,20 +201,37 @@ def _kernel_keys(trace: RankTrace, rows: _RankRows, colls_of_rows: tuple[np.ndar
     tail_ok = before <= role_end
     d["anchor"] = np.where(~head, d["coll_id"][np.maximum(after, 0)],
                            np.where(tail_ok, -2 - d["coll_id"][np.minimum(before, n - 1)], -1)).astype(np.int64)
-    seg_key, _ = _codes(d["role"], d["seg"], d["anchor"], d["gname"])
-    fwd = _cumcount(seg_key)
-    back = np.bincount(seg_key, minlength=n)[seg_key] - 1 - fwd if n else fwd
+    # Sorted by (role, seg, anchor, gname), start order kept within: each name's kernels since an
+    # anchor are one run, counted from either end; the same order sorts by the full key (k included).
+    o = _lex_order([d[c] for c in _KEY[:-1]])
+    run = _runs(*(d[c][o] for c in _KEY[:-1])) if n else pos
+    size = np.diff(np.r_[np.flatnonzero(run == 0), n])
+    fwd, back = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    fwd[o], back[o] = run, np.repeat(size, size) - 1 - run
     cut_front = (d["seg"] == -1) if has_steps else (head & (d["anchor"] <= -2))
     d["k"] = np.where(cut_front, -1 - back, fwd)
     d["step"] = np.maximum(d["seg"], -1)
+    d["order"] = o
     return d
 
 
-def _cumcount(codes: np.ndarray) -> np.ndarray:
-    """Occurrence of each row's code among the rows before it (groupby().cumcount() on one key)."""
-    o = np.argsort(codes, kind="stable")
-    out = np.empty(len(codes), dtype=np.int64)
-    out[o] = _runs(codes[o])
+def _lex_order(cols: list[np.ndarray]) -> np.ndarray:
+    """Stable permutation sorting rows by the columns, first column first: one argsort of a packed
+    key when the value ranges fit in an int64, else np.lexsort (the same permutation)."""
+    packed = _pack(cols, *_ranges([cols])) if len(cols[0]) else None
+    return np.lexsort(cols[::-1]) if packed is None else np.argsort(packed, kind="stable")
+
+
+def _sorted_keys(keyed: dict[int, dict[str, np.ndarray]]) -> dict[int, np.ndarray] | None:
+    """Each rank's kernel keys packed on one radix for all ranks, in key order (None: too wide to pack)."""
+    tables = [[k[c] for c in _KEY] for k in keyed.values()]
+    lows, spans = _ranges(tables)
+    out = {}
+    for r, k in keyed.items():
+        packed = _pack([k[c][k["order"]] for c in _KEY], lows, spans)
+        if packed is None:
+            return None
+        out[r] = packed
     return out
 
 
@@ -240,11 +260,23 @@ def _member_wait(members: pd.DataFrame, ids: np.ndarray, ranks: np.ndarray) -> n
     return np.where(packed[pos] == q, wait[pos].astype(float), 0.0)
 
 
-def _same_kernels(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> np.ndarray:
-    """For each kernel of a the index of the same kernel in b (-1: none); keys are unique per rank."""
-    cols = [np.concatenate([a[k], b[k]]) for k in ("role", "seg", "anchor", "gname", "k")]
-    key, n = _codes(*cols)
+def _same_kernels(a: dict[str, np.ndarray], b: dict[str, np.ndarray], ka: np.ndarray | None,
+                  kb: np.ndarray | None) -> np.ndarray:
+    """For each kernel of a the index of the same kernel in b (-1: none); keys are unique per rank.
+
+    ka, kb: the packed keys in key order (_sorted_keys): one searchsorted of sorted into sorted.
+    Without them, the keys of both are numbered together (_codes) and looked up.
+    """
     na = len(a["start"])
+    if ka is not None and kb is not None:
+        if not len(kb):
+            return np.full(na, -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(kb, ka), len(kb) - 1)
+        out = np.empty(na, dtype=np.int64)
+        out[a["order"]] = np.where(kb[pos] == ka, b["order"][pos], -1)
+        return out
+    cols = [np.concatenate([a[k], b[k]]) for k in _KEY]
+    key, n = _codes(*cols)
     where_b = np.full(n, -1, dtype=np.int64)
     where_b[key[na:]] = np.arange(len(key) - na)
     return where_b[key[:na]]
