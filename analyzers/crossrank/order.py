@@ -9,7 +9,7 @@ import pandas as pd
 
 from analyzers.crossrank.frames import _codes, _Frames, _pack, _ranges, _RankRows, _runs, _slices
 from analyzers.crossrank.report import CrossRankParams
-from analyzers.timeline.iterations import assign_steps, gpu_step_windows, host_steps
+from analyzers.timeline.iterations import assign_steps, host_steps
 from analyzers.timeline.model import RankTrace, TraceSet
 
 # --------------------------------------------------------------------------- scheduling-order mismatch
@@ -184,9 +184,12 @@ def _kernel_keys(trace: RankTrace, rows: _RankRows, colls_of_rows: tuple[np.ndar
     steps = host_steps(trace, params.step_pattern)
     has_steps = not steps.empty
     if has_steps:
-        step = assign_steps(trace, steps)[idx]
-        windows = gpu_step_windows(trace, params.step_pattern)
-        first = int(windows["gpu_start_ns"].min()) if len(windows) else np.iinfo(np.int64).max
+        step_all = assign_steps(trace, steps)
+        step = step_all[idx]
+        # Start of the first step's GPU window (iterations.gpu_step_windows: the earliest start of the
+        # activities the steps launched), without building the windows.
+        in_step = rows.start[step_all >= 0]
+        first = int(in_step.min()) if len(in_step) else np.iinfo(np.int64).max
         d["seg"] = np.where(step >= 0, step, np.where(d["start"] < first, -1, -2))
     else:
         d["seg"] = np.full(len(idx), -2, dtype=np.int64)
