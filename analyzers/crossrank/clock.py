@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
+from analyzers.crossrank.frames import _search
 from analyzers.crossrank.matching import _Matching
 from analyzers.crossrank.report import _TIME_COLUMNS, ClockAlignment, CrossRankParams
 from analyzers.timeline.model import RankTrace, TraceSet
@@ -16,9 +16,7 @@ from analyzers.timeline.model import RankTrace, TraceSet
 
 def _reference_mask(colls: pd.DataFrame, params: CrossRankParams) -> np.ndarray:
     """Collectives whose ends should coincide on all ranks (per collective id)."""
-    rx = re.compile(params.clock_reference_pattern)
-    codes, uniq = pd.factorize(colls["coll_name"].to_numpy(dtype=object).astype(str))
-    return np.array([bool(rx.search(u)) for u in uniq], dtype=bool)[codes] if len(codes) else np.zeros(0, bool)
+    return _search(colls["coll_name"], params.clock_reference_pattern)
 
 
 def _end_matrix(members: pd.DataFrame, ranks: list[int], ids: np.ndarray) -> np.ndarray:

@@ -55,6 +55,14 @@ def _pack(cols: list[np.ndarray], lows: list[int], spans: list[int]) -> np.ndarr
     return out
 
 
+def _search(values: pd.Series, pattern: str) -> np.ndarray:
+    """bool(re.search(pattern, str(value))) for each value, the regex run once per distinct value."""
+    rx = re.compile(pattern)
+    codes, uniq = pd.factorize(values.array, use_na_sentinel=False)
+    return np.array([bool(rx.search(str(u))) for u in uniq], dtype=bool)[codes] if len(codes) else \
+        np.zeros(0, dtype=bool)
+
+
 def _codes(*cols: np.ndarray) -> tuple[np.ndarray, int]:
     """One code per distinct tuple of the (integer) columns, numbered in order of first appearance."""
     packed = _pack(list(cols), *_ranges([list(cols)])) if len(cols[0]) else None

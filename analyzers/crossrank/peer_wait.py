@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from analyzers.crossrank.frames import _slices
+from analyzers.crossrank.frames import _search, _slices
 from analyzers.crossrank.matching import _Matching
 from analyzers.crossrank.report import CrossRankParams
 from analyzers.timeline import intervals as iv
@@ -27,11 +26,9 @@ def peer_wait(m: _Matching, ranks: list[int], offsets: dict[int, int], params: C
     off = _per_member(offsets, mem["rank"].to_numpy())
     mem["start"] = mem["start"].to_numpy(dtype=np.int64) + off
     mem["end"] = mem["end"].to_numpy(dtype=np.int64) + off
-    rx = re.compile(params.p2p_pattern)
-    p2p_names = {n: bool(rx.search(str(n))) for n in m.colls["coll_name"].unique()}
     colls = m.colls.copy()
     pair_world = (colls["n_ranks"] == 2) & (world_size is None or world_size == 2)
-    colls["peers_known"] = ~(colls["coll_name"].map(p2p_names).to_numpy(dtype=bool) & ~pair_world.to_numpy())
+    colls["peers_known"] = ~(_search(colls["coll_name"], params.p2p_pattern) & ~pair_world.to_numpy())
     if not colls["peers_known"].all():
         notes.append(f"{int((~colls['peers_known']).sum())} send/recv kernels matched, but the world has more than "
                      "the two ranks: their peers are unknown, so no wait is computed for them")
@@ -54,25 +51,25 @@ def peer_wait(m: _Matching, ranks: list[int], offsets: dict[int, int], params: C
     pos = np.arange(len(cid))
     late_pos = np.minimum.reduceat(np.where(start == arrival, pos, len(cid)), heads)  # first latest start
     first_c = np.minimum.reduceat(start, heads)
-    by_id = pd.DataFrame({
-        "arrival_ns": arrival_c, "first_start_ns": first_c,
-        "late_rank": mem["rank"].to_numpy()[late_pos],
+    skew = arrival_c - first_c
+    late_rank = np.where(skew < params.min_skew_ns, -1, mem["rank"].to_numpy()[late_pos]).astype(np.int64)
+    # colls rows are in coll_id order, one per run of members: the per-collective values line up.
+    data = {c: colls[c].array for c in colls.columns}
+    data.update({
+        "arrival_ns": arrival_c, "first_start_ns": first_c, "skew_ns": skew,
+        "late_rank": np.where(colls["peers_known"].to_numpy(dtype=bool), late_rank, -1),
         "end_spread_ns": np.maximum.reduceat(end, heads) - np.minimum.reduceat(end, heads),
         "max_wait_ns": np.maximum.reduceat(wait, heads), "total_wait_ns": np.add.reduceat(wait, heads),
-    }, index=pd.Index(cid[heads], name="coll_id"))
-    by_id["skew_ns"] = by_id["arrival_ns"] - by_id["first_start_ns"]
-    by_id.loc[by_id["skew_ns"] < params.min_skew_ns, "late_rank"] = -1
-    colls = colls.merge(by_id, left_on="coll_id", right_index=True, how="left")
-    colls.loc[~colls["peers_known"], "late_rank"] = -1
-    colls = pd.concat([colls, _per_rank_columns(mem, colls["coll_id"].to_numpy(), ranks, colls.index)], axis=1)
+    })
     cols = ["coll_id", "group", "index", "seq", "coll_name", "n_ranks", "peers_known", "arrival_ns",
             "first_start_ns", "skew_ns", "late_rank", "end_spread_ns", "max_wait_ns", "total_wait_ns"]
-    colls = colls[cols + [c for c in colls.columns if c not in cols]].sort_values("coll_id").reset_index(drop=True)
+    colls = pd.DataFrame({**{c: data[c] for c in cols},
+                          **_per_rank_columns(mem, colls["coll_id"].to_numpy(), ranks)})
     members = mem.rename(columns={"start": "start_ns", "end": "end_ns"})
     return colls, members, notes
 
 
-def _per_rank_columns(mem: pd.DataFrame, ids: np.ndarray, ranks: list[int], index: pd.Index) -> pd.DataFrame:
+def _per_rank_columns(mem: pd.DataFrame, ids: np.ndarray, ranks: list[int]) -> dict[str, pd.arrays.IntegerArray]:
     """start_ns_r{r}, end_ns_r{r}, wait_ns_r{r}, transfer_ns_r{r} per rank, nullable Int64 (a rank
     may be absent): exact epoch nanoseconds, one column per rank and value, built in one pass."""
     rank_arr = np.asarray(ranks, dtype=np.int64)
@@ -86,9 +83,9 @@ def _per_rank_columns(mem: pd.DataFrame, ids: np.ndarray, ranks: list[int], inde
         mat = np.zeros((len(ids), len(ranks)), dtype=np.int64)
         mat[ci, ri] = mem[c].to_numpy(dtype=np.int64)
         mats[c] = mat
-    data = {f"{n}_r{r}": pd.arrays.IntegerArray(mats[c][:, j].copy(), absent[:, j].copy())
+    return {f"{n}_r{r}": pd.arrays.IntegerArray(np.ascontiguousarray(mats[c][:, j]),
+                                                np.ascontiguousarray(absent[:, j]))
             for j, r in enumerate(ranks) for c, n in names.items()}
-    return pd.DataFrame(data, index=index)
 
 
 def _per_member(values: dict[int, int], rank: np.ndarray) -> np.ndarray:
@@ -182,15 +179,18 @@ def peer_wait_totals(traces: TraceSet, colls: pd.DataFrame, members: pd.DataFram
             "exposed_for_rank_ns": {str(k): int(v) for k, v in exposed_by_late.items()},
         }
     late_rows = []
-    if len(colls):
-        sig = colls[colls["late_rank"] >= 0]
-        for lr, grp in sig.groupby("late_rank"):
-            caused = int(grp["total_wait_ns"].sum())
+    sig = np.flatnonzero(late >= 0)
+    if len(sig):  # per late rank, in rank order: the collectives where it came last
+        o = sig[np.argsort(late[sig], kind="stable")]
+        total = colls["total_wait_ns"].to_numpy(dtype=np.int64)[o]
+        ids = colls["coll_id"].to_numpy(dtype=np.int64)[o]
+        for lr, sl in _slices(late[o]).items():
+            worst = sl.start + int(np.argmax(total[sl]))  # the first of the largest, as idxmax
             late_rows.append({
-                "rank": int(lr), "n_collectives_last": int(len(grp)),
-                "share_of_late_collectives": len(grp) / len(sig), "wait_caused_ns": caused,
-                "worst_coll_id": int(grp.loc[grp["total_wait_ns"].idxmax(), "coll_id"]),
-                "worst_wait_ns": int(grp["total_wait_ns"].max()),
+                "rank": int(lr), "n_collectives_last": sl.stop - sl.start,
+                "share_of_late_collectives": (sl.stop - sl.start) / len(sig),
+                "wait_caused_ns": int(total[sl].sum()), "worst_coll_id": int(ids[worst]),
+                "worst_wait_ns": int(total[worst]),
             })
     late_rows.sort(key=lambda d: -d["wait_caused_ns"])
     return out, late_rows
