@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -9,7 +10,7 @@ import pandas as pd
 
 from analyzers.crossrank.frames import _codes, _Frames, _pack, _ranges, _RankRows, _runs, _slices
 from analyzers.crossrank.report import CrossRankParams
-from analyzers.timeline.iterations import assign_steps, host_steps
+from analyzers.crossrank.steps import RankSteps, rank_steps
 from analyzers.timeline.model import RankTrace, TraceSet
 
 # --------------------------------------------------------------------------- scheduling-order mismatch
@@ -26,7 +27,8 @@ _MISMATCH_COLUMNS = [
 
 def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[int, str], colls: pd.DataFrame,
                           members: pd.DataFrame, offsets: dict[int, int],
-                          params: CrossRankParams) -> tuple[pd.DataFrame, dict[str, Any], list[str]]:
+                          params: CrossRankParams, steps: Mapping[int, RankSteps] | None = None
+                          ) -> tuple[pd.DataFrame, dict[str, Any], list[str]]:
     """Kernel pairs on two role-matched streams that start in one order on the reference rank and
     in the other order on rank b, followed (on either stream, same iteration) by a matched
     collective: that collective's peer wait is the cost.
@@ -48,7 +50,8 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
     if not len(frames.by_rank[ref]) or len(frames.ranks) < 2:
         return empty, summary, notes
     coll_rows = _member_rows(members)
-    keyed = {r: _kernel_keys(traces.ranks[r], frames.by_rank[r], coll_rows.get(r), params) for r in frames.ranks}
+    keyed = {r: _kernel_keys(traces.ranks[r], frames.by_rank[r], coll_rows.get(r), params, (steps or {}).get(r))
+             for r in frames.ranks}
     a = keyed[ref]
     packed = _sorted_keys(keyed)
     loose = pd.unique(a["role"][(a["seg"] == -2) & (a["anchor"] == -1)])
@@ -157,7 +160,7 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
 
 
 def _kernel_keys(trace: RankTrace, rows: _RankRows, colls_of_rows: tuple[np.ndarray, np.ndarray] | None,
-                 params: CrossRankParams) -> dict[str, np.ndarray]:
+                 params: CrossRankParams, steps: RankSteps | None = None) -> dict[str, np.ndarray]:
     """The kernels of one rank that take part in order comparison, sorted by (role, start), with a
     key that names the same kernel on every rank: (role, seg, anchor, gname, k).
 
@@ -181,18 +184,10 @@ def _kernel_keys(trace: RankTrace, rows: _RankRows, colls_of_rows: tuple[np.ndar
     if colls_of_rows is not None:
         coll_of_row[colls_of_rows[0]] = colls_of_rows[1]
     d["coll_id"] = coll_of_row[idx]
-    steps = host_steps(trace, params.step_pattern)
-    has_steps = not steps.empty
-    if has_steps:
-        step_all = assign_steps(trace, steps)
-        step = step_all[idx]
-        # Start of the first step's GPU window (iterations.gpu_step_windows: the earliest start of the
-        # activities the steps launched), without building the windows.
-        in_step = rows.start[step_all >= 0]
-        first = int(in_step.min()) if len(in_step) else np.iinfo(np.int64).max
-        d["seg"] = np.where(step >= 0, step, np.where(d["start"] < first, -1, -2))
-    else:
-        d["seg"] = np.full(len(idx), -2, dtype=np.int64)
+    if steps is None or steps.pattern != params.step_pattern or len(steps.seg) != len(rows):
+        steps = rank_steps(trace, params.step_pattern)
+    has_steps = steps.has_steps
+    d["seg"] = steps.seg[idx]
     # Last matched collective at or before each kernel on its stream role, else the first after it.
     n, pos = len(idx), np.arange(len(idx))
     marked = d["coll_id"] >= 0
