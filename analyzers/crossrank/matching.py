@@ -50,6 +50,7 @@ def _comm_rows(traces: TraceSet, frames: _Frames, role_labels: dict[int, str]) -
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("rank", "row", "start", "end", "stream", "role",
                                                            "gname", "seq", "coll", "pg")}
     texts: dict[str, list[np.ndarray]] = {"coll": [], "pg": []}
+    seen = {"coll": 0, "pg": 0}  # distinct values so far: local codes + this = codes into the concatenation
     for r in frames.ranks:
         rows = frames.by_rank[r]
         idx = np.flatnonzero(rows.comm)
@@ -63,8 +64,9 @@ def _comm_rows(traces: TraceSet, frames: _Frames, role_labels: dict[int, str]) -
             cols[k].append(v)
         for k, name in (("coll", "coll_name"), ("pg", "pg")):  # local codes, made global below
             codes, uniq = _strings(gpu[name], idx)
-            cols[k].append(codes + sum(len(u) for u in texts[k]))
+            cols[k].append(codes + seen[k])
             texts[k].append(uniq)
+            seen[k] += len(uniq)
     if not cols["rank"]:
         return None
     c = {k: np.concatenate(v) for k, v in cols.items()}

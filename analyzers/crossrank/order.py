@@ -173,10 +173,14 @@ def _kernel_keys(trace: RankTrace, rows: _RankRows, colls_of_rows: tuple[np.ndar
     - k: occurrence of that name since (seg, anchor). Where the trace may be cut at the front
       (before the first step, or before a stream's first collective when there are no steps),
       k counts backwards instead.
+    Returns arrays (role, start, gname, compute, coll_id, seg, anchor, k, step) and order, the
+    permutation that sorts them by the full key; steps: rank_steps of this trace, if at hand.
     """
     cat = trace.gpu["category"]
-    idx = np.flatnonzero(np.logical_or.reduce([(cat == c).to_numpy(dtype=bool) for c in params.order_categories]
-                                              + [np.zeros(len(cat), dtype=bool)]))
+    keep = np.zeros(len(cat), dtype=bool)
+    for c in params.order_categories:  # == on the categorical compares codes: no strings per row
+        keep |= (cat == c).to_numpy(dtype=bool)
+    idx = np.flatnonzero(keep)
     idx = idx[np.lexsort((rows.start[idx], rows.role[idx]))]
     d = {"role": rows.role[idx], "start": rows.start[idx], "gname": rows.gname[idx],
          "compute": (cat == "compute").to_numpy(dtype=bool)[idx]}

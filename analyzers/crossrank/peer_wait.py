@@ -98,7 +98,8 @@ def _per_member(values: dict[int, int], rank: np.ndarray) -> np.ndarray:
 def _covered_before(busy: iv.Intervals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A merged interval set with the time it covers before each interval: what _covered needs."""
     s, e = busy
-    return s, e, np.r_[0, np.cumsum(e - s)[:-1]].astype(np.int64) if len(s) else np.zeros(0, dtype=np.int64)
+    before = np.r_[0, np.cumsum(e - s)[:-1]].astype(np.int64) if len(s) else np.zeros(0, dtype=np.int64)
+    return s, e, before
 
 
 def _covered(busy: tuple[np.ndarray, np.ndarray, np.ndarray], t: np.ndarray) -> np.ndarray:
