@@ -7,7 +7,12 @@ Overlap is a per-rank number, but what makes it bad often lies between ranks: a 
 that spins until the last peer arrives is counted as communication by a per-rank view,
 although it moved no data and no compute could have hidden it usefully. Everything here
 works on the per-rank ``gpu`` tables with vectorized numpy / pandas; loops run over ranks,
-streams, groups or stream-role pairs, never over events.
+streams, groups or stream-role pairs, never over events. This stage runs once, in the parent,
+after every rank is loaded: each rank's table is read once into integer arrays (frames), keys are
+integer codes (strings are built once per distinct value), and the order comparison pairs each
+rank with the reference by one sort and one searchsorted, so the cost is linear in ranks ×
+events. What depends on one rank alone and costs most (its step ranges) can come precomputed
+from the per-rank stage (steps.rank_steps).
 
 Vocabulary:
 - reference rank: the lowest rank given; offsets and order comparisons are relative to it.
@@ -24,6 +29,8 @@ Vocabulary:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pandas as pd
 
 from analyzers.crossrank.clock import _clock_from_metadata, _span_overlap, align_clocks, aligned_copy
@@ -33,13 +40,18 @@ from analyzers.crossrank.order import _MISMATCH_COLUMNS, find_order_mismatches
 from analyzers.crossrank.peer_wait import peer_wait, peer_wait_totals
 from analyzers.crossrank.report import CrossRankParams, CrossRankReport
 from analyzers.crossrank.roles import _attach_roles, _role_labels, match_stream_roles
+from analyzers.crossrank.steps import RankSteps
 from analyzers.timeline.model import TraceSet
 
 # --------------------------------------------------------------------------- entry points
 
-def analyze_cross_rank(traces: TraceSet, *, align: bool = True,
-                       params: CrossRankParams | None = None) -> CrossRankReport:
-    """Match collectives, align clocks, measure peer wait and find scheduling-order mismatches."""
+def analyze_cross_rank(traces: TraceSet, *, align: bool = True, params: CrossRankParams | None = None,
+                       steps: Mapping[int, RankSteps] | None = None) -> CrossRankReport:
+    """Match collectives, align clocks, measure peer wait and find scheduling-order mismatches.
+
+    steps: per rank, rank_steps(trace, params.step_pattern) of these very traces, when the
+    per-rank stage computed it already (in parallel); missing or stale entries are recomputed.
+    """
     params = params or CrossRankParams()
     ranks = traces.rank_ids()
     empty_df = pd.DataFrame()
@@ -73,7 +85,7 @@ def analyze_cross_rank(traces: TraceSet, *, align: bool = True,
     colls, members, pw_notes = peer_wait(matching, ranks, offsets, params, traces.world_size)
     notes += pw_notes
     totals, late_rows = peer_wait_totals(traces, colls, members, offsets, params)
-    mism, msum, m_notes = find_order_mismatches(traces, frames, labels, colls, members, offsets, params)
+    mism, msum, m_notes = find_order_mismatches(traces, frames, labels, colls, members, offsets, params, steps)
     notes += m_notes
     stream_roles = {
         r: [{"device": int(d), "stream": int(s), "role": labels.get(int(ro), "own role (no partner)"),

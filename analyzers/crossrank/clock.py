@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
+from analyzers.crossrank.frames import _search
 from analyzers.crossrank.matching import _Matching
 from analyzers.crossrank.report import _TIME_COLUMNS, ClockAlignment, CrossRankParams
 from analyzers.timeline.model import RankTrace, TraceSet
@@ -16,25 +16,31 @@ from analyzers.timeline.model import RankTrace, TraceSet
 
 def _reference_mask(colls: pd.DataFrame, params: CrossRankParams) -> np.ndarray:
     """Collectives whose ends should coincide on all ranks (per collective id)."""
-    rx = re.compile(params.clock_reference_pattern)
-    names = colls["coll_name"].astype(str)
-    uniq = names.unique()
-    hit = {u: bool(rx.search(u)) for u in uniq}
-    return names.map(hit).to_numpy(dtype=bool)
+    return _search(colls["coll_name"], params.clock_reference_pattern)
 
 
-def _end_matrix(members: pd.DataFrame, ranks: list[int], ids: np.ndarray) -> pd.DataFrame:
-    """collective × rank matrix of ends, relative to the earliest end: the pivot is float (NaN
-    where a rank is absent), and epoch nanoseconds would lose ~100 ns in a float64."""
-    sub = members[members["coll_id"].isin(ids)]
-    rel = sub.assign(end=(sub["end"] - sub["end"].min()).astype(np.int64))
-    return rel.pivot_table(index="coll_id", columns="rank", values="end", aggfunc="first").reindex(columns=ranks)
+def _end_matrix(members: pd.DataFrame, ranks: list[int], ids: np.ndarray) -> np.ndarray:
+    """collective × rank matrix of ends, relative to the earliest end, as float (NaN where a rank is
+    absent): epoch nanoseconds would lose ~100 ns in a float64, ends relative to the earliest do not.
+    Rows: the collectives of ids that have members, in id order; columns: ranks."""
+    cid = members["coll_id"].to_numpy(dtype=np.int64)
+    sel = np.isin(cid, ids)
+    cid, end = cid[sel], members["end"].to_numpy(dtype=np.int64)[sel]
+    rows, row_of = np.unique(cid, return_inverse=True)
+    col_of = np.searchsorted(np.asarray(ranks, dtype=np.int64), members["rank"].to_numpy(dtype=np.int64)[sel])
+    mat = np.full((len(rows), len(ranks)), np.nan)
+    if len(end):
+        mat[row_of, col_of] = (end - end.min()).astype(np.float64)
+    return mat
 
 
-def estimate_offsets(ends: pd.DataFrame, ranks: list[int]) -> tuple[dict[int, int], list[int]]:
-    """offset_r = median(end_ref - end_r) over collectives both run; ranks that share none with
-    the reference are reached through other ranks. Returns offsets and unreachable ranks."""
+def estimate_offsets(ends: np.ndarray, ranks: list[int]) -> tuple[dict[int, int], list[int]]:
+    """offset_r = median(end_ref - end_r) over collectives both run (ends: _end_matrix, columns in
+    ranks order); ranks that share none with the reference are reached through other ranks.
+    Returns offsets and unreachable ranks."""
     ref = ranks[0]
+    col = {r: i for i, r in enumerate(ranks)}
+    present = ~np.isnan(ends)
     offsets = {ref: 0}
     pending = [r for r in ranks[1:]]
     progress = True
@@ -42,9 +48,9 @@ def estimate_offsets(ends: pd.DataFrame, ranks: list[int]) -> tuple[dict[int, in
         progress = False
         for r in list(pending):
             for s in list(offsets):
-                both = ends[[s, r]].dropna()
-                if len(both):
-                    d = (both[s].to_numpy(dtype=np.int64) - both[r].to_numpy(dtype=np.int64))
+                both = present[:, col[s]] & present[:, col[r]]
+                if both.any():
+                    d = ends[both, col[s]].astype(np.int64) - ends[both, col[r]].astype(np.int64)
                     offsets[r] = offsets[s] + int(np.rint(np.median(d)))
                     pending.remove(r)
                     progress = True
@@ -54,16 +60,19 @@ def estimate_offsets(ends: pd.DataFrame, ranks: list[int]) -> tuple[dict[int, in
     return {r: offsets[r] for r in ranks}, pending
 
 
-def _skew(ends: pd.DataFrame, offsets: dict[int, int]) -> tuple[int | None, int | None]:
+def _skew(ends: np.ndarray, ranks: list[int], offsets: dict[int, int]) -> tuple[int | None, int | None]:
     """Median and max over collectives of (last aligned end - first aligned end)."""
-    if ends.empty:
+    if not ends.size:
         return None, None
-    shifted = ends + pd.Series(offsets).reindex(ends.columns).to_numpy(dtype=float)[None, :]
-    spread = (shifted.max(axis=1) - shifted.min(axis=1)).dropna()
-    spread = spread[ends.notna().sum(axis=1) >= 2]
-    if spread.empty:
+    two = (~np.isnan(ends)).sum(axis=1) >= 2
+    if not two.any():
         return None, None
-    return int(np.rint(spread.median())), int(spread.max())
+    shifted = ends[two] + np.array([offsets.get(r, np.nan) for r in ranks], dtype=float)[None, :]
+    spread = np.nanmax(shifted, axis=1) - np.nanmin(shifted, axis=1)
+    spread = spread[~np.isnan(spread)]
+    if not len(spread):
+        return None, None
+    return int(np.rint(np.median(spread))), int(spread.max())
 
 
 def _span_overlap(traces: TraceSet) -> float:
@@ -141,7 +150,7 @@ def align_clocks(traces: TraceSet, m: _Matching, align: bool, params: CrossRankP
     estimated, unreachable = estimate_offsets(ends, ranks)
     if unreachable:
         notes.append(f"ranks {unreachable} share no matched collective with the others: their offset is 0")
-    before_med, _ = _skew(ends, zero)
+    before_med, _ = _skew(ends, ranks, zero)
     tol = params.shared_clock_tolerance_ns
     ends_agree = before_med is not None and before_med <= tol
 
@@ -151,9 +160,9 @@ def align_clocks(traces: TraceSet, m: _Matching, align: bool, params: CrossRankP
         shared, method, reason = known
     elif session is not None:
         shared, method = False, "session-start"
-        est_res, _ = _skew(ends, estimated)
+        est_res, _ = _skew(ends, ranks, estimated)
         reason = ("one host, separate nsys sessions: offsets from the sessions' start times; matched collective "
-                  f"ends leave {_skew(ends, session)[0]} ns (median) with them and {est_res} ns with their own "
+                  f"ends leave {_skew(ends, ranks, session)[0]} ns (median) with them and {est_res} ns with their own "
                   "best offsets")
     else:
         overlap = _span_overlap(traces)
@@ -170,7 +179,7 @@ def align_clocks(traces: TraceSet, m: _Matching, align: bool, params: CrossRankP
         notes.append(f"the ranks share a clock ({method}) but matched collective ends differ by {before_med} ns "
                      "(median): the order-matched collectives may not be the same ones")
     offsets = zero if shared else (session if method == "session-start" else estimated)
-    est_med, _ = _skew(ends, estimated)
+    est_med, _ = _skew(ends, ranks, estimated)
     trusted = shared or method == "session-start" or (est_med is not None
                                                        and est_med <= params.max_alignment_residual_ns)
     if not trusted:
@@ -182,7 +191,7 @@ def align_clocks(traces: TraceSet, m: _Matching, align: bool, params: CrossRankP
             notes.append("clocks not aligned (--no-align): the matched collective ends suggest offsets "
                          + ", ".join(f"rank {r}: {v} ns" for r, v in estimated.items() if r != ref))
         offsets, method = zero, "disabled"
-    res_med, res_max = _skew(ends, offsets)
+    res_med, res_max = _skew(ends, ranks, offsets)
     return ClockAlignment(
         shared_clock=shared, method=method, reason=reason, applied=any(offsets.values()),
         offsets_ns=dict(offsets), estimated_offsets_ns=dict(estimated),

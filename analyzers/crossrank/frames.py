@@ -1,14 +1,21 @@
-"""Each rank's communication and kernel rows in the shape the cross-rank steps share; kernel-name normalization."""
+"""Each rank's GPU rows as arrays the cross-rank steps share; kernel-name normalization.
+
+The cross-rank stage runs once, in the parent process, after every rank is loaded, so it
+touches each rank's table once here (a handful of O(rows) numpy / factorize passes) and the
+later steps work on these arrays, never on string-keyed groupbys over events.
+"""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from analyzers.timeline.model import TraceSet
+from analyzers.timeline.model import RankTrace, TraceSet
 
 _NAME_CUT = re.compile(r"[(<]")
 
@@ -24,37 +31,155 @@ def _normalized(names: np.ndarray) -> np.ndarray:
     return np.array([normalized_name(str(u)) for u in uniques], dtype=object)[codes] if len(names) else names
 
 
+_PACK_LIMIT = 2 ** 62  # packed keys stay below this (int64 with room to spare)
+
+
+def _ranges(tables: list[list[np.ndarray]]) -> tuple[list[int], list[int]]:
+    """Per column the lowest value and the span over all tables (tables: lists of aligned columns)."""
+    lows, spans = [], []
+    for i in range(len(tables[0])):
+        present = [t[i] for t in tables if len(t[i])]
+        lo = min((int(c.min()) for c in present), default=0)
+        lows.append(lo)
+        spans.append(max((int(c.max()) for c in present), default=0) - lo + 1)
+    return lows, spans
+
+
+def _pack(cols: list[np.ndarray], lows: list[int], spans: list[int]) -> np.ndarray | None:
+    """The columns as one int64 per row in mixed radix (order-preserving); None when it would overflow."""
+    if math.prod(spans) >= _PACK_LIMIT:
+        return None
+    out = np.zeros(len(cols[0]), dtype=np.int64)
+    for c, lo, span in zip(cols, lows, spans, strict=True):
+        out = out * span + (c - lo)
+    return out
+
+
+def _search(values: pd.Series, pattern: str) -> np.ndarray:
+    """bool(re.search(pattern, str(value))) for each value, the regex run once per distinct value."""
+    rx = re.compile(pattern)
+    codes, uniq = pd.factorize(values.array, use_na_sentinel=False)
+    return np.array([bool(rx.search(str(u))) for u in uniq], dtype=bool)[codes] if len(codes) else \
+        np.zeros(0, dtype=bool)
+
+
+def _codes(*cols: np.ndarray) -> tuple[np.ndarray, int]:
+    """One code per distinct tuple of the (integer) columns, numbered in order of first appearance."""
+    packed = _pack(list(cols), *_ranges([list(cols)])) if len(cols[0]) else None
+    if packed is not None:
+        codes, uniq = pd.factorize(packed)
+        return codes.astype(np.int64), len(uniq)
+    out, n = np.zeros(len(cols[0]), dtype=np.int64), 1
+    for c in cols:
+        codes, uniq = pd.factorize(c)
+        out, pairs = pd.factorize(out * max(len(uniq), 1) + codes)
+        n = len(pairs)
+    return out.astype(np.int64), n
+
+
+def _runs(*keys: np.ndarray) -> np.ndarray:
+    """Position of each row within its run of equal keys (rows sorted so that equal keys are adjacent)."""
+    n = len(keys[0])
+    new = np.ones(n, dtype=bool)
+    for k in keys:
+        new[1:] &= k[1:] == k[:-1]
+    new[1:] = ~new[1:]
+    idx = np.arange(n)
+    return idx - np.maximum.accumulate(np.where(new, idx, 0))
+
+
+def _slices(keys: np.ndarray) -> dict[int, slice]:
+    """Slice of each key's run in an array sorted by key."""
+    if not len(keys):
+        return {}
+    heads = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    ends = np.r_[heads[1:], len(keys)]
+    return {int(keys[h]): slice(int(h), int(e)) for h, e in zip(heads, ends, strict=True)}
+
+
+@dataclass
+class _RankRows:
+    """One rank's GPU rows (position = row of its gpu table) and its streams."""
+
+    start: np.ndarray  # int64
+    end: np.ndarray  # int64
+    stream: np.ndarray  # int64
+    gname: np.ndarray  # int64, index into _Frames.names (one id per distinct name over all ranks)
+    comm: np.ndarray  # bool
+    scode: np.ndarray  # int64, index into streams
+    # Per (device, stream), sorted by both: device, stream, n (kernels), first (earliest start),
+    # appear (order of first appearance); match_stream_roles adds role and similarity.
+    streams: pd.DataFrame
+    name_ids: np.ndarray  # sorted distinct gname values of this rank
+    counts: np.ndarray  # streams × name_ids matrix of kernel counts
+    role: np.ndarray | None = None  # int64 per row, set by _attach_roles
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
 @dataclass
 class _Frames:
-    """Per-rank event frames with names made comparable across ranks."""
+    """Per-rank rows with names made comparable across ranks."""
 
     ranks: list[int]
     ref: int
-    by_rank: dict[int, pd.DataFrame]  # row, start, end, device, stream, gname, comm (+ role)
+    by_rank: dict[int, _RankRows]
     names: np.ndarray  # gname -> kernel name (object array)
+    comm: Any = None  # matching._CommRows: the communication rows, once match_collectives built them
+
+
+def _stream_codes(device: np.ndarray, stream: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, pd.DataFrame]:
+    """Per row the index of its (device, stream) in the sorted stream list, and that list."""
+    d_codes, d_uniq = pd.factorize(device)
+    s_codes, s_uniq = pd.factorize(stream)
+    pair_codes, pairs = pd.factorize(d_codes.astype(np.int64) * max(len(s_uniq), 1) + s_codes)
+    dev = np.asarray(d_uniq, dtype=device.dtype)[pairs // max(len(s_uniq), 1)]
+    st = np.asarray(s_uniq, dtype=stream.dtype)[pairs % max(len(s_uniq), 1)]
+    order = np.lexsort((st, dev))
+    pos = np.empty(len(order), dtype=np.int64)
+    pos[order] = np.arange(len(order))
+    scode = pos[pair_codes]
+    first = np.full(len(order), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, scode, start)
+    appear = np.empty(len(order), dtype=np.int64)
+    appear[np.argsort(first, kind="stable")] = np.arange(len(order))
+    streams = pd.DataFrame({"device": dev[order], "stream": st[order],
+                            "n": np.bincount(scode, minlength=len(order)).astype(np.int64),
+                            "first": first, "appear": appear})
+    return scode, streams
+
+
+def _rank_rows(t: RankTrace) -> tuple[_RankRows, np.ndarray]:
+    """The rank's rows with gname still local (codes into the returned names, first appearance order)."""
+    g = t.gpu
+    local, ids = pd.factorize(g["name_id"].to_numpy())
+    start = g["start_ns"].to_numpy(dtype=np.int64)
+    stream = g["stream"].to_numpy()
+    scode, streams = _stream_codes(g["device"].to_numpy(), stream, start)
+    rows = _RankRows(start=start, end=g["end_ns"].to_numpy(dtype=np.int64), stream=stream,
+                     gname=local.astype(np.int64), comm=(g["category"] == "comm").to_numpy(dtype=bool),
+                     scode=scode, streams=streams, name_ids=np.zeros(0, dtype=np.int64),
+                     counts=np.zeros((len(streams), 0), dtype=np.int64))
+    return rows, t.names_of(ids)
 
 
 def _build_frames(traces: TraceSet) -> _Frames:
     ranks = traces.rank_ids()
-    parts, names = [], []
-    for r in ranks:
-        t = traces.ranks[r]
-        g = t.gpu
-        names.append(t.names_of(g["name_id"].to_numpy()))
-        parts.append(pd.DataFrame({
-            "row": np.arange(len(g), dtype=np.int64),
-            "start": g["start_ns"].to_numpy(dtype=np.int64),
-            "end": g["end_ns"].to_numpy(dtype=np.int64),
-            "device": g["device"].to_numpy(),
-            "stream": g["stream"].to_numpy(),
-            "comm": (g["category"] == "comm").to_numpy(dtype=bool),
-        }))
-    all_names = np.concatenate(names) if names else np.zeros(0, dtype=object)
+    parts = [_rank_rows(traces.ranks[r]) for r in ranks]
+    all_names = np.concatenate([n for _, n in parts]) if parts else np.zeros(0, dtype=object)
+    # The distinct names of each rank in first-appearance order, concatenated: factorizing them
+    # numbers the names exactly as factorizing every row of every rank would, at a fraction of the cost.
     codes, uniques = pd.factorize(pd.Series(all_names, dtype=object), use_na_sentinel=False)
-    bounds = np.cumsum([0] + [len(p) for p in parts])
+    bounds = np.cumsum([0] + [len(n) for _, n in parts])
     by_rank = {}
     for i, r in enumerate(ranks):
-        df = parts[i]
-        df["gname"] = codes[bounds[i]:bounds[i + 1]].astype(np.int64)
-        by_rank[r] = df
+        rows = parts[i][0]
+        to_global = codes[bounds[i]:bounds[i + 1]].astype(np.int64)
+        rows.name_ids, to_col = np.unique(to_global, return_inverse=True)
+        col = to_col[rows.gname]
+        rows.gname = to_global[rows.gname]
+        n_s, n_n = len(rows.streams), len(rows.name_ids)
+        rows.counts = np.bincount(rows.scode * n_n + col, minlength=n_s * n_n).reshape(n_s, n_n).astype(np.int64)
+        by_rank[r] = rows
     return _Frames(ranks=ranks, ref=ranks[0], by_rank=by_rank, names=np.asarray(uniques, dtype=object))

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzers.crossrank.frames import _Frames, _normalized
+from analyzers.crossrank.frames import _codes, _Frames, _normalized, _runs
 from analyzers.crossrank.report import CrossRankParams
 from analyzers.timeline.model import TraceSet
 
@@ -23,6 +23,79 @@ class _Matching:
     notes: list[str]
 
 
+_MEMBER_COLUMNS = ["coll_id", "rank", "row", "start", "end", "stream", "role", "label", "group", "key", "occ", "seq"]
+
+
+@dataclass
+class _CommRows:
+    """Every rank's communication rows, sorted by (rank, group, start), and their string values.
+
+    Group and label depend on (pg, coll_name, kernel name, role, stream) alone, so the strings are
+    built once per distinct combination (combo) and the rows carry integer codes.
+    """
+
+    rows: dict[str, np.ndarray]  # rank, row, start, end, stream, role, gname, seq, combo, gcode, lab
+    groups: np.ndarray  # gcode -> group (sorted, so code order is the groups' order)
+    labels: np.ndarray  # combo -> label
+
+
+def _strings(col: pd.Series, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of col[idx] and the distinct values as str (as .astype(str) would write them)."""
+    codes, uniq = pd.factorize(col.array.take(idx), use_na_sentinel=False)
+    return codes, np.asarray(uniq, dtype=object).astype(str)
+
+
+def _comm_rows(traces: TraceSet, frames: _Frames, role_labels: dict[int, str]) -> _CommRows | None:
+    """Every rank's communication rows with their group and label, sorted by rank, group, start."""
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("rank", "row", "start", "end", "stream", "role",
+                                                           "gname", "seq", "coll", "pg")}
+    texts: dict[str, list[np.ndarray]] = {"coll": [], "pg": []}
+    seen = {"coll": 0, "pg": 0}  # distinct values so far: local codes + this = codes into the concatenation
+    for r in frames.ranks:
+        rows = frames.by_rank[r]
+        idx = np.flatnonzero(rows.comm)
+        if idx.size == 0:
+            continue
+        gpu = traces.ranks[r].gpu
+        for k, v in (("rank", np.full(idx.size, r, dtype=np.int64)), ("row", idx.astype(np.int64)),
+                     ("start", rows.start[idx]), ("end", rows.end[idx]), ("stream", rows.stream[idx]),
+                     ("role", rows.role[idx]), ("gname", rows.gname[idx]),
+                     ("seq", gpu["seq"].to_numpy(dtype=np.int64)[idx])):
+            cols[k].append(v)
+        for k, name in (("coll", "coll_name"), ("pg", "pg")):  # local codes, made global below
+            codes, uniq = _strings(gpu[name], idx)
+            cols[k].append(codes + seen[k])
+            texts[k].append(uniq)
+            seen[k] += len(uniq)
+    if not cols["rank"]:
+        return None
+    c = {k: np.concatenate(v) for k, v in cols.items()}
+    text = {}
+    for k in ("coll", "pg"):
+        glob, uniq = pd.factorize(np.concatenate(texts[k]))
+        c[k], text[k] = glob[c[k]], np.asarray(uniq, dtype=str)
+    combo, _ = _codes(c["pg"], c["coll"], c["gname"], c["role"], c["stream"])
+    _, first = np.unique(combo, return_index=True)
+    coll, pg = text["coll"][c["coll"][first]], text["pg"][c["pg"][first]]
+    norm = _normalized(frames.names[c["gname"][first]])
+    role_txt = pd.Series(c["role"][first]).map(role_labels).fillna("").to_numpy(dtype=object)
+    role_txt = np.where(role_txt == "", "unpaired stream " + c["stream"][first].astype(str), role_txt)
+    group = np.where(pg != "", "pg " + pg.astype(object),
+                     np.where(coll != "", "nccl", norm + " @ " + role_txt.astype(object)))
+    label = np.asarray(np.where(coll != "", coll, norm), dtype=object)
+    gcode, groups = pd.factorize(np.asarray(group, dtype=object), sort=True)
+    c["combo"], c["gcode"] = combo, gcode[combo]
+    c["lab"] = pd.factorize(label)[0][combo]
+    del c["coll"], c["pg"]
+    order = np.lexsort((c["start"], c["gcode"], c["rank"]))
+    return _CommRows({k: v[order] for k, v in c.items()}, np.asarray(groups, dtype=object), label)
+
+
+def _str_column(values: np.ndarray, codes: np.ndarray) -> pd.api.extensions.ExtensionArray:
+    """values[codes] as the column pandas infers for those strings, built with one take."""
+    return pd.Series(values).array.take(codes)
+
+
 def match_collectives(traces: TraceSet, frames: _Frames, role_labels: dict[int, str],
                       params: CrossRankParams, expected_offsets: dict[int, int] | None = None) -> _Matching:
     """The n-th collective of a group on each rank is the same collective (seq when known).
@@ -30,108 +103,116 @@ def match_collectives(traces: TraceSet, frames: _Frames, role_labels: dict[int, 
     A group whose ranks ran different numbers of collectives (no seq) is inconsistent, unless
     expected_offsets (a trusted clock) are given and trimming a few collectives at the trace
     edges makes every rank's ends coincide with the reference's (see _trim_at_edges).
+    Vectorized: groups are integer codes in their sorted order, collectives codes of
+    (group, key, occ), so every step is a sort, a bincount or a reduceat over rows.
     """
-    parts = []
-    for r in frames.ranks:
-        df = frames.by_rank[r]
-        c = df[df["comm"].to_numpy()]
-        if c.empty:
-            continue
-        meta = traces.ranks[r].gpu.iloc[c["row"].to_numpy()]
-        norm = _normalized(frames.names[c["gname"].to_numpy()])
-        coll = meta["coll_name"].to_numpy(dtype=object).astype(str)
-        pg = meta["pg"].to_numpy(dtype=object).astype(str)
-        role_txt = pd.Series(c["role"].to_numpy()).map(role_labels).fillna("").to_numpy(dtype=object)
-        role_txt = np.where(role_txt == "", "unpaired stream " + c["stream"].astype(str).to_numpy(), role_txt)
-        group = np.where(pg != "", "pg " + pg.astype(object),
-                         np.where(coll != "", "nccl", norm + " @ " + role_txt.astype(object)))
-        parts.append(pd.DataFrame({
-            "rank": r, "row": c["row"].to_numpy(), "start": c["start"].to_numpy(), "end": c["end"].to_numpy(),
-            "stream": c["stream"].to_numpy(), "role": c["role"].to_numpy(),
-            "label": np.where(coll != "", coll, norm), "group": group, "seq": meta["seq"].to_numpy(dtype=np.int64),
-        }))
-    empty_members = pd.DataFrame(columns=["coll_id", "rank", "row", "start", "end", "stream", "role", "label",
-                                          "group", "key", "occ", "seq"])
+    if frames.comm is None:
+        frames.comm = _comm_rows(traces, frames, role_labels)
+    empty_members = pd.DataFrame(columns=_MEMBER_COLUMNS)
     empty_colls = pd.DataFrame(columns=["coll_id", "group", "index", "seq", "coll_name", "n_ranks"])
-    if not parts:
+    if frames.comm is None:
         return _Matching(empty_members, empty_colls, [], [], ["no communication activity on any rank"])
-    allc = pd.concat(parts, ignore_index=True).sort_values(["rank", "group", "start"], kind="stable")
+    c, groups, labels = dict(frames.comm.rows), frames.comm.groups, frames.comm.labels
+    gcode, rank = c["gcode"], c["rank"]
     notes: list[str] = []
     unmatched: list[dict[str, Any]] = []
     inconsistent: list[dict[str, Any]] = []
 
     # seq is used for a group when every row of it, on every rank, carries one.
-    seq_ok = allc.groupby("group")["seq"].min() >= 0
-    allc["use_seq"] = allc["group"].map(seq_ok).to_numpy(dtype=bool)
-    pos = allc.groupby(["rank", "group"]).cumcount().to_numpy()
-    allc["key"] = np.where(allc["use_seq"], allc["seq"], pos)
-    allc["occ"] = allc.groupby(["rank", "group", "key"]).cumcount().to_numpy()
+    gmin = np.full(len(groups), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(gmin, gcode, c["seq"])
+    seq_ok = gmin >= 0
+    key = np.where(seq_ok[gcode], c["seq"], _runs(rank, gcode))
+    occ = np.zeros(len(key), dtype=np.int64)
+    if seq_ok.any():  # repeated sequence numbers: counted in row order
+        o = np.lexsort((key, gcode, rank))
+        occ[o] = _runs(rank[o], gcode[o], key[o])
 
-    counts = allc.groupby(["group", "rank"]).size().unstack(fill_value=0)
+    ranks = np.unique(rank)
+    ri = np.searchsorted(ranks, rank)
+    counts = np.bincount(gcode * len(ranks) + ri, minlength=len(groups) * len(ranks)).reshape(len(groups), -1)
     members_per_group = (counts > 0).sum(axis=1)
-    lonely = members_per_group[members_per_group < 2].index
+    lonely = np.flatnonzero(members_per_group < 2)
     for g in lonely:
-        who = counts.columns[counts.loc[g] > 0].tolist()
-        unmatched.append({"group": g, "rank": int(who[0]), "count": int(counts.loc[g, who[0]]),
+        who = int(ranks[np.flatnonzero(counts[g] > 0)[0]])
+        unmatched.append({"group": groups[g], "rank": who, "count": int(counts[g][ranks == who][0]),
                           "reason": "only this rank runs this communication"})
-    order_groups = counts.index[~counts.index.isin(lonely) & ~seq_ok.reindex(counts.index).to_numpy()]
-    trimmed: set[str] = set()
-    for g in order_groups:  # over groups, not events
-        row = counts.loc[g]
-        present = row[row > 0]
-        if present.nunique() <= 1:
+    bad = np.zeros(len(groups), dtype=bool)
+    bad[lonely] = True
+    trimmed: set[int] = set()
+    for g in np.flatnonzero(~bad & ~seq_ok):  # over groups, not events
+        present = counts[g][counts[g] > 0]
+        if len(np.unique(present)) <= 1:
             continue
-        shifts = _trim_at_edges(allc[allc["group"] == g], expected_offsets, params) if expected_offsets else None
+        sel = gcode == g
+        shifts = _trim_at_edges(pd.DataFrame({"rank": rank[sel], "end": c["end"][sel]}), expected_offsets,
+                                params) if expected_offsets else None
         if shifts is not None:
-            sel = (allc["group"] == g).to_numpy()
-            allc.loc[sel, "key"] = allc.loc[sel, "key"].to_numpy() - allc.loc[sel, "rank"].map(shifts).to_numpy()
-            trimmed.add(g)
+            key[sel] -= pd.Series(rank[sel]).map(shifts).to_numpy()
+            trimmed.add(int(g))
             continue
-        inconsistent.append({"group": g, "count": int(present.sum()),
+        bad[g] = True
+        inconsistent.append({"group": groups[g], "count": int(present.sum()),
                              "reason": "ranks ran different numbers of these collectives and the trace has "
                                        "no sequence numbers: matching by order would guess",
-                             "counts": {str(k): int(v) for k, v in present.items()}})
-    bad_groups = set(lonely) | {d["group"] for d in inconsistent}
-    allc = allc[~allc["group"].isin(bad_groups)]
+                             "counts": {str(int(r)): int(v) for r, v in zip(ranks[counts[g] > 0], present,
+                                                                             strict=True)}})
+    keep = ~bad[gcode]
+    c = {k: v[keep] for k, v in c.items()}
+    key, occ, gcode, rank = key[keep], occ[keep], c["gcode"], c["rank"]
 
-    # Matched = a (group, key, occ) present on every rank that runs the group.
-    n_need = allc["group"].map(members_per_group)
-    have = allc.groupby(["group", "key", "occ"])["rank"].transform("nunique")
-    partial = allc[have.to_numpy() < n_need.to_numpy()]
-    if not partial.empty:
-        agg = partial.groupby(["group", "rank"]).size()
-        for (g, r), n in agg.items():
+    # Matched = a (group, key, occ) present on every rank that runs the group (one row per rank each).
+    coll, n_coll = _codes(gcode, key, occ)
+    have = np.bincount(coll, minlength=n_coll)[coll]
+    full = have == members_per_group[gcode]
+    if not full.all():
+        pairs = np.unique(gcode[~full] * len(ranks) + np.searchsorted(ranks, rank[~full]), return_counts=True)
+        for p, n in zip(*pairs, strict=True):
+            g, r = divmod(int(p), len(ranks))
             why = ("at a trace edge: the other ranks' profiles do not cover it (edges found where the "
                    "collective ends coincide)") if g in trimmed else \
                 "sequence numbers not seen on every rank of the group"
-            unmatched.append({"group": g, "rank": int(r), "count": int(n), "reason": why})
-    allc = allc[have.to_numpy() == n_need.to_numpy()]
+            unmatched.append({"group": groups[g], "rank": int(ranks[r]), "count": int(n), "reason": why})
 
     # Inconsistent = matched rows whose collective names differ across ranks.
-    n_labels = allc.groupby(["group", "key", "occ"])["label"].transform("nunique")
-    diff = allc[n_labels.to_numpy() > 1]
-    if not diff.empty:
+    lab = c["lab"]
+    lo = np.full(n_coll, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(n_coll, -1, dtype=np.int64)
+    np.minimum.at(lo, coll, lab)
+    np.maximum.at(hi, coll, lab)
+    mixed = (lo != hi)[coll] & full
+    if mixed.any():
+        diff = pd.DataFrame({"group": groups[gcode[mixed]], "key": key[mixed], "occ": occ[mixed],
+                             "rank": rank[mixed], "label": labels[c["combo"][mixed]]})
         wide = diff.pivot_table(index=["group", "key", "occ"], columns="rank", values="label", aggfunc="first")
         for (g, k, _o), row in wide.iterrows():  # only the inconsistent collectives, reported one by one
             inconsistent.append({"group": g, "index": int(k), "count": 1,
                                  "reason": "matched kernels are different collectives",
                                  "names": {str(c): str(v) for c, v in row.dropna().items()}})
-    allc = allc[n_labels.to_numpy() == 1].copy()
-    if allc.empty:
+    keep = full & ~mixed
+    if not keep.any():
         return _Matching(empty_members, empty_colls, unmatched, inconsistent, notes)
+    c = {k: v[keep] for k, v in c.items()}
+    key, occ, coll = key[keep], occ[keep], coll[keep]
 
-    first = allc.groupby(["group", "key", "occ"])["start"].transform("min")
-    allc["first"] = first.to_numpy()
-    ids = allc.groupby(["group", "key", "occ"], sort=False).ngroup()
-    # Number collectives by their earliest start, so ids read in time order.
-    order = allc.assign(_id=ids.to_numpy()).groupby("_id")["first"].min().sort_values(kind="stable")
-    remap = pd.Series(np.arange(len(order)), index=order.index)
-    allc["coll_id"] = remap.reindex(ids.to_numpy()).to_numpy()
-    members = allc[["coll_id", "rank", "row", "start", "end", "stream", "role", "label", "group", "key", "occ",
-                    "seq"]].sort_values(["coll_id", "rank"]).reset_index(drop=True)
-    colls = members.groupby("coll_id").agg(
-        group=("group", "first"), index=("key", "first"), seq=("seq", "max"), coll_name=("label", "first"),
-        n_ranks=("rank", "nunique")).reset_index()
+    # Number collectives by their earliest start, so ids read in time order (ties: first seen).
+    first = np.full(n_coll, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, coll, c["start"])
+    present = np.unique(coll)
+    coll_id = np.empty(n_coll, dtype=np.int64)
+    coll_id[present[np.argsort(first[present], kind="stable")]] = np.arange(len(present))
+    cid = coll_id[coll]
+    o = np.lexsort((c["rank"], cid))
+    members = pd.DataFrame({"coll_id": cid[o], "rank": c["rank"][o], "row": c["row"][o], "start": c["start"][o],
+                            "end": c["end"][o], "stream": c["stream"][o], "role": c["role"][o],
+                            "label": _str_column(labels, c["combo"][o]), "group": _str_column(groups, c["gcode"][o]),
+                            "key": key[o], "occ": occ[o],
+                            "seq": c["seq"][o]})
+    heads = np.flatnonzero(np.r_[True, cid[o][1:] != cid[o][:-1]])
+    colls = pd.DataFrame({"coll_id": cid[o][heads], "group": _str_column(groups, c["gcode"][o][heads]),
+                          "index": key[o][heads], "seq": np.maximum.reduceat(c["seq"][o], heads),
+                          "coll_name": _str_column(labels, c["combo"][o][heads]),
+                          "n_ranks": np.diff(np.r_[heads, len(o)])})
     if unmatched or inconsistent:
         notes.append("some communication could not be matched across ranks (see unmatched / inconsistent); "
                      "it is left out of peer wait")

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from analyzers.crossrank.frames import _Frames
+from analyzers.crossrank.frames import _codes, _Frames, _pack, _ranges, _RankRows, _runs, _slices
 from analyzers.crossrank.report import CrossRankParams
-from analyzers.timeline.iterations import assign_steps, gpu_step_windows, host_steps
+from analyzers.crossrank.steps import RankSteps, rank_steps
 from analyzers.timeline.model import RankTrace, TraceSet
 
 # --------------------------------------------------------------------------- scheduling-order mismatch
 
+_KEY = ("role", "seg", "anchor", "gname", "k")  # names the same kernel on every rank (see _kernel_keys)
 _MISMATCH_COLUMNS = [
     "rank_a", "rank_b", "step", "coll_id", "coll_name", "n_swapped_pairs",
     "kernel_x", "stream_x", "kernel_y", "stream_y",
@@ -25,7 +27,8 @@ _MISMATCH_COLUMNS = [
 
 def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[int, str], colls: pd.DataFrame,
                           members: pd.DataFrame, offsets: dict[int, int],
-                          params: CrossRankParams) -> tuple[pd.DataFrame, dict[str, Any], list[str]]:
+                          params: CrossRankParams, steps: Mapping[int, RankSteps] | None = None
+                          ) -> tuple[pd.DataFrame, dict[str, Any], list[str]]:
     """Kernel pairs on two role-matched streams that start in one order on the reference rank and
     in the other order on rank b, followed (on either stream, same iteration) by a matched
     collective: that collective's peer wait is the cost.
@@ -44,44 +47,47 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
     summary: dict[str, Any] = {"n_mismatches": 0, "n_swapped_pairs": 0, "n_swaps_without_dependency": 0,
                                "wait_caused_ns": 0, "n_explaining_wait": 0, "kernels_compared": 0,
                                "role_pairs": 0}
-    if frames.by_rank[ref].empty or len(frames.ranks) < 2:
+    if not len(frames.by_rank[ref]) or len(frames.ranks) < 2:
         return empty, summary, notes
-    keyed = {r: _kernel_keys(traces.ranks[r], frames.by_rank[r], members, r, params) for r in frames.ranks}
+    coll_rows = _member_rows(members)
+    keyed = {r: _kernel_keys(traces.ranks[r], frames.by_rank[r], coll_rows.get(r), params, (steps or {}).get(r))
+             for r in frames.ranks}
     a = keyed[ref]
-    loose = a[(a["seg"] == -2) & (a["anchor"] == -1)]["role"].unique()
+    packed = _sorted_keys(keyed)
+    loose = pd.unique(a["role"][(a["seg"] == -2) & (a["anchor"] == -1)])
     if len(loose):
         notes.append(f"no step ranges and no collective on {', '.join(role_labels.get(int(x), str(x)) for x in loose)}"
                      ": its kernels are paired by occurrence since the trace start, which a profiler window opening "
                      "at a different kernel on each rank would shift")
-    deps = a[a["coll_id"] >= 0].sort_values("start", kind="stable")
-    dep_by_role = {int(r): (g["start"].to_numpy(), g["coll_id"].to_numpy(), g["step"].to_numpy())
-                   for r, g in deps.groupby("role")}
-    coll_info = colls.set_index("coll_id") if len(colls) else None
-    wait_cols = {r: f"wait_ns_r{r}" for r in frames.ranks}
+    # a is sorted by (role, start): per role its matched collectives in start order.
+    dep_by_role = {int(r): (a["start"][sl][m], a["coll_id"][sl][m], a["step"][sl][m])
+                   for r, sl in _slices(a["role"]).items() if (m := a["coll_id"][sl] >= 0).any()}
     rows: list[pd.DataFrame] = []
     checks: list[dict[str, Any]] = []
     summary["order_checks"] = checks
     skipped_roles: set[tuple[int, int]] = set()
     for rb in frames.ranks[1:]:
         b = keyed[rb]
-        if b.empty:
+        if not len(b["start"]):
             continue
-        both = a.merge(b[["role", "seg", "anchor", "gname", "k", "start"]], on=["role", "seg", "anchor", "gname", "k"],
-                       suffixes=("_a", "_b"))
-        roles = sorted(both["role"].unique().tolist())
-        by_role = {r: g.sort_values("start_a", kind="stable") for r, g in both.groupby("role")}
-        prod = both[both["compute"].to_numpy()]
-        firsts = prod.groupby(["role", "step"])[["start_a", "start_b"]].min()
+        # "Same kernel" on both ranks: one key per (role, seg, anchor, gname, k), unique within a rank.
+        hit_b = _same_kernels(a, b, *((packed[ref], packed[rb]) if packed else (None, None)))
+        in_both = hit_b >= 0
+        both = {k: v[in_both] for k, v in a.items() if k != "order"}  # in a's order: sorted by (role, start)
+        both["start_a"], both["start_b"] = both.pop("start"), b["start"][hit_b[in_both]]
+        by_role = {r: {k: v[sl] for k, v in both.items()} for r, sl in _slices(both["role"]).items()}
+        firsts = {r: _first_compute(g) for r, g in by_role.items()}
+        roles = sorted(by_role)
         for i, rx in enumerate(roles):
             for ry in roles[i + 1:]:
                 xs, ys = by_role[rx], by_role[ry]
-                ya, yb = ys["start_a"].to_numpy(), ys["start_b"].to_numpy()
-                if np.any(np.diff(yb) < 0) or np.any(np.diff(xs["start_b"].to_numpy()) < 0):
+                ya, yb = ys["start_a"], ys["start_b"]
+                if np.any(np.diff(yb) < 0) or np.any(np.diff(xs["start_b"]) < 0):
                     skipped_roles.add((rx, ry))  # FIFO order differs: the role match is wrong
                     continue
                 summary["role_pairs"] += 1
-                summary["kernels_compared"] += len(xs) + len(ys)
-                xa, xb = xs["start_a"].to_numpy(), xs["start_b"].to_numpy()
+                summary["kernels_compared"] += len(xs["start_a"]) + len(ya)
+                xa, xb = xs["start_a"], xs["start_b"]
                 hi_a = np.searchsorted(ya, xa + gap, side="right")  # y's from here start after x on a
                 lo_b = np.searchsorted(yb, xb - gap, side="left")  # y's before here start before x on b
                 lo_a = np.searchsorted(ya, xa - gap, side="left")
@@ -89,16 +95,16 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
                 sw1, sw2 = lo_b > hi_a, lo_a > hi_b  # x first on a / y first on a
                 hit = sw1 | sw2
                 checks.append(_order_check(ref, rb, role_labels.get(rx, str(rx)), role_labels.get(ry, str(ry)),
-                                           xs, ys, (hi_a > lo_a) | (hi_b > lo_b), hit, firsts, rx, ry,
-                                           params.max_listed))
+                                           len(xa), len(ya), (hi_a > lo_a) | (hi_b > lo_b), hit,
+                                           firsts[rx], firsts[ry], params.max_listed))
                 if not hit.any():
                     continue
                 j = np.where(sw1, hi_a, hi_b)[hit]
                 n_pairs = np.where(sw1, lo_b - hi_a, lo_a - hi_b)[hit]
-                xh = xs.iloc[np.flatnonzero(hit)]
-                yh = ys.iloc[j]
-                t0 = np.minimum(xh["start_a"].to_numpy(), yh["start_a"].to_numpy())
-                step0 = np.minimum(xh["step"].to_numpy(), yh["step"].to_numpy())
+                xh = {k: v[hit] for k, v in xs.items()}
+                yh = {k: v[j] for k, v in ys.items()}
+                t0 = np.minimum(xh["start_a"], yh["start_a"])
+                step0 = np.minimum(xh["step"], yh["step"])
                 dep_t, dep_id, on_y = _next_dependency(t0, step0, [dep_by_role.get(rx), dep_by_role.get(ry)])
                 # The rank that ran the kernel of the stream *without* the dependency first delays
                 # the dependency; if the swap explains the wait, that rank is the late one there.
@@ -106,12 +112,12 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
                 delayer = np.where(on_y == x_first_a, ref, rb)
                 rows.append(pd.DataFrame({
                     "rank_a": ref, "rank_b": rb, "step": step0, "coll_id": dep_id, "n_swapped_pairs": n_pairs,
-                    "kernel_x": frames.names[xh["gname"].to_numpy()], "stream_x": role_labels.get(rx, str(rx)),
-                    "kernel_y": frames.names[yh["gname"].to_numpy()], "stream_y": role_labels.get(ry, str(ry)),
-                    "x_start_ns_a": xh["start_a"].to_numpy() + offsets.get(ref, 0),
-                    "y_start_ns_a": yh["start_a"].to_numpy() + offsets.get(ref, 0),
-                    "x_start_ns_b": xh["start_b"].to_numpy() + offsets.get(rb, 0),
-                    "y_start_ns_b": yh["start_b"].to_numpy() + offsets.get(rb, 0),
+                    "kernel_x": frames.names[xh["gname"]], "stream_x": role_labels.get(rx, str(rx)),
+                    "kernel_y": frames.names[yh["gname"]], "stream_y": role_labels.get(ry, str(ry)),
+                    "x_start_ns_a": xh["start_a"] + offsets.get(ref, 0),
+                    "y_start_ns_a": yh["start_a"] + offsets.get(ref, 0),
+                    "x_start_ns_b": xh["start_b"] + offsets.get(rb, 0),
+                    "y_start_ns_b": yh["start_b"] + offsets.get(rb, 0),
                     "first_on_a": np.where(sw1[hit], "x", "y"), "first_on_b": np.where(sw1[hit], "y", "x"),
                     "dependency_start_ns": dep_t + offsets.get(ref, 0),
                     "dependency_stream": np.where(on_y, role_labels.get(ry, str(ry)), role_labels.get(rx, str(rx))),
@@ -132,21 +138,18 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
     det = det.sort_values(["rank_b", "coll_id", "_t"], kind="stable")
     n_pairs = det.groupby(["rank_b", "coll_id"])["n_swapped_pairs"].transform("sum")
     out = det.assign(n_swapped_pairs=n_pairs.to_numpy()).drop_duplicates(["rank_b", "coll_id"]).drop(columns="_t")
-    ci = coll_info.reindex(out["coll_id"].to_numpy()) if coll_info is not None else None
-    out["coll_name"] = ci["coll_name"].to_numpy() if ci is not None else ""
-    pair_wait = np.zeros(len(out), dtype=np.int64)
-    waiting = np.full(len(out), -1, dtype=np.int64)
-    for rank_b in out["rank_b"].unique():  # over ranks: wait of the two ranks compared, at that collective
-        sel = (out["rank_b"] == rank_b).to_numpy()
-        wa = ci[wait_cols[ref]].to_numpy(dtype=float, na_value=np.nan)[sel]
-        wb = ci[wait_cols[int(rank_b)]].to_numpy(dtype=float, na_value=np.nan)[sel]
-        wa, wb = np.nan_to_num(wa), np.nan_to_num(wb)
-        pair_wait[sel] = np.maximum(wa, wb).astype(np.int64)
-        waiting[sel] = np.where(wb > wa, int(rank_b), ref)
+    ids = out["coll_id"].to_numpy()
+    ci = colls.set_index("coll_id")[["coll_name", "max_wait_ns", "late_rank"]].reindex(ids)
+    out["coll_name"] = ci["coll_name"].to_numpy()
+    # Wait of the two ranks compared, at that collective (0 where a rank is not in it).
+    rank_b = out["rank_b"].to_numpy()
+    wa, wb = _member_wait(members, ids, np.full(len(ids), ref)), _member_wait(members, ids, rank_b)
+    pair_wait = np.maximum(wa, wb).astype(np.int64)
+    waiting = np.where(wb > wa, rank_b, ref).astype(np.int64)
     out["wait_caused_ns"] = pair_wait
     out["waiting_rank"] = np.where(pair_wait > 0, waiting, -1)
-    out["max_wait_ns"] = ci["max_wait_ns"].to_numpy() if ci is not None else 0
-    out["late_rank"] = ci["late_rank"].to_numpy() if ci is not None else -1
+    out["max_wait_ns"] = ci["max_wait_ns"].to_numpy()
+    out["late_rank"] = ci["late_rank"].to_numpy()
     out["explains_wait"] = (out["late_rank"].to_numpy() == out["delaying_rank"].to_numpy()) & (pair_wait > 0)
     out = out[_MISMATCH_COLUMNS].sort_values(["dependency_start_ns", "rank_b"], kind="stable").reset_index(drop=True)
     explains = out["explains_wait"].to_numpy(dtype=bool)
@@ -156,10 +159,10 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
     return out, summary, notes
 
 
-def _kernel_keys(trace: RankTrace, df: pd.DataFrame, members: pd.DataFrame, rank: int,
-                 params: CrossRankParams) -> pd.DataFrame:
-    """The kernels of one rank that take part in order comparison, with a key that names the
-    same kernel on every rank: (role, seg, anchor, gname, k).
+def _kernel_keys(trace: RankTrace, rows: _RankRows, colls_of_rows: tuple[np.ndarray, np.ndarray] | None,
+                 params: CrossRankParams, steps: RankSteps | None = None) -> dict[str, np.ndarray]:
+    """The kernels of one rank that take part in order comparison, sorted by (role, start), with a
+    key that names the same kernel on every rank: (role, seg, anchor, gname, k).
 
     Profilers open and close at slightly different moments on each rank, so "the k-th kernel of
     this name on this stream" must be counted from something every rank has:
@@ -170,56 +173,142 @@ def _kernel_keys(trace: RankTrace, df: pd.DataFrame, members: pd.DataFrame, rank
     - k: occurrence of that name since (seg, anchor). Where the trace may be cut at the front
       (before the first step, or before a stream's first collective when there are no steps),
       k counts backwards instead.
+    Returns arrays (role, start, gname, compute, coll_id, seg, anchor, k, step) and order, the
+    permutation that sorts them by the full key; steps: rank_steps of this trace, if at hand.
     """
     cat = trace.gpu["category"]
-    keep = cat.isin(list(params.order_categories)).to_numpy()
-    d = df[keep[df["row"].to_numpy()]].sort_values(["role", "start"], kind="stable").copy()
-    d["compute"] = (cat.to_numpy() == "compute")[d["row"].to_numpy()]
-    mine = members[members["rank"] == rank] if len(members) else members
-    coll_of_row = pd.Series(mine["coll_id"].to_numpy(), index=mine["row"].to_numpy()) if len(mine) else \
-        pd.Series(dtype=np.int64)
-    d["coll_id"] = coll_of_row.reindex(d["row"].to_numpy()).fillna(-1).to_numpy(dtype=np.int64)
-    steps = host_steps(trace, params.step_pattern)
-    has_steps = not steps.empty
-    if has_steps:
-        step = assign_steps(trace, steps)[d["row"].to_numpy()]
-        windows = gpu_step_windows(trace, params.step_pattern)
-        first = int(windows["gpu_start_ns"].min()) if len(windows) else np.iinfo(np.int64).max
-        d["seg"] = np.where(step >= 0, step, np.where(d["start"].to_numpy() < first, -1, -2))
-    else:
-        d["seg"] = -2
-    marks = d["coll_id"].where(d["coll_id"] >= 0)
-    after = marks.groupby(d["role"]).ffill()
-    before = marks.groupby(d["role"]).bfill()
-    head = after.isna().to_numpy()
-    d["anchor"] = np.where(~head, after.fillna(-1).to_numpy(),
-                           np.where(before.notna().to_numpy(), -2 - before.fillna(0).to_numpy(), -1)).astype(np.int64)
-    by = ["role", "seg", "anchor", "gname"]
-    fwd = d.groupby(by).cumcount().to_numpy()
-    back = d.groupby(by).cumcount(ascending=False).to_numpy()
-    cut_front = (d["seg"].to_numpy() == -1) if has_steps else (head & (d["anchor"].to_numpy() <= -2))
+    keep = np.zeros(len(cat), dtype=bool)
+    for c in params.order_categories:  # == on the categorical compares codes: no strings per row
+        keep |= (cat == c).to_numpy(dtype=bool)
+    idx = np.flatnonzero(keep)
+    idx = idx[np.lexsort((rows.start[idx], rows.role[idx]))]
+    d = {"role": rows.role[idx], "start": rows.start[idx], "gname": rows.gname[idx],
+         "compute": (cat == "compute").to_numpy(dtype=bool)[idx]}
+    coll_of_row = np.full(len(rows), -1, dtype=np.int64)
+    if colls_of_rows is not None:
+        coll_of_row[colls_of_rows[0]] = colls_of_rows[1]
+    d["coll_id"] = coll_of_row[idx]
+    if steps is None or steps.pattern != params.step_pattern or len(steps.seg) != len(rows):
+        steps = rank_steps(trace, params.step_pattern)
+    has_steps = steps.has_steps
+    d["seg"] = steps.seg[idx]
+    # Last matched collective at or before each kernel on its stream role, else the first after it.
+    n, pos = len(idx), np.arange(len(idx))
+    marked = d["coll_id"] >= 0
+    role_start = pos - _runs(d["role"])
+    role_end = role_start + np.bincount(role_start, minlength=n)[role_start] - 1
+    after = np.maximum.accumulate(np.where(marked, pos, -1)) if n else pos
+    before = np.minimum.accumulate(np.where(marked, pos, n)[::-1])[::-1] if n else pos
+    head = after < role_start
+    tail_ok = before <= role_end
+    d["anchor"] = np.where(~head, d["coll_id"][np.maximum(after, 0)],
+                           np.where(tail_ok, -2 - d["coll_id"][np.minimum(before, n - 1)], -1)).astype(np.int64)
+    # Sorted by (role, seg, anchor, gname), start order kept within: each name's kernels since an
+    # anchor are one run, counted from either end; the same order sorts by the full key (k included).
+    o = _lex_order([d[c] for c in _KEY[:-1]])
+    run = _runs(*(d[c][o] for c in _KEY[:-1])) if n else pos
+    size = np.diff(np.r_[np.flatnonzero(run == 0), n])
+    fwd, back = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    fwd[o], back[o] = run, np.repeat(size, size) - 1 - run
+    cut_front = (d["seg"] == -1) if has_steps else (head & (d["anchor"] <= -2))
     d["k"] = np.where(cut_front, -1 - back, fwd)
-    d["step"] = np.maximum(d["seg"].to_numpy(), -1)
+    d["step"] = np.maximum(d["seg"], -1)
+    d["order"] = o
     return d
 
 
-def _order_check(ra: int, rb: int, sx: str, sy: str, xs: pd.DataFrame, ys: pd.DataFrame, ties: np.ndarray,
-                 hit: np.ndarray, firsts: pd.DataFrame, rx: int, ry: int, cap: int) -> dict[str, Any]:
+def _lex_order(cols: list[np.ndarray]) -> np.ndarray:
+    """Stable permutation sorting rows by the columns, first column first: one argsort of a packed
+    key when the value ranges fit in an int64, else np.lexsort (the same permutation)."""
+    packed = _pack(cols, *_ranges([cols])) if len(cols[0]) else None
+    return np.lexsort(cols[::-1]) if packed is None else np.argsort(packed, kind="stable")
+
+
+def _sorted_keys(keyed: dict[int, dict[str, np.ndarray]]) -> dict[int, np.ndarray] | None:
+    """Each rank's kernel keys packed on one radix for all ranks, in key order (None: too wide to pack)."""
+    tables = [[k[c] for c in _KEY] for k in keyed.values()]
+    lows, spans = _ranges(tables)
+    out = {}
+    for r, k in keyed.items():
+        packed = _pack([k[c][k["order"]] for c in _KEY], lows, spans)
+        if packed is None:
+            return None
+        out[r] = packed
+    return out
+
+
+def _member_rows(members: pd.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Per rank: the gpu rows of its matched collectives and their ids."""
+    if not len(members):
+        return {}
+    rank = members["rank"].to_numpy()
+    o = np.argsort(rank, kind="stable")
+    row, cid = members["row"].to_numpy(dtype=np.int64)[o], members["coll_id"].to_numpy(dtype=np.int64)[o]
+    return {r: (row[sl], cid[sl]) for r, sl in _slices(rank[o]).items()}
+
+
+def _member_wait(members: pd.DataFrame, ids: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """wait_ns of each (collective id, rank) asked for, as float (0 where the rank is not in it)."""
+    all_ranks = np.unique(members["rank"].to_numpy())
+    packed = members["coll_id"].to_numpy(dtype=np.int64) * len(all_ranks) + np.searchsorted(
+        all_ranks, members["rank"].to_numpy())
+    wait = members["wait_ns"].to_numpy(dtype=np.int64)
+    if np.any(np.diff(packed) <= 0):
+        o = np.argsort(packed, kind="stable")
+        packed, wait = packed[o], wait[o]
+    ri = np.clip(np.searchsorted(all_ranks, ranks), 0, len(all_ranks) - 1)
+    q = np.where(all_ranks[ri] == ranks, ids * len(all_ranks) + ri, -1)
+    pos = np.clip(np.searchsorted(packed, q), 0, len(packed) - 1)
+    return np.where(packed[pos] == q, wait[pos].astype(float), 0.0)
+
+
+def _same_kernels(a: dict[str, np.ndarray], b: dict[str, np.ndarray], ka: np.ndarray | None,
+                  kb: np.ndarray | None) -> np.ndarray:
+    """For each kernel of a the index of the same kernel in b (-1: none); keys are unique per rank.
+
+    ka, kb: the packed keys in key order (_sorted_keys): one searchsorted of sorted into sorted.
+    Without them, the keys of both are numbered together (_codes) and looked up.
+    """
+    na = len(a["start"])
+    if ka is not None and kb is not None:
+        if not len(kb):
+            return np.full(na, -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(kb, ka), len(kb) - 1)
+        out = np.empty(na, dtype=np.int64)
+        out[a["order"]] = np.where(kb[pos] == ka, b["order"][pos], -1)
+        return out
+    cols = [np.concatenate([a[k], b[k]]) for k in _KEY]
+    key, n = _codes(*cols)
+    where_b = np.full(n, -1, dtype=np.int64)
+    where_b[key[na:]] = np.arange(len(key) - na)
+    return where_b[key[:na]]
+
+
+def _first_compute(g: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per step (sorted) of one role's kernels on both ranks: the first compute start on each."""
+    steps, inv = np.unique(g["step"][g["compute"]], return_inverse=True)
+    first_a = np.full(len(steps), np.iinfo(np.int64).max, dtype=np.int64)
+    first_b = first_a.copy()
+    np.minimum.at(first_a, inv, g["start_a"][g["compute"]])
+    np.minimum.at(first_b, inv, g["start_b"][g["compute"]])
+    return steps, first_a, first_b
+
+
+def _order_check(ra: int, rb: int, sx: str, sy: str, n_x: int, n_y: int, ties: np.ndarray, hit: np.ndarray,
+                 fx: tuple[np.ndarray, np.ndarray, np.ndarray], fy: tuple[np.ndarray, np.ndarray, np.ndarray],
+                 cap: int) -> dict[str, Any]:
     """The evidence behind a verdict for one rank pair and stream-role pair, also when nothing
     was found: how many kernels were compared, how many started too close to judge, and per
     iteration which stream's first compute kernel started first on each rank
     (lead = first Y compute start - first X compute start; steps where a stream computes nothing
     are left out; the per-step lists are cut at cap)."""
-    roles = firsts.index.get_level_values("role")
-    fx = firsts.loc[rx] if rx in roles else firsts.iloc[:0].droplevel("role")
-    fy = firsts.loc[ry] if ry in roles else firsts.iloc[:0].droplevel("role")
-    steps = fx.index.intersection(fy.index)
-    lead_a = (fy.loc[steps, "start_a"] - fx.loc[steps, "start_a"]).to_numpy()
-    lead_b = (fy.loc[steps, "start_b"] - fx.loc[steps, "start_b"]).to_numpy()
+    steps, ix, iy = np.intersect1d(fx[0], fy[0], assume_unique=True, return_indices=True)
+    lead_a = fy[1][iy] - fx[1][ix]
+    lead_b = fy[2][iy] - fx[2][ix]
     agree = np.sign(lead_a) == np.sign(lead_b)
     return {
         "rank_a": ra, "rank_b": rb, "stream_x": sx, "stream_y": sy,
-        "kernels_x": int(len(xs)), "kernels_y": int(len(ys)),
+        "kernels_x": int(n_x), "kernels_y": int(n_y),
         "near_ties": int(ties.sum()), "swapped": int(hit.sum()),
         "steps": int(len(steps)), "steps_same_first_stream": int(agree.sum()),
         "first_lead_ns_a": [int(v) for v in lead_a[:cap]], "first_lead_ns_b": [int(v) for v in lead_b[:cap]],

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from analyzers.crossrank.frames import _search, _slices
 from analyzers.crossrank.matching import _Matching
 from analyzers.crossrank.report import CrossRankParams
 from analyzers.timeline import intervals as iv
@@ -23,87 +23,145 @@ def peer_wait(m: _Matching, ranks: list[int], offsets: dict[int, int], params: C
     if mem.empty:
         return m.colls.assign(arrival_ns=[], first_start_ns=[], skew_ns=[], late_rank=[], end_spread_ns=[],
                               max_wait_ns=[], total_wait_ns=[], peers_known=[]), mem, notes
-    off = mem["rank"].map(offsets).to_numpy(dtype=np.int64)
+    off = _per_member(offsets, mem["rank"].to_numpy())
     mem["start"] = mem["start"].to_numpy(dtype=np.int64) + off
     mem["end"] = mem["end"].to_numpy(dtype=np.int64) + off
-    rx = re.compile(params.p2p_pattern)
-    p2p_names = {n: bool(rx.search(str(n))) for n in m.colls["coll_name"].unique()}
     colls = m.colls.copy()
     pair_world = (colls["n_ranks"] == 2) & (world_size is None or world_size == 2)
-    colls["peers_known"] = ~(colls["coll_name"].map(p2p_names).to_numpy(dtype=bool) & ~pair_world.to_numpy())
+    colls["peers_known"] = ~(_search(colls["coll_name"], params.p2p_pattern) & ~pair_world.to_numpy())
     if not colls["peers_known"].all():
         notes.append(f"{int((~colls['peers_known']).sum())} send/recv kernels matched, but the world has more than "
                      "the two ranks: their peers are unknown, so no wait is computed for them")
     if world_size is not None and world_size > len(ranks):
         notes.append(f"{len(ranks)} of {world_size} ranks given: arrival is the last start among the given ranks")
-    g = mem.groupby("coll_id")
-    arrival = g["start"].transform("max").to_numpy()
-    known = mem["coll_id"].map(colls.set_index("coll_id")["peers_known"]).to_numpy(dtype=bool)
-    dur = (mem["end"] - mem["start"]).to_numpy()
-    wait = np.clip(arrival - mem["start"].to_numpy(), 0, dur)
+    # members are sorted by (coll_id, rank): each collective is one run of rows.
+    cid = mem["coll_id"].to_numpy(dtype=np.int64)
+    heads = np.flatnonzero(np.r_[True, cid[1:] != cid[:-1]])
+    size = np.diff(np.r_[heads, len(cid)])
+    start, end = mem["start"].to_numpy(), mem["end"].to_numpy()
+    arrival_c = np.maximum.reduceat(start, heads)
+    arrival = np.repeat(arrival_c, size)
+    known = colls["peers_known"].to_numpy(dtype=bool)[np.searchsorted(colls["coll_id"].to_numpy(), cid)]
+    dur = end - start
+    wait = np.clip(arrival - start, 0, dur)
     wait = np.where(known, wait, 0)
     mem["wait_ns"] = wait
     mem["transfer_ns"] = dur - wait
     mem["arrival"] = arrival
-    late_idx = g["start"].idxmax()
-    by_id = pd.DataFrame({
-        "arrival_ns": g["start"].max(), "first_start_ns": g["start"].min(),
-        "late_rank": mem.loc[late_idx.to_numpy(), "rank"].to_numpy(),
-        "end_spread_ns": g["end"].max() - g["end"].min(),
-        "max_wait_ns": g["wait_ns"].max(), "total_wait_ns": g["wait_ns"].sum(),
+    pos = np.arange(len(cid))
+    late_pos = np.minimum.reduceat(np.where(start == arrival, pos, len(cid)), heads)  # first latest start
+    first_c = np.minimum.reduceat(start, heads)
+    skew = arrival_c - first_c
+    late_rank = np.where(skew < params.min_skew_ns, -1, mem["rank"].to_numpy()[late_pos]).astype(np.int64)
+    # colls rows are in coll_id order, one per run of members: the per-collective values line up.
+    data = {c: colls[c].array for c in colls.columns}
+    data.update({
+        "arrival_ns": arrival_c, "first_start_ns": first_c, "skew_ns": skew,
+        "late_rank": np.where(colls["peers_known"].to_numpy(dtype=bool), late_rank, -1),
+        "end_spread_ns": np.maximum.reduceat(end, heads) - np.minimum.reduceat(end, heads),
+        "max_wait_ns": np.maximum.reduceat(wait, heads), "total_wait_ns": np.add.reduceat(wait, heads),
     })
-    by_id["skew_ns"] = by_id["arrival_ns"] - by_id["first_start_ns"]
-    by_id.loc[by_id["skew_ns"] < params.min_skew_ns, "late_rank"] = -1
-    colls = colls.merge(by_id, left_on="coll_id", right_index=True, how="left")
-    colls.loc[~colls["peers_known"], "late_rank"] = -1
-    # Wide per-rank columns as nullable Int64 (a rank may be absent): exact epoch nanoseconds.
-    names = {"start": "start_ns", "end": "end_ns", "wait_ns": "wait_ns", "transfer_ns": "transfer_ns"}
-    for r in ranks:  # over ranks, not events
-        sub = mem[mem["rank"] == r].drop_duplicates("coll_id").set_index("coll_id")[list(names)]
-        sub = sub.rename(columns={c: f"{n}_r{r}" for c, n in names.items()}).astype("Int64")
-        colls = colls.merge(sub, left_on="coll_id", right_index=True, how="left")
     cols = ["coll_id", "group", "index", "seq", "coll_name", "n_ranks", "peers_known", "arrival_ns",
             "first_start_ns", "skew_ns", "late_rank", "end_spread_ns", "max_wait_ns", "total_wait_ns"]
-    colls = colls[cols + [c for c in colls.columns if c not in cols]].sort_values("coll_id").reset_index(drop=True)
+    colls = pd.DataFrame({**{c: data[c] for c in cols},
+                          **_per_rank_columns(mem, colls["coll_id"].to_numpy(), ranks)})
     members = mem.rename(columns={"start": "start_ns", "end": "end_ns"})
     return colls, members, notes
+
+
+def _per_rank_columns(mem: pd.DataFrame, ids: np.ndarray, ranks: list[int]) -> dict[str, pd.arrays.IntegerArray]:
+    """start_ns_r{r}, end_ns_r{r}, wait_ns_r{r}, transfer_ns_r{r} per rank, nullable Int64 (a rank
+    may be absent): exact epoch nanoseconds, one column per rank and value, built in one pass."""
+    rank_arr = np.asarray(ranks, dtype=np.int64)
+    ci = np.searchsorted(ids, mem["coll_id"].to_numpy())
+    ri = np.searchsorted(rank_arr, mem["rank"].to_numpy())
+    absent = np.ones((len(ids), len(ranks)), dtype=bool)
+    absent[ci, ri] = False
+    names = {"start": "start_ns", "end": "end_ns", "wait_ns": "wait_ns", "transfer_ns": "transfer_ns"}
+    mats = {}
+    for c in names:
+        mat = np.zeros((len(ids), len(ranks)), dtype=np.int64)
+        mat[ci, ri] = mem[c].to_numpy(dtype=np.int64)
+        mats[c] = mat
+    return {f"{n}_r{r}": pd.arrays.IntegerArray(np.ascontiguousarray(mats[c][:, j]),
+                                                np.ascontiguousarray(absent[:, j]))
+            for j, r in enumerate(ranks) for c, n in names.items()}
+
+
+def _per_member(values: dict[int, int], rank: np.ndarray) -> np.ndarray:
+    """values[rank] for each member row, as int64 (every rank has a value)."""
+    keys = np.asarray(sorted(values), dtype=np.int64)
+    vals = np.asarray([values[int(k)] for k in keys], dtype=np.int64)
+    return vals[np.searchsorted(keys, rank)] if len(keys) else np.zeros(len(rank), dtype=np.int64)
+
+
+def _covered_before(busy: iv.Intervals) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A merged interval set with the time it covers before each interval: what _covered needs."""
+    s, e = busy
+    before = np.r_[0, np.cumsum(e - s)[:-1]].astype(np.int64) if len(s) else np.zeros(0, dtype=np.int64)
+    return s, e, before
+
+
+def _covered(busy: tuple[np.ndarray, np.ndarray, np.ndarray], t: np.ndarray) -> np.ndarray:
+    """Time of the merged set busy before each time t (a running total, read with one searchsorted)."""
+    s, e, before = busy
+    if not len(s):
+        return np.zeros(len(t), dtype=np.int64)
+    k = np.searchsorted(s, t, side="right") - 1
+    kc = np.maximum(k, 0)
+    return np.where(k >= 0, before[kc] + np.clip(t - s[kc], 0, e[kc] - s[kc]), 0)
+
+
+def _overlap(u: iv.Intervals, busy: tuple[np.ndarray, np.ndarray, np.ndarray]) -> int:
+    """Length of (merged set u) ∩ busy: = length(iv.intersection(u, busy)), without a sweep per call."""
+    return int((_covered(busy, u[1]) - _covered(busy, u[0])).sum())
 
 
 def peer_wait_totals(traces: TraceSet, colls: pd.DataFrame, members: pd.DataFrame, offsets: dict[int, int],
                      params: CrossRankParams) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
     """Per rank wait / transfer totals and effective overlap; per late rank the wait it caused."""
     out: dict[int, dict[str, Any]] = {}
-    known_ids = set(colls.loc[colls["peers_known"], "coll_id"].tolist()) if len(colls) else set()
-    mem = members[members["coll_id"].isin(known_ids)] if len(members) else members
-    late = colls.set_index("coll_id")["late_rank"] if len(colls) else pd.Series(dtype=np.int64)
+    late = colls["late_rank"].to_numpy(dtype=np.int64) if len(colls) else np.zeros(0, dtype=np.int64)
+    n_late = dict(zip(*np.unique(late, return_counts=True), strict=True))
+    by_rank: dict[int, np.ndarray] = {}
+    if len(members) and len(colls):
+        pos = np.searchsorted(colls["coll_id"].to_numpy(), members["coll_id"].to_numpy())
+        rows = np.flatnonzero(colls["peers_known"].to_numpy(dtype=bool)[pos])
+        rank = members["rank"].to_numpy()[rows]
+        o = np.argsort(rank, kind="stable")
+        by_rank = {r: rows[o][sl] for r, sl in _slices(rank[o]).items()}
+        m_start, m_end = members["start_ns"].to_numpy(dtype=np.int64), members["end_ns"].to_numpy(dtype=np.int64)
+        m_arrival, m_late = members["arrival"].to_numpy(dtype=np.int64), late[pos]
+        m_wait, m_transfer = members["wait_ns"].to_numpy(), members["transfer_ns"].to_numpy()
     for r in traces.rank_ids():
         t = traces.ranks[r]
         g = t.gpu
-        comp = g["category"].to_numpy() == "compute"
+        comp = (g["category"] == "compute").to_numpy(dtype=bool)
         busy_c = iv.union(g["start_ns"].to_numpy()[comp], g["end_ns"].to_numpy()[comp])
-        mr = mem[mem["rank"] == r] if len(mem) else mem
+        mr = by_rank.get(r)
         off = int(offsets.get(r, 0))
-        if len(mr):
-            s_own = mr["start_ns"].to_numpy(dtype=np.int64) - off
-            e_own = mr["end_ns"].to_numpy(dtype=np.int64) - off
-            a_own = np.minimum(np.maximum(mr["arrival"].to_numpy(dtype=np.int64) - off, s_own), e_own)
+        if mr is not None and len(mr):
+            busy = _covered_before(busy_c)
+            s_own, e_own = m_start[mr] - off, m_end[mr] - off
+            a_own = np.minimum(np.maximum(m_arrival[mr] - off, s_own), e_own)
             comm_u = iv.union(s_own, e_own)
             tr_u = iv.union(a_own, e_own)
             comm_ns, transfer_u_ns = iv.length(comm_u), iv.length(tr_u)
-            ov = iv.length(iv.intersection(comm_u, busy_c))
-            ov_tr = iv.length(iv.intersection(tr_u, busy_c))
-            wait_ns, transfer_ns = int(mr["wait_ns"].sum()), int(mr["transfer_ns"].sum())
-            late_of = mr["coll_id"].map(late).to_numpy()
+            ov, ov_tr = _overlap(comm_u, busy), _overlap(tr_u, busy)
+            wait_ns, transfer_ns = int(m_wait[mr].sum()), int(m_transfer[mr].sum())
+            late_of = m_late[mr]
             waiting = (late_of >= 0) & (late_of != r)
-            by_late = pd.Series(mr["wait_ns"].to_numpy()[waiting]).groupby(late_of[waiting]).sum()
-            exposed_by_late = {
-                int(lr): iv.length(iv.difference(iv.union(s_own[waiting & (late_of == lr)],
-                                                          e_own[waiting & (late_of == lr)]), busy_c))
-                for lr in np.unique(late_of[waiting])}
+            late_ranks, which = np.unique(late_of[waiting], return_inverse=True)
+            caused = np.zeros(len(late_ranks), dtype=np.int64)
+            np.add.at(caused, which, m_wait[mr][waiting])
+            by_late = dict(zip(late_ranks.tolist(), caused.tolist(), strict=True))
+            exposed_by_late = {}
+            for lr in late_ranks.tolist():  # over the ranks this one waited for
+                u = iv.union(s_own[waiting & (late_of == lr)], e_own[waiting & (late_of == lr)])
+                exposed_by_late[int(lr)] = iv.length(u) - _overlap(u, busy)
         else:
             comm_ns = transfer_u_ns = ov = ov_tr = wait_ns = transfer_ns = 0
-            by_late = pd.Series(dtype=np.int64)
-            exposed_by_late = {}
+            by_late, exposed_by_late, mr = {}, {}, ()
         kernel_ns = wait_ns + transfer_ns
         out[r] = {
             "n_collectives": int(len(mr)),
@@ -115,22 +173,25 @@ def peer_wait_totals(traces: TraceSet, colls: pd.DataFrame, members: pd.DataFram
             "overlap_ratio": ov / comm_ns if comm_ns else None,
             "transfer_busy_ns": transfer_u_ns,
             "effective_overlap_ratio": ov_tr / transfer_u_ns if transfer_u_ns else None,
-            "n_late": int((late == r).sum()) if len(late) else 0,
+            "n_late": int(n_late.get(r, 0)),
             "wait_for_rank_ns": {str(int(k)): int(v) for k, v in by_late.items()},
             # Of the collectives that waited for that rank, the time no compute on this rank ran beside
             # (wait, or transfer the wait pushed out): the most the straggler can have cost here.
             "exposed_for_rank_ns": {str(k): int(v) for k, v in exposed_by_late.items()},
         }
     late_rows = []
-    if len(colls):
-        sig = colls[colls["late_rank"] >= 0]
-        for lr, grp in sig.groupby("late_rank"):
-            caused = int(grp["total_wait_ns"].sum())
+    sig = np.flatnonzero(late >= 0)
+    if len(sig):  # per late rank, in rank order: the collectives where it came last
+        o = sig[np.argsort(late[sig], kind="stable")]
+        total = colls["total_wait_ns"].to_numpy(dtype=np.int64)[o]
+        ids = colls["coll_id"].to_numpy(dtype=np.int64)[o]
+        for lr, sl in _slices(late[o]).items():
+            worst = sl.start + int(np.argmax(total[sl]))  # the first of the largest, as idxmax
             late_rows.append({
-                "rank": int(lr), "n_collectives_last": int(len(grp)),
-                "share_of_late_collectives": len(grp) / len(sig), "wait_caused_ns": caused,
-                "worst_coll_id": int(grp.loc[grp["total_wait_ns"].idxmax(), "coll_id"]),
-                "worst_wait_ns": int(grp["total_wait_ns"].max()),
+                "rank": int(lr), "n_collectives_last": sl.stop - sl.start,
+                "share_of_late_collectives": (sl.stop - sl.start) / len(sig),
+                "wait_caused_ns": int(total[sl].sum()), "worst_coll_id": int(ids[worst]),
+                "worst_wait_ns": int(total[worst]),
             })
     late_rows.sort(key=lambda d: -d["wait_caused_ns"])
     return out, late_rows

@@ -5,18 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzers.crossrank.frames import _Frames
+from analyzers.crossrank.frames import _Frames, _RankRows
 from analyzers.crossrank.report import CrossRankParams
 
 # --------------------------------------------------------------------------- stream roles
-
-def _stream_keys(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (device, stream): kernel count, first start and the order of first appearance."""
-    g = df.groupby(["device", "stream"], sort=True).agg(n=("start", "size"), first=("start", "min"))
-    g = g.reset_index()
-    g["appear"] = g["first"].rank(method="first").astype(int) - 1
-    return g
-
 
 def match_stream_roles(frames: _Frames, params: CrossRankParams) -> dict[int, pd.DataFrame]:
     """Role of each (device, stream) of every rank: streams that run the same kernels share one.
@@ -28,28 +20,26 @@ def match_stream_roles(frames: _Frames, params: CrossRankParams) -> dict[int, pd
     otherwise it gets a role of its own (compared with nobody).
     """
     ref = frames.ref
-    ref_df = frames.by_rank[ref]
-    ref_streams = _stream_keys(ref_df)
+    ref_rows = frames.by_rank[ref]
+    ref_streams = ref_rows.streams.copy()
     n_roles = len(ref_streams)
     out: dict[int, pd.DataFrame] = {}
     ref_streams["role"] = np.arange(n_roles)
     ref_streams["similarity"] = 1.0
     out[ref] = ref_streams
-    names_ref = ref_df.groupby(["device", "stream", "gname"]).size()
     next_role = n_roles
     for r in frames.ranks[1:]:
-        df = frames.by_rank[r]
-        streams = _stream_keys(df)
+        rows = frames.by_rank[r]
+        streams = rows.streams.copy()
         if streams.empty or ref_streams.empty:
             streams["role"] = np.arange(next_role, next_role + len(streams))
             streams["similarity"] = 0.0
             next_role += len(streams)
             out[r] = streams
             continue
-        counts = df.groupby(["device", "stream", "gname"]).size()
-        gnames = np.union1d(names_ref.index.get_level_values("gname"), counts.index.get_level_values("gname"))
-        a = _count_matrix(names_ref, ref_streams, gnames)
-        b = _count_matrix(counts, streams, gnames)
+        gnames = np.union1d(ref_rows.name_ids, rows.name_ids)
+        a = _count_matrix(ref_rows, gnames)
+        b = _count_matrix(rows, gnames)
         sim = np.vstack([np.minimum(a[i][None, :], b).sum(axis=1) for i in range(a.shape[0])]).astype(float)
         sim /= np.maximum(a.sum(axis=1)[:, None], b.sum(axis=1)[None, :]).clip(min=1)
         same_id = ref_streams["stream"].to_numpy()[:, None] == streams["stream"].to_numpy()[None, :]
@@ -76,25 +66,16 @@ def match_stream_roles(frames: _Frames, params: CrossRankParams) -> dict[int, pd
     return out
 
 
-def _count_matrix(counts: pd.Series, streams: pd.DataFrame, gnames: np.ndarray) -> np.ndarray:
-    """streams × gnames matrix of kernel counts."""
-    mat = np.zeros((len(streams), len(gnames)), dtype=np.int64)
-    if counts.empty:
-        return mat
-    idx = counts.index.to_frame(index=False)
-    pos = pd.MultiIndex.from_frame(streams[["device", "stream"]]).get_indexer(
-        pd.MultiIndex.from_frame(idx[["device", "stream"]]))
-    col = np.searchsorted(gnames, idx["gname"].to_numpy())
-    np.add.at(mat, (pos, col), counts.to_numpy())
+def _count_matrix(rows: _RankRows, gnames: np.ndarray) -> np.ndarray:
+    """streams × gnames matrix of kernel counts (gnames: sorted, a superset of the rank's names)."""
+    mat = np.zeros((len(rows.streams), len(gnames)), dtype=np.int64)
+    mat[:, np.searchsorted(gnames, rows.name_ids)] = rows.counts
     return mat
 
 
 def _attach_roles(frames: _Frames, roles: dict[int, pd.DataFrame]) -> None:
-    for r, df in frames.by_rank.items():
-        m = roles[r]
-        key = pd.MultiIndex.from_frame(m[["device", "stream"]])
-        pos = key.get_indexer(pd.MultiIndex.from_frame(df[["device", "stream"]]))
-        df["role"] = m["role"].to_numpy()[pos] if len(df) else np.zeros(0, dtype=np.int64)
+    for r, rows in frames.by_rank.items():
+        rows.role = roles[r]["role"].to_numpy(dtype=np.int64)[rows.scode]
 
 
 def _role_labels(roles: dict[int, pd.DataFrame], ref: int) -> dict[int, str]:
