@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from analyzers.crossrank import CrossRankParams, CrossRankReport, analyze_cross_rank
+from analyzers.crossrank import CrossRankParams, CrossRankReport, RankSteps, analyze_cross_rank, rank_steps
 from analyzers.findings import FindingParams, cross_rank_findings, detect_findings, detect_rank
 from analyzers.findings.finding import Finding
 from analyzers.io.parallel import PER_RANK_KEY
@@ -97,6 +97,8 @@ class RankStage:
     def __call__(self, trace: RankTrace) -> RankResults:
         metrics = rank_metrics(trace, self.options)
         res = RankResults(self.options, self.diagnose, table_fingerprint(trace), metrics)
+        if self.options.steps.steps is None:  # with a selection the cross-rank stage sees other tables
+            res.cross_steps = rank_steps(trace)
         if self.diagnose:
             res.syncs = in_selected_steps(blocking_syncs(trace, None), self.options)
             res.findings = detect_rank(trace, metrics, FindingParams(), None, res.syncs)
@@ -113,6 +115,7 @@ class RankResults:
     metrics: RankMetrics
     syncs: pd.DataFrame | None = None
     findings: list[Finding] | None = None  # with default parameters and no cross-rank start shift
+    cross_steps: RankSteps | None = None  # the cross-rank order comparison's steps (default pattern)
 
 
 def table_fingerprint(trace: RankTrace) -> int:
@@ -192,8 +195,10 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
         clock_offsets_ns=dict(traces.clock_offsets_ns),
     )
     if cross_rank and len(ids) > 1:
+        steps = {r: pre[r].cross_steps for r in ids} if pre and options.steps.steps is None else None
         report.cross_rank = analyze_cross_rank(selected_steps_only(traces, options), align=align,
-                                               params=cross_rank_params)
+                                               params=cross_rank_params,
+                                               steps=steps if steps and None not in steps.values() else None)
         if report.cross_rank.clock is not None:
             report.clock_offsets_ns = dict(report.cross_rank.clock.offsets_ns)
         tick("cross-rank")
