@@ -19,6 +19,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -51,6 +52,8 @@ from analyzers.io.kineto_schema import (
 )
 from analyzers.timeline.collectives import COLLECTIVES, collective_names
 from analyzers.timeline.model import (
+    CATEGORIES,
+    GPU_KINDS,
     HOST_OP_COLUMNS,
     RUNTIME_COLUMNS,
     SYNC_COLUMNS,
@@ -110,14 +113,29 @@ class _Rows:
 
     idx: np.ndarray = field(default_factory=_no_rows)
     events: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
-    kind: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
-    name_codes: np.ndarray = field(default_factory=_no_rows)  # names, factorized
+    kind_codes: np.ndarray = field(default_factory=_no_rows)  # kind, factorized
+    kinds: list[str] = field(default_factory=list)
+    name_codes: np.ndarray = field(default_factory=_no_rows)  # names, factorized in table order
     name_uniques: list[str] = field(default_factory=list)
     start: np.ndarray = field(default_factory=_no_rows)
     end: np.ndarray = field(default_factory=_no_rows)
 
     def __len__(self) -> int:
         return len(self.idx)
+
+    def sort_by_start(self) -> None:
+        """Rows in start order, ties in table order (what a stable sort of the table would give);
+        the distinct names keep their table-order ranking, which decides name ids."""
+        order = np.argsort(self.start, kind="stable")
+        for name in ("idx", "events", "kind_codes", "name_codes", "start", "end"):
+            setattr(self, name, getattr(self, name)[order])
+
+    def kind_column(self) -> pd.api.extensions.ExtensionArray | np.ndarray:
+        """The kind strings as the array pandas would infer for them, built from the distinct ones
+        (an empty column stays object, as pandas leaves it)."""
+        if not len(self):
+            return np.zeros(0, dtype=object)
+        return pd.Series(np.asarray(self.kinds, dtype=object)).array.take(self.kind_codes)
 
 
 def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
@@ -132,13 +150,15 @@ def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
         events = np.fromiter(doc.traceEvents, dtype=object, count=len(doc.traceEvents))
         doc.traceEvents = None
         rows, runtime_cats = _select_rows(events)
+        first = rows["runtime"] if len(rows["runtime"]) else rows["host"]
+        first_pid = first.events[0].pid if len(first) else -1
         _set_spans(path, data, len(events), rows)
         del data
-        return _rank_trace(path, rank, doc, len(events), rows, runtime_cats)
+        return _rank_trace(path, rank, doc, len(events), rows, runtime_cats, first_pid)
 
 
 def _rank_trace(path: Path, rank: int | None, doc: Trace, n_events: int, rows: dict[str, _Rows],
-                runtime_cats: list[str]) -> RankTrace:
+                runtime_cats: list[str], first_pid: Any) -> RankTrace:
     names = NameTable()
     notes: list[str] = []
     dist = doc.distributedInfo
@@ -160,8 +180,6 @@ def _rank_trace(path: Path, rank: int | None, doc: Trace, n_events: int, rows: d
     if gpu.empty:
         notes.append("no GPU activity in this trace (was CUDA profiling on?)")
     devices = {d.id: d.name for d in (doc.deviceProperties or [])}
-    first = rows["runtime"] if len(rows["runtime"]) else rows["host"]
-    first_pid = first.events[0].pid if len(first) else -1
     meta = {
         "base_time_ns": doc.baseTimeNanoseconds,
         "schema_version": doc.schemaVersion,
@@ -215,7 +233,7 @@ def _select_rows(events: np.ndarray) -> tuple[dict[str, _Rows], list[str]]:
     order = np.array([CATEGORY_ORDER.get(c, -1) for c in lowered], dtype=np.int64)
     table = np.array([TABLES.index(t) if (t := TABLE_OF_CATEGORY.get(c, ("", ""))[0]) else -1 for c in lowered],
                      dtype=np.int64)
-    kinds = np.array([TABLE_OF_CATEGORY.get(c, ("", ""))[1] for c in lowered], dtype=object)
+    kinds = [TABLE_OF_CATEGORY.get(c, ("", ""))[1] for c in lowered]
     table_of = table[cat_codes]
     runtime_cats: list[str] = []
     for t, name in enumerate(TABLES):
@@ -225,7 +243,7 @@ def _select_rows(events: np.ndarray) -> tuple[dict[str, _Rows], list[str]]:
         idx = idx[np.argsort(order[cat_codes[idx]], kind="stable")]
         complete = np.fromiter(map("X".__eq__, map(GET["ph"], events[idx])), dtype=bool, count=len(idx))
         idx = idx[complete]
-        out[name] = _Rows(idx, events[idx], kinds[cat_codes[idx]])
+        out[name] = _Rows(idx, events[idx], cat_codes[idx], kinds)
         if name == "runtime":
             runtime_cats = [cats[c] for c in np.unique(cat_codes[idx])]
     return out, runtime_cats
@@ -235,7 +253,7 @@ def _set_spans(path: Path, data: bytes | bytearray, n_events: int, rows: dict[st
     """Each table's start and end in ns (and its names), once every used event's time is checked."""
     used = [r for r in rows.values() if len(r)]
     ts_used = [pluck(r.events, GET["ts"]) for r in used]  # ints and floats, as written
-    ts_us = [ts.astype(np.float64) for ts in ts_used]
+    ts_us = [np.fromiter(ts, dtype=np.float64, count=len(ts)) for ts in ts_used]
     dur_us = [floats(r.events, GET["dur"]) for r in used]
     for r in used:
         r.name_codes, r.name_uniques = str_codes(r.events, GET["name"])
@@ -255,6 +273,7 @@ def _set_spans(path: Path, data: bytes | bytearray, n_events: int, rows: dict[st
     for r, ts, dur in zip(used, ts_us, dur_us, strict=True):
         r.start = start_all[r.idx] if start_all is not None else ns_from_us(ts)
         r.end = r.start + np.maximum(ns_from_us(dur), 0)
+        r.sort_by_start()
 
 
 def _exact_starts(path: Path, data: bytes | bytearray, n: int) -> np.ndarray:
@@ -270,28 +289,28 @@ def _exact_starts(path: Path, data: bytes | bytearray, n: int) -> np.ndarray:
     return exact_ns(values)
 
 
-def _sorted_by_start(table: pd.DataFrame) -> pd.DataFrame:
-    return table.sort_values("start_ns", kind="stable").reset_index(drop=True)
-
-
 def _gpu_table(rows: _Rows, names: NameTable) -> pd.DataFrame:
     if len(rows) == 0:
         return make_gpu_table(0)
     # most args are wanted here: one visit per event's args (kineto_schema.transpose)
     args = transpose(map(GET["args"], rows.events), ARG_FIELDS)
     device = to_ints(args["device"], -1)
-    device = np.where(device >= 0, device, np.maximum(ints(rows.events, GET["pid"], -1), 0))
+    if len(missing := np.flatnonzero(device < 0)):  # old traces: the process id stands for the device
+        device[missing] = np.maximum(ints(rows.events[missing], GET["pid"], -1), 0)
     stream = to_ints(args["stream"], -1)
-    stream = np.where(stream >= 0, stream, ints(rows.events, GET["tid"], -1))
-    name_id = intern(names, rows.name_codes, rows.name_uniques)
-    table = make_gpu_table(
+    if len(missing := np.flatnonzero(stream < 0)):
+        stream[missing] = ints(rows.events[missing], GET["tid"], -1)
+    kind_index = np.array([GPU_KINDS.index(k) if k in GPU_KINDS else -1 for k in rows.kinds], dtype=np.int8)
+    return make_gpu_table(
         len(rows),
         start_ns=rows.start,
         end_ns=rows.end,
         device=device,
         stream=stream,
-        name_id=name_id,
-        kind=rows.kind,
+        name_id=intern(names, rows.name_codes, rows.name_uniques),
+        kind=pd.Categorical.from_codes(kind_index[rows.kind_codes], categories=GPU_KINDS),
+        category=pd.Categorical.from_codes(np.full(len(rows), CATEGORIES.index("other"), dtype=np.int8),
+                                           categories=CATEGORIES),
         correlation=to_ints(args["correlation"], -1),
         bytes=to_ints(args["bytes"], -1),
         src_device=to_ints(args["src_device"], -1),
@@ -302,7 +321,6 @@ def _gpu_table(rows: _Rows, names: NameTable) -> pd.DataFrame:
         pg=strings(args["pg_name"]),
         dtype=strings(args["dtype"]),
     )
-    return _sorted_by_start(table)
 
 
 def _collective_column(kernel_names: np.ndarray, codes: np.ndarray, from_args: np.ndarray) -> np.ndarray:
@@ -319,32 +337,32 @@ def _collective_column(kernel_names: np.ndarray, codes: np.ndarray, from_args: n
 
 
 def _runtime_table(rows: _Rows, names: NameTable) -> pd.DataFrame:
-    return _sorted_by_start(make_table(
+    return make_table(
         RUNTIME_COLUMNS, len(rows),
         start_ns=rows.start, end_ns=rows.end,
         name_id=intern(names, rows.name_codes, rows.name_uniques),
         pid=ints(rows.events, GET["pid"], -1), tid=ints(rows.events, GET["tid"], -1),
         correlation=ints(rows.events, GET_ARG["correlation"], -1),
-    ))
+    )
 
 
 def _host_table(rows: _Rows, names: NameTable) -> pd.DataFrame:
-    return _sorted_by_start(make_table(
+    return make_table(
         HOST_OP_COLUMNS, len(rows),
         start_ns=rows.start, end_ns=rows.end,
         name_id=intern(names, rows.name_codes, rows.name_uniques),
         pid=ints(rows.events, GET["pid"], -1), tid=ints(rows.events, GET["tid"], -1),
         correlation=ints(rows.events, GET_ARG["external_id"], -1),
-        kind=rows.kind,
-    ))
+        kind=rows.kind_column(),
+    )
 
 
 def _sync_table(rows: _Rows, names: NameTable) -> pd.DataFrame:
-    return _sorted_by_start(make_table(
+    return make_table(
         SYNC_COLUMNS, len(rows),
         start_ns=rows.start, end_ns=rows.end,
         device=np.maximum(ints(rows.events, GET_ARG["device"], 0), 0),
         stream=ints(rows.events, GET_ARG["stream"], -1),
         name_id=intern(names, rows.name_codes, rows.name_uniques),
         correlation=ints(rows.events, GET_ARG["correlation"], -1),
-    ))
+    )

@@ -171,9 +171,9 @@ def column(values: Sequence[Any]) -> np.ndarray:
     return np.fromiter(values, dtype=object, count=len(values))
 
 
-def pluck(structs: Sequence[msgspec.Struct], getter: Callable[[Any], Any]) -> np.ndarray:
-    """One field of many structs (one C-level pass) as an object array."""
-    return np.fromiter(map(getter, structs), dtype=object, count=len(structs))
+def pluck(structs: Iterable[msgspec.Struct], getter: Callable[[Any], Any]) -> list[Any]:
+    """One field of many structs, in one C-level pass (a list is quicker to fill than an array)."""
+    return list(map(getter, structs))
 
 
 def floats(structs: Sequence[msgspec.Struct], getter: Callable[[Any], Any]) -> np.ndarray:
@@ -210,7 +210,7 @@ def factorize(col: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
 def str_codes(structs: Sequence[msgspec.Struct], getter: Callable[[Any], Any]) -> tuple[np.ndarray, list[str]]:
     """A str field of many structs as (codes, distinct values in first-seen order): read straight
     into Arrow and hashed there (the decoder refuses lone surrogates, so every str encodes)."""
-    encoded = pc.dictionary_encode(pa.array(map(getter, structs), type=pa.large_string(), size=len(structs)))
+    encoded = pc.dictionary_encode(pa.array(pluck(structs, getter), type=pa.large_string()))
     return encoded.indices.to_numpy(), encoded.dictionary.to_pylist()
 
 
