@@ -252,8 +252,9 @@ def _select_rows(events: np.ndarray) -> tuple[dict[str, _Rows], list[str]]:
 def _set_spans(path: Path, data: bytes | bytearray, n_events: int, rows: dict[str, _Rows]) -> None:
     """Each table's start and end in ns (and its names), once every used event's time is checked."""
     used = [r for r in rows.values() if len(r)]
-    ts_used = [pluck(r.events, GET["ts"]) for r in used]  # ints and floats, as written
-    ts_us = [np.fromiter(ts, dtype=np.float64, count=len(ts)) for ts in ts_used]
+    # ints and floats as written: numpy finds which (an int64 array when there is no float)
+    ts_used = [np.array(pluck(r.events, GET["ts"])) for r in used]
+    ts_us = [ts.astype(np.float64) for ts in ts_used]
     dur_us = [floats(r.events, GET["dur"]) for r in used]
     for r in used:
         r.name_codes, r.name_uniques = str_codes(r.events, GET["name"])
@@ -268,7 +269,8 @@ def _set_spans(path: Path, data: bytes | bytearray, n_events: int, rows: dict[st
     check_us_times(np.concatenate(ts_us or [np.zeros(0)]), np.concatenate(dur_us or [np.zeros(0)]),
                    name_of=name_of)
     exact = (any(np.abs(ts).max() >= EXACT_LIMIT_US for ts in ts_us)
-             and any(float in set(map(type, ts)) for ts in ts_used))
+             and any(ts.dtype.kind == "f" or (ts.dtype.kind == "O" and float in set(map(type, ts)))
+                     for ts in ts_used))
     start_all = _exact_starts(path, data, n_events) if exact else None
     for r, ts, dur in zip(used, ts_us, dur_us, strict=True):
         r.start = start_all[r.idx] if start_all is not None else ns_from_us(ts)
