@@ -228,7 +228,8 @@ def _select_rows(events: np.ndarray) -> tuple[dict[str, _Rows], list[str]]:
     out = {t: _Rows() for t in TABLES}
     if not len(events):
         return out, []
-    cat_codes, cats = str_codes(events, GET["cat"])
+    complete = np.flatnonzero(np.fromiter(map("X".__eq__, map(GET["ph"], events)), dtype=bool, count=len(events)))
+    cat_codes, cats = str_codes(events[complete], GET["cat"])
     lowered = [c.lower() for c in cats]
     order = np.array([CATEGORY_ORDER.get(c, -1) for c in lowered], dtype=np.int64)
     table = np.array([TABLES.index(t) if (t := TABLE_OF_CATEGORY.get(c, ("", ""))[0]) else -1 for c in lowered],
@@ -237,15 +238,14 @@ def _select_rows(events: np.ndarray) -> tuple[dict[str, _Rows], list[str]]:
     table_of = table[cat_codes]
     runtime_cats: list[str] = []
     for t, name in enumerate(TABLES):
-        idx = np.flatnonzero(table_of == t)
-        if not len(idx):
+        sel = np.flatnonzero(table_of == t)
+        if not len(sel):
             continue
-        idx = idx[np.argsort(order[cat_codes[idx]], kind="stable")]
-        complete = np.fromiter(map("X".__eq__, map(GET["ph"], events[idx])), dtype=bool, count=len(idx))
-        idx = idx[complete]
-        out[name] = _Rows(idx, events[idx], cat_codes[idx], kinds)
+        sel = sel[np.argsort(order[cat_codes[sel]], kind="stable")]
+        idx = complete[sel]
+        out[name] = _Rows(idx, events[idx], cat_codes[sel], kinds)
         if name == "runtime":
-            runtime_cats = [cats[c] for c in np.unique(cat_codes[idx])]
+            runtime_cats = [cats[c] for c in np.unique(cat_codes[sel])]
     return out, runtime_cats
 
 
