@@ -112,7 +112,8 @@ class _Rows:
     the event list, the events themselves, kind per row; then the columns every table has."""
 
     idx: np.ndarray = field(default_factory=_no_rows)
-    events: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
+    events: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))  # to index
+    listed: list[Any] = field(default_factory=list)  # the same, to iterate (quicker over a list)
     kind_codes: np.ndarray = field(default_factory=_no_rows)  # kind, factorized
     kinds: list[str] = field(default_factory=list)
     name_codes: np.ndarray = field(default_factory=_no_rows)  # names, factorized in table order
@@ -129,6 +130,7 @@ class _Rows:
         order = np.argsort(self.start, kind="stable")
         for name in ("idx", "events", "kind_codes", "name_codes", "start", "end"):
             setattr(self, name, getattr(self, name)[order])
+        self.listed = self.events.tolist()
 
     def kind_column(self) -> pd.api.extensions.ExtensionArray | np.ndarray:
         """The kind strings as the array pandas would infer for them, built from the distinct ones
@@ -147,9 +149,10 @@ def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
         doc = _decode(path, data)
         if doc.traceEvents is None:
             raise BadInputError(path, "not a Kineto trace: no traceEvents list")
-        events = np.fromiter(doc.traceEvents, dtype=object, count=len(doc.traceEvents))
-        doc.traceEvents = None
-        rows, runtime_cats = _select_rows(events)
+        listed, doc.traceEvents = doc.traceEvents, None
+        events = np.fromiter(listed, dtype=object, count=len(listed))
+        rows, runtime_cats = _select_rows(listed, events)
+        del listed
         first = rows["runtime"] if len(rows["runtime"]) else rows["host"]
         first_pid = first.events[0].pid if len(first) else -1
         _set_spans(path, data, len(events), rows)
@@ -221,15 +224,15 @@ def _last_gpu_step_start(rows: _Rows) -> int | None:
     return int(rows.start[steps].max()) if steps.any() else None
 
 
-def _select_rows(events: np.ndarray) -> tuple[dict[str, _Rows], list[str]]:
+def _select_rows(listed: list[Any], events: np.ndarray) -> tuple[dict[str, _Rows], list[str]]:
     """Per table, its complete ("X") events; the category decides the table, case-insensitively;
     table order is category order, then file order (what the stable sort by start keeps for ties).
     Also the distinct categories of the runtime table's events."""
     out = {t: _Rows() for t in TABLES}
     if not len(events):
         return out, []
-    complete = np.flatnonzero(np.fromiter(map("X".__eq__, map(GET["ph"], events)), dtype=bool, count=len(events)))
-    cat_codes, cats = str_codes(events[complete], GET["cat"])
+    complete = np.flatnonzero(np.fromiter(map("X".__eq__, map(GET["ph"], listed)), dtype=bool, count=len(listed)))
+    cat_codes, cats = str_codes(events[complete].tolist(), GET["cat"])
     lowered = [c.lower() for c in cats]
     order = np.array([CATEGORY_ORDER.get(c, -1) for c in lowered], dtype=np.int64)
     table = np.array([TABLES.index(t) if (t := TABLE_OF_CATEGORY.get(c, ("", ""))[0]) else -1 for c in lowered],
@@ -243,7 +246,7 @@ def _select_rows(events: np.ndarray) -> tuple[dict[str, _Rows], list[str]]:
             continue
         sel = sel[np.argsort(order[cat_codes[sel]], kind="stable")]
         idx = complete[sel]
-        out[name] = _Rows(idx, events[idx], cat_codes[sel], kinds)
+        out[name] = _Rows(idx, events[idx], events[idx].tolist(), cat_codes[sel], kinds)
         if name == "runtime":
             runtime_cats = [cats[c] for c in np.unique(cat_codes[sel])]
     return out, runtime_cats
@@ -253,11 +256,11 @@ def _set_spans(path: Path, data: bytes | bytearray, n_events: int, rows: dict[st
     """Each table's start and end in ns (and its names), once every used event's time is checked."""
     used = [r for r in rows.values() if len(r)]
     # ints and floats as written: numpy finds which (an int64 array when there is no float)
-    ts_used = [np.array(pluck(r.events, GET["ts"])) for r in used]
+    ts_used = [np.array(pluck(r.listed, GET["ts"])) for r in used]
     ts_us = [ts.astype(np.float64) for ts in ts_used]
-    dur_us = [floats(r.events, GET["dur"]) for r in used]
+    dur_us = [floats(r.listed, GET["dur"]) for r in used]
     for r in used:
-        r.name_codes, r.name_uniques = str_codes(r.events, GET["name"])
+        r.name_codes, r.name_uniques = str_codes(r.listed, GET["name"])
 
     def name_of(i: int) -> str:  # the i-th used event's, for the message naming it
         for r in used:
@@ -295,13 +298,13 @@ def _gpu_table(rows: _Rows, names: NameTable) -> pd.DataFrame:
     if len(rows) == 0:
         return make_gpu_table(0)
     # most args are wanted here: one visit per event's args (kineto_schema.transpose)
-    args = transpose(map(GET["args"], rows.events), ARG_FIELDS)
+    args = transpose(map(GET["args"], rows.listed), ARG_FIELDS)
     device = to_ints(args["device"], -1)
     if len(missing := np.flatnonzero(device < 0)):  # old traces: the process id stands for the device
-        device[missing] = np.maximum(ints(rows.events[missing], GET["pid"], -1), 0)
+        device[missing] = np.maximum(ints(rows.events[missing].tolist(), GET["pid"], -1), 0)
     stream = to_ints(args["stream"], -1)
     if len(missing := np.flatnonzero(stream < 0)):
-        stream[missing] = ints(rows.events[missing], GET["tid"], -1)
+        stream[missing] = ints(rows.events[missing].tolist(), GET["tid"], -1)
     kind_index = np.array([GPU_KINDS.index(k) if k in GPU_KINDS else -1 for k in rows.kinds], dtype=np.int8)
     return make_gpu_table(
         len(rows),
@@ -343,8 +346,8 @@ def _runtime_table(rows: _Rows, names: NameTable) -> pd.DataFrame:
         RUNTIME_COLUMNS, len(rows),
         start_ns=rows.start, end_ns=rows.end,
         name_id=intern(names, rows.name_codes, rows.name_uniques),
-        pid=ints(rows.events, GET["pid"], -1), tid=ints(rows.events, GET["tid"], -1),
-        correlation=ints(rows.events, GET_ARG["correlation"], -1),
+        pid=ints(rows.listed, GET["pid"], -1), tid=ints(rows.listed, GET["tid"], -1),
+        correlation=ints(rows.listed, GET_ARG["correlation"], -1),
     )
 
 
@@ -353,8 +356,8 @@ def _host_table(rows: _Rows, names: NameTable) -> pd.DataFrame:
         HOST_OP_COLUMNS, len(rows),
         start_ns=rows.start, end_ns=rows.end,
         name_id=intern(names, rows.name_codes, rows.name_uniques),
-        pid=ints(rows.events, GET["pid"], -1), tid=ints(rows.events, GET["tid"], -1),
-        correlation=ints(rows.events, GET_ARG["external_id"], -1),
+        pid=ints(rows.listed, GET["pid"], -1), tid=ints(rows.listed, GET["tid"], -1),
+        correlation=ints(rows.listed, GET_ARG["external_id"], -1),
         kind=rows.kind_column(),
     )
 
@@ -363,8 +366,8 @@ def _sync_table(rows: _Rows, names: NameTable) -> pd.DataFrame:
     return make_table(
         SYNC_COLUMNS, len(rows),
         start_ns=rows.start, end_ns=rows.end,
-        device=np.maximum(ints(rows.events, GET_ARG["device"], 0), 0),
-        stream=ints(rows.events, GET_ARG["stream"], -1),
+        device=np.maximum(ints(rows.listed, GET_ARG["device"], 0), 0),
+        stream=ints(rows.listed, GET_ARG["stream"], -1),
         name_id=intern(names, rows.name_codes, rows.name_uniques),
-        correlation=ints(rows.events, GET_ARG["correlation"], -1),
+        correlation=ints(rows.listed, GET_ARG["correlation"], -1),
     )
