@@ -1,8 +1,11 @@
 """Kineto (torch.profiler export_chrome_trace) JSON loader: .json / .json.gz, pretty or compact.
 
 Cost is kept near the JSON decode floor: msgspec decodes only the fields analyses use, into
-slotted structs, and every column is then pulled out with C-level iteration
-(``np.fromiter(map(attrgetter(...)))``) and numpy indexing; no Python code runs per event.
+slotted structs. A pass over every event's phase, then one over the complete events' categories
+(hashed by Arrow), sort events into tables; each table then reads only the fields it keeps, one
+C-level pass per field over a list (the GPU args, most of which are kept, in a single visit:
+kineto_schema.transpose), and numpy converts, sorts and indexes. No Python code runs per event,
+and the cyclic GC is paused meanwhile (nothing made here forms cycles).
 Float microseconds become int64 nanoseconds once, here, with rounding; timestamps too large
 for a double to hold to the nanosecond (epoch-scale µs with a fraction) are read a second
 time as exact decimals, so a fractional-ns timestamp is never quantised.
@@ -16,7 +19,9 @@ from __future__ import annotations
 import decimal
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -25,6 +30,7 @@ import pandas as pd
 from analyzers.errors import BadInputError
 from analyzers.io.input_limits import InputLimitError, check_file_size, check_us_times, gunzip_into, json_problem
 from analyzers.io.kineto_schema import (
+    ARG_FIELDS,
     CATEGORY_ORDER,
     DECODER,
     EXACT_DECODER,
@@ -35,15 +41,21 @@ from analyzers.io.kineto_schema import (
     Trace,
     column,
     exact_ns,
-    factorize,
     floats,
+    gc_paused,
     intern,
     ints,
     ns_from_us,
+    pluck,
+    str_codes,
     strings,
+    to_ints,
+    transpose,
 )
 from analyzers.timeline.collectives import COLLECTIVES, collective_names
 from analyzers.timeline.model import (
+    CATEGORIES,
+    GPU_KINDS,
     HOST_OP_COLUMNS,
     RUNTIME_COLUMNS,
     SYNC_COLUMNS,
@@ -89,18 +101,69 @@ def _decode(path: Path, data: bytes | bytearray) -> Trace:
         raise BadInputError(path, json_problem(data, str(exc))) from None
 
 
+TABLES = ("gpu", "runtime", "host", "sync", "gpu_annotation")
+
+
+def _no_rows() -> np.ndarray:
+    return np.zeros(0, dtype=np.int64)
+
+
+@dataclass
+class _Rows:
+    """One table's events in table order (category order, then file order): their indices in
+    the event list, the events themselves, kind per row; then the columns every table has."""
+
+    idx: np.ndarray = field(default_factory=_no_rows)
+    events: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))  # to index
+    listed: list[Any] = field(default_factory=list)  # the same, to iterate (quicker over a list)
+    kind_codes: np.ndarray = field(default_factory=_no_rows)  # kind, factorized
+    kinds: list[str] = field(default_factory=list)
+    name_codes: np.ndarray = field(default_factory=_no_rows)  # names, factorized in table order
+    name_uniques: list[str] = field(default_factory=list)
+    start: np.ndarray = field(default_factory=_no_rows)
+    end: np.ndarray = field(default_factory=_no_rows)
+
+    def __len__(self) -> int:
+        return len(self.idx)
+
+    def sort_by_start(self) -> None:
+        """Rows in start order, ties in table order (what a stable sort of the table would give);
+        the distinct names keep their table-order ranking, which decides name ids."""
+        order = np.argsort(self.start, kind="stable")
+        for name in ("idx", "events", "kind_codes", "name_codes", "start", "end"):
+            setattr(self, name, getattr(self, name)[order])
+        self.listed = self.events.tolist()
+
+    def kind_column(self) -> pd.api.extensions.ExtensionArray | np.ndarray:
+        """The kind strings as the array pandas would infer for them, built from the distinct ones
+        (an empty column stays object, as pandas leaves it)."""
+        if not len(self):
+            return np.zeros(0, dtype=object)
+        return pd.Series(np.asarray(self.kinds, dtype=object)).array.take(self.kind_codes)
+
+
 def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
     """Read one Kineto trace file into a RankTrace (rank: distributedInfo, file name, or given)."""
     data = read_bytes(path)
     if not data or data.isspace():
         raise BadInputError(path, "empty file")
-    doc = _decode(path, data)
-    if doc.traceEvents is None:
-        raise BadInputError(path, "not a Kineto trace: no traceEvents list")
-    events = np.fromiter(doc.traceEvents, dtype=object, count=len(doc.traceEvents))
-    n_events = len(events)
-    doc.traceEvents = None
+    with gc_paused():  # what comes and goes below holds no cycles; GC passes would only touch it all again
+        doc = _decode(path, data)
+        if doc.traceEvents is None:
+            raise BadInputError(path, "not a Kineto trace: no traceEvents list")
+        listed, doc.traceEvents = doc.traceEvents, None
+        events = np.fromiter(listed, dtype=object, count=len(listed))
+        rows, runtime_cats = _select_rows(listed, events)
+        del listed
+        first = rows["runtime"] if len(rows["runtime"]) else rows["host"]
+        first_pid = first.events[0].pid if len(first) else -1
+        _set_spans(path, data, len(events), rows)
+        del data
+        return _rank_trace(path, rank, doc, len(events), rows, runtime_cats, first_pid)
 
+
+def _rank_trace(path: Path, rank: int | None, doc: Trace, n_events: int, rows: dict[str, _Rows],
+                runtime_cats: list[str], first_pid: Any) -> RankTrace:
     names = NameTable()
     notes: list[str] = []
     dist = doc.distributedInfo
@@ -114,33 +177,14 @@ def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
         rank, rank_source = 0, "default"
     world = dist.world_size if dist is not None else None
 
-    rows = _select_rows(events)
-    used = np.concatenate([idx for idx, _ in rows.values()])
-    ts_used = column(events[used], GET["ts"])  # ints and floats, as written
-    ts_us = np.zeros(n_events, dtype=np.float64)
-    ts_us[used] = ts_used.astype(np.float64)
-    check_us_times(ts_us[used], floats(events[used], GET["dur"]), name_of=lambda i: events[used[i]].name)
-    if (len(used) and np.abs(ts_us[used]).max() >= EXACT_LIMIT_US
-            and float in set(map(type, ts_used))):
-        start_all = _exact_starts(path, data, n_events)
-    else:
-        start_all = ns_from_us(ts_us)
-    del data, ts_us, ts_used
-
-    def span(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        start = start_all[idx]
-        return start, start + np.maximum(ns_from_us(floats(events[idx], GET["dur"])), 0)
-
-    gpu = _gpu_table(events, rows["gpu"], span, names)
-    runtime = _runtime_table(events, rows["runtime"], span, names)
-    host_ops = _host_table(events, rows["host"], span, names)
-    syncs = _sync_table(events, rows["sync"], span, names)
+    gpu = _gpu_table(rows["gpu"], names)
+    runtime = _runtime_table(rows["runtime"], names)
+    host_ops = _host_table(rows["host"], names)
+    syncs = _sync_table(rows["sync"], names)
 
     if gpu.empty:
         notes.append("no GPU activity in this trace (was CUDA profiling on?)")
     devices = {d.id: d.name for d in (doc.deviceProperties or [])}
-    first = rows["runtime"][0] if len(rows["runtime"][0]) else rows["host"][0]
-    first_pid = events[first[0]].pid if len(first) else -1
     meta = {
         "base_time_ns": doc.baseTimeNanoseconds,
         "schema_version": doc.schemaVersion,
@@ -151,11 +195,10 @@ def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
         "fractional_us_timestamps": bool(
             any((tab["start_ns"].to_numpy() % 1000).any() for tab in (gpu, runtime, host_ops))),
         # which runtimes the calls came from: syncs are judged on CUDA / HIP ones only
-        "runtime_categories": sorted({str(c).lower() for c in factorize(
-            column(events[rows["runtime"][0]], GET["cat"]))[1]}) if len(rows["runtime"][0]) else [],
+        "runtime_categories": sorted({str(c).lower() for c in runtime_cats}),
         # HTA 0.5.0 takes GPU-side ProfilerStep annotations for CPU events when it cuts the last step
         # (iterations.like_hta_mask): the latest one's start, if any
-        "gpu_step_annotation_last_start_ns": _last_gpu_step_start(events, rows["gpu_annotation"][0], span),
+        "gpu_step_annotation_last_start_ns": _last_gpu_step_start(rows["gpu_annotation"]),
     }
     return RankTrace(
         rank=int(rank),
@@ -175,40 +218,69 @@ def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
     )
 
 
-def _last_gpu_step_start(events: np.ndarray, idx: np.ndarray, span) -> int | None:
+def _last_gpu_step_start(rows: _Rows) -> int | None:
     """Start of the latest GPU-side ProfilerStep annotation (None without any)."""
-    if not len(idx):
+    if not len(rows):
         return None
-    steps = idx[np.asarray(["ProfilerStep" in n for n in strings(events[idx], GET["name"])], dtype=bool)]
-    return int(span(steps)[0].max()) if len(steps) else None
+    steps = np.asarray(["ProfilerStep" in n for n in rows.name_uniques], dtype=bool)[rows.name_codes]
+    return int(rows.start[steps].max()) if steps.any() else None
 
 
-def _select_rows(events: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per table: (event indices in table order, kind per row). Complete ("X") events only;
-    the category decides the table, case-insensitively; table order is category order, then
-    file order (what the stable sort by start keeps for ties)."""
-    empty = np.zeros(0, dtype=np.int64)
-    out = {t: (empty, np.zeros(0, dtype=object)) for t in ("gpu", "runtime", "host", "sync", "gpu_annotation")}
+def _select_rows(listed: list[Any], events: np.ndarray) -> tuple[dict[str, _Rows], list[str]]:
+    """Per table, its complete ("X") events; the category decides the table, case-insensitively;
+    table order is category order, then file order (what the stable sort by start keeps for ties).
+    Also the distinct categories of the runtime table's events."""
+    out = {t: _Rows() for t in TABLES}
     if not len(events):
-        return out
-    cat_codes, cats = factorize(column(events, GET["cat"]))
-    ph_codes, phs = factorize(column(events, GET["ph"]))
-    complete = np.asarray([p == "X" for p in phs], dtype=bool)[ph_codes]
-    lowered = [str(c).lower() for c in cats]
-    for table in out:
-        members = [i for i, c in enumerate(lowered) if TABLE_OF_CATEGORY.get(c, ("", ""))[0] == table]
-        if not members:
+        return out, []
+    complete = np.flatnonzero(np.fromiter(map("X".__eq__, map(GET["ph"], listed)), dtype=bool, count=len(listed)))
+    cat_codes, cats = str_codes(events[complete].tolist(), GET["cat"])
+    lowered = [c.lower() for c in cats]
+    order = np.array([CATEGORY_ORDER.get(c, -1) for c in lowered], dtype=np.int64)
+    table = np.array([TABLES.index(t) if (t := TABLE_OF_CATEGORY.get(c, ("", ""))[0]) else -1 for c in lowered],
+                     dtype=np.int64)
+    kinds = [TABLE_OF_CATEGORY.get(c, ("", ""))[1] for c in lowered]
+    table_of = table[cat_codes]
+    runtime_cats: list[str] = []
+    for t, name in enumerate(TABLES):
+        sel = np.flatnonzero(table_of == t)
+        if not len(sel):
             continue
-        order = np.full(len(cats), -1, dtype=np.int64)
-        kinds = np.full(len(cats), "", dtype=object)
-        for i in members:
-            order[i] = CATEGORY_ORDER[lowered[i]]
-            kinds[i] = TABLE_OF_CATEGORY[lowered[i]][1]
-        rank_of = order[cat_codes]
-        idx = np.flatnonzero((rank_of >= 0) & complete)
-        idx = idx[np.argsort(rank_of[idx], kind="stable")]
-        out[table] = (idx, kinds[cat_codes[idx]])
-    return out
+        sel = sel[np.argsort(order[cat_codes[sel]], kind="stable")]
+        idx = complete[sel]
+        out[name] = _Rows(idx, events[idx], events[idx].tolist(), cat_codes[sel], kinds)
+        if name == "runtime":
+            runtime_cats = [cats[c] for c in np.unique(cat_codes[sel])]
+    return out, runtime_cats
+
+
+def _set_spans(path: Path, data: bytes | bytearray, n_events: int, rows: dict[str, _Rows]) -> None:
+    """Each table's start and end in ns (and its names), once every used event's time is checked."""
+    used = [r for r in rows.values() if len(r)]
+    # ints and floats as written: numpy finds which (an int64 array when there is no float)
+    ts_used = [np.array(pluck(r.listed, GET["ts"])) for r in used]
+    ts_us = [ts.astype(np.float64) for ts in ts_used]
+    dur_us = [floats(r.listed, GET["dur"]) for r in used]
+    for r in used:
+        r.name_codes, r.name_uniques = str_codes(r.listed, GET["name"])
+
+    def name_of(i: int) -> str:  # the i-th used event's, for the message naming it
+        for r in used:
+            if i < len(r):
+                return r.name_uniques[r.name_codes[i]]
+            i -= len(r)
+        raise IndexError(i)
+
+    check_us_times(np.concatenate(ts_us or [np.zeros(0)]), np.concatenate(dur_us or [np.zeros(0)]),
+                   name_of=name_of)
+    exact = (any(np.abs(ts).max() >= EXACT_LIMIT_US for ts in ts_us)
+             and any(ts.dtype.kind == "f" or (ts.dtype.kind == "O" and float in set(map(type, ts)))
+                     for ts in ts_used))
+    start_all = _exact_starts(path, data, n_events) if exact else None
+    for r, ts, dur in zip(used, ts_us, dur_us, strict=True):
+        r.start = start_all[r.idx] if start_all is not None else ns_from_us(ts)
+        r.end = r.start + np.maximum(ns_from_us(dur), 0)
+        r.sort_by_start()
 
 
 def _exact_starts(path: Path, data: bytes | bytearray, n: int) -> np.ndarray:
@@ -224,46 +296,45 @@ def _exact_starts(path: Path, data: bytes | bytearray, n: int) -> np.ndarray:
     return exact_ns(values)
 
 
-def _sorted_by_start(table: pd.DataFrame) -> pd.DataFrame:
-    return table.sort_values("start_ns", kind="stable").reset_index(drop=True)
-
-
-def _gpu_table(events: np.ndarray, sel: tuple[np.ndarray, np.ndarray], span, names: NameTable):
-    idx, kind = sel
-    if len(idx) == 0:
+def _gpu_table(rows: _Rows, names: NameTable) -> pd.DataFrame:
+    if len(rows) == 0:
         return make_gpu_table(0)
-    rows = events[idx]
-    start, end = span(idx)
-    device = ints(rows, GET_ARG["device"], -1)
-    device = np.where(device >= 0, device, np.maximum(ints(rows, GET["pid"], -1), 0))
-    stream = ints(rows, GET_ARG["stream"], -1)
-    stream = np.where(stream >= 0, stream, ints(rows, GET["tid"], -1))
-    kernel_names = column(rows, GET["name"])
-    table = make_gpu_table(
-        len(idx),
-        start_ns=start,
-        end_ns=end,
+    # most args are wanted here: one visit per event's args (kineto_schema.transpose)
+    args = transpose(map(GET["args"], rows.listed), ARG_FIELDS)
+    device = to_ints(args["device"], -1)
+    if len(missing := np.flatnonzero(device < 0)):  # old traces: the process id stands for the device
+        device[missing] = np.maximum(ints(rows.events[missing].tolist(), GET["pid"], -1), 0)
+    stream = to_ints(args["stream"], -1)
+    if len(missing := np.flatnonzero(stream < 0)):
+        stream[missing] = ints(rows.events[missing].tolist(), GET["tid"], -1)
+    kind_index = np.array([GPU_KINDS.index(k) if k in GPU_KINDS else -1 for k in rows.kinds], dtype=np.int8)
+    return make_gpu_table(
+        len(rows),
+        start_ns=rows.start,
+        end_ns=rows.end,
         device=device,
         stream=stream,
-        name_id=intern(names, kernel_names),
-        kind=kind,
-        correlation=ints(rows, GET_ARG["correlation"], -1),
-        bytes=ints(rows, GET_ARG["bytes"], -1),
-        src_device=ints(rows, GET_ARG["src_device"], -1),
-        dst_device=ints(rows, GET_ARG["dst_device"], -1),
-        seq=ints(rows, GET_ARG["seq"], -1),
-        msg_nelems=ints(rows, GET_ARG["in_nelems"], -1),
-        coll_name=_collective_column(kernel_names, strings(rows, GET_ARG["collective_name"])),
-        pg=strings(rows, GET_ARG["pg_name"]),
-        dtype=strings(rows, GET_ARG["dtype"]),
+        name_id=intern(names, rows.name_codes, rows.name_uniques),
+        kind=pd.Categorical.from_codes(kind_index[rows.kind_codes], categories=GPU_KINDS),
+        category=pd.Categorical.from_codes(np.full(len(rows), CATEGORIES.index("other"), dtype=np.int8),
+                                           categories=CATEGORIES),
+        correlation=to_ints(args["correlation"], -1),
+        bytes=to_ints(args["bytes"], -1),
+        src_device=to_ints(args["src_device"], -1),
+        dst_device=to_ints(args["dst_device"], -1),
+        seq=to_ints(args["seq"], -1),
+        msg_nelems=to_ints(args["in_nelems"], -1),
+        coll_name=_collective_column(column(rows.name_uniques), rows.name_codes, strings(args["collective_name"])),
+        pg=strings(args["pg_name"]),
+        dtype=strings(args["dtype"]),
     )
-    return _sorted_by_start(table)
 
 
-def _collective_column(kernel_names: np.ndarray, from_args: np.ndarray) -> np.ndarray:
+def _collective_column(kernel_names: np.ndarray, codes: np.ndarray, from_args: np.ndarray) -> np.ndarray:
     """One collective naming for both formats: the kernel name decides (as it does for nsys);
-    the profiler's "Collective name" arg ("allreduce", "_allgather_base") fills in otherwise."""
-    out = collective_names(kernel_names)
+    the profiler's "Collective name" arg ("allreduce", "_allgather_base") fills in otherwise.
+    kernel_names are the distinct names, codes say which one each row has."""
+    out = collective_names(kernel_names)[codes]
     fill = np.flatnonzero((out == "") & (from_args != ""))
     for i in fill:  # only kernels the name did not identify (few)
         arg = str(from_args[i])
@@ -272,42 +343,33 @@ def _collective_column(kernel_names: np.ndarray, from_args: np.ndarray) -> np.nd
     return out
 
 
-def _runtime_table(events: np.ndarray, sel: tuple[np.ndarray, np.ndarray], span, names: NameTable):
-    idx, _ = sel
-    rows = events[idx]
-    start, end = span(idx)
-    return _sorted_by_start(make_table(
-        RUNTIME_COLUMNS, len(idx),
-        start_ns=start, end_ns=end,
-        name_id=intern(names, column(rows, GET["name"])),
-        pid=ints(rows, GET["pid"], -1), tid=ints(rows, GET["tid"], -1),
-        correlation=ints(rows, GET_ARG["correlation"], -1),
-    ))
+def _runtime_table(rows: _Rows, names: NameTable) -> pd.DataFrame:
+    return make_table(
+        RUNTIME_COLUMNS, len(rows),
+        start_ns=rows.start, end_ns=rows.end,
+        name_id=intern(names, rows.name_codes, rows.name_uniques),
+        pid=ints(rows.listed, GET["pid"], -1), tid=ints(rows.listed, GET["tid"], -1),
+        correlation=ints(rows.listed, GET_ARG["correlation"], -1),
+    )
 
 
-def _host_table(events: np.ndarray, sel: tuple[np.ndarray, np.ndarray], span, names: NameTable):
-    idx, kind = sel
-    rows = events[idx]
-    start, end = span(idx)
-    return _sorted_by_start(make_table(
-        HOST_OP_COLUMNS, len(idx),
-        start_ns=start, end_ns=end,
-        name_id=intern(names, column(rows, GET["name"])),
-        pid=ints(rows, GET["pid"], -1), tid=ints(rows, GET["tid"], -1),
-        correlation=ints(rows, GET_ARG["external_id"], -1),
-        kind=kind,
-    ))
+def _host_table(rows: _Rows, names: NameTable) -> pd.DataFrame:
+    return make_table(
+        HOST_OP_COLUMNS, len(rows),
+        start_ns=rows.start, end_ns=rows.end,
+        name_id=intern(names, rows.name_codes, rows.name_uniques),
+        pid=ints(rows.listed, GET["pid"], -1), tid=ints(rows.listed, GET["tid"], -1),
+        correlation=ints(rows.listed, GET_ARG["external_id"], -1),
+        kind=rows.kind_column(),
+    )
 
 
-def _sync_table(events: np.ndarray, sel: tuple[np.ndarray, np.ndarray], span, names: NameTable):
-    idx, _ = sel
-    rows = events[idx]
-    start, end = span(idx)
-    return _sorted_by_start(make_table(
-        SYNC_COLUMNS, len(idx),
-        start_ns=start, end_ns=end,
-        device=np.maximum(ints(rows, GET_ARG["device"], 0), 0),
-        stream=ints(rows, GET_ARG["stream"], -1),
-        name_id=intern(names, column(rows, GET["name"])),
-        correlation=ints(rows, GET_ARG["correlation"], -1),
-    ))
+def _sync_table(rows: _Rows, names: NameTable) -> pd.DataFrame:
+    return make_table(
+        SYNC_COLUMNS, len(rows),
+        start_ns=rows.start, end_ns=rows.end,
+        device=np.maximum(ints(rows.listed, GET_ARG["device"], 0), 0),
+        stream=ints(rows.listed, GET_ARG["stream"], -1),
+        name_id=intern(names, rows.name_codes, rows.name_uniques),
+        correlation=ints(rows.listed, GET_ARG["correlation"], -1),
+    )
