@@ -33,12 +33,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from platformdirs import user_cache_dir
 
+from analyzers.io.environment import ENV_CACHE_DIR, cache_base  # noqa: F401 (ENV_CACHE_DIR: tests set it)
 from analyzers.io.kineto import LOADER_VERSION as KINETO_LOADER_VERSION
 from analyzers.timeline.model import NameTable, RankTrace
 
-ENV_CACHE_DIR = "OVERLAPSCOPE_CACHE_DIR"
 # The nsys reader's table layout version: bump when analyzers' nsys loader changes its output.
 # 2: runtime calls recorded twice are dropped; 3: input limits (rows ending before they start refused)
 NSYS_LOADER_VERSION = 3
@@ -53,9 +52,7 @@ HEADER = "header.json"
 
 def cache_root() -> Path:
     """Folder of the parse cache (created on first write)."""
-    override = os.environ.get(ENV_CACHE_DIR)
-    base = Path(override) if override else Path(user_cache_dir("overlapscope"))
-    return base / "parsed"
+    return cache_base() / "parsed"
 
 
 @dataclass(frozen=True)
