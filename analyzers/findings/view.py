@@ -15,7 +15,9 @@ import pandas as pd
 
 from analyzers.findings.finding import Severity
 from analyzers.overlap.metrics import RankMetrics
+from analyzers.overlap.rows import category_is
 from analyzers.syncs.blocking import SyncParams
+from analyzers.syncs.lookups import PerName
 from analyzers.timeline import intervals as iv
 from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN, gpu_step_windows, host_steps
 from analyzers.timeline.kernel_names import normalize_kernel_name
@@ -148,6 +150,9 @@ class RankView:
     compute: np.ndarray = field(init=False)  # real compute: compute minus copy kernels
     copy: np.ndarray = field(init=False)
     other: np.ndarray = field(init=False)
+    name_ids: PerName = field(init=False)  # the rows' distinct names (per_name runs once per name)
+    _devices: list[int] = field(init=False)
+    _memo: dict = field(init=False, default_factory=dict)  # what several detectors ask for
 
     def __post_init__(self) -> None:
         g = self.trace.gpu
@@ -156,16 +161,14 @@ class RankView:
         self.device = g["device"].to_numpy(np.int64)
         self.stream = g["stream"].to_numpy(np.int64)
         self.names = self.trace.names_of(g["name_id"].to_numpy()) if len(g) else np.zeros(0, dtype=object)
-        cat = g["category"].to_numpy()
         rx = re.compile(self.params.copy_kernel_pattern)
-        ids = g["name_id"].to_numpy()
-        uniq, inv = np.unique(ids, return_inverse=True) if ids.size else (ids, ids)
-        is_copy = np.array([bool(rx.search(self.trace.name_of(int(u)))) for u in uniq], dtype=bool)
-        copy_name = is_copy[inv] if ids.size else np.zeros(0, dtype=bool)
-        self.comm = cat == "comm"
+        self.name_ids = PerName(self.trace, g["name_id"].to_numpy())
+        copy_name = self.name_ids.rows(lambda n: bool(rx.search(n)), bool)
+        self.comm = category_is(g, "comm")
         self.copy = copy_name & ~self.comm
-        self.compute = (cat == "compute") & ~self.copy
+        self.compute = category_is(g, "compute") & ~self.copy
         self.other = ~(self.comm | self.compute | self.copy)
+        self._devices = sorted(pd.unique(self.device).tolist())
 
     @property
     def lo(self) -> int:
@@ -188,16 +191,26 @@ class RankView:
         return int((self.windows["hi"] - self.windows["lo"]).clip(lower=0).sum())
 
     def devices(self) -> list[int]:
-        return sorted(np.unique(self.device).tolist())
+        return list(self._devices)
+
+    def memo(self, key: object, compute: Callable[[], object]) -> object:
+        """compute() once per view and key (a result several detectors share)."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
 
 def per_name(view: RankView, rows: np.ndarray, fn: Callable[[str], str]) -> np.ndarray:
     """fn of each selected row's name, computed once per distinct name (rows: mask or indices)."""
-    ids = view.trace.gpu["name_id"].to_numpy()[rows]
-    if ids.size == 0:
+    codes = view.name_ids.codes[rows]
+    if codes.size == 0:
         return np.zeros(0, dtype=object)
-    uniq, inv = np.unique(ids, return_inverse=True)
-    return np.array([fn(view.trace.name_of(int(u))) for u in uniq], dtype=object)[inv]
+    used = np.zeros(len(view.name_ids.names), dtype=bool)
+    used[codes] = True
+    out = np.empty(used.size, dtype=object)
+    for i in np.flatnonzero(used):
+        out[i] = fn(view.name_ids.names[i])
+    return out[codes]
 
 
 def copy_label(pattern: str) -> Callable[[str], str]:
