@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.syncs.device_busy import _device_timelines, _sync_devices
-from analyzers.syncs.lookups import PerName, as_float, column_in, first_by_key
+from analyzers.syncs.lookups import Distinct, PerName, as_float, first_by_key
 from analyzers.syncs.nesting import RangeIndex, innermost_enclosing
 from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN, host_steps
 from analyzers.timeline.model import RankTrace
@@ -166,7 +166,7 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
     rt_ids = PerName(trace, rt["name_id"].to_numpy())
     api_u = rt_ids.distinct(api_base_name)
     sync_apis, memcpy_apis = dict(params.sync_apis), set(params.blocking_memcpy_apis)
-    kind_u = pd.Series(api_u, dtype=object).map(sync_apis).to_numpy(dtype=object)
+    kind_u = np.array([sync_apis.get(a) for a in api_u], dtype=object)
     kind_u = np.where(np.array([a in memcpy_apis for a in api_u], dtype=bool), "memcpy", kind_u).astype(object)
     cand = np.flatnonzero(pd.notna(kind_u)[rt_ids.codes]) if len(rt) else np.zeros(0, dtype=np.int64)
     r_start = rt["start_ns"].to_numpy(np.int64)[cand]
@@ -260,9 +260,13 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
     sync_op_idx = enclosing(per_op(lambda b, f: b in sync_op_names) & not_step, any_thread=False)
     # nsys NVTX ranges include PyTorch's op ranges (emit_nvtx): those are ops, not annotations.
     op_like = per_op(lambda b, f: _OP_LIKE.match(f))
-    ann_idx = enclosing(column_in(ops, "kind", ANNOTATION_KINDS) & not_step
-                        & ~(column_in(ops, "kind", ("nvtx",)) & op_like), any_thread=False)
-    frame_idx = enclosing(column_in(ops, "kind", FRAME_KINDS), any_thread=False)
+    o_kind = Distinct(ops["kind"]) if "kind" in ops else None
+
+    def kind_in(kinds: tuple[str, ...]) -> np.ndarray:
+        return o_kind.isin(kinds) if o_kind is not None else np.zeros(len(ops), dtype=bool)
+
+    ann_idx = enclosing(kind_in(ANNOTATION_KINDS) & not_step & ~(kind_in(("nvtx",)) & op_like), any_thread=False)
+    frame_idx = enclosing(kind_in(FRAME_KINDS), any_thread=False)
 
     def label(idx: np.ndarray, names: np.ndarray) -> np.ndarray:
         if not len(ops):
@@ -315,15 +319,16 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
         fill = (kinds == "memcpy") & ~np.isnan(found)
         stream[fill] = found[fill].astype(np.int64)
 
-    df = pd.DataFrame({
+    columns = {
         "rank": np.full(start.size, trace.rank, dtype=np.int64),
         "api": api, "kind": kinds, "start_ns": start, "end_ns": end,
         "host_blocked_ns": np.maximum(end - start, 0), "gpu_idle_ns": idle, "next_gpu_start_ns": nxt,
         "device": devices.astype(np.int64), "stream": stream, "pid": pid, "tid": tid, "correlation": corr,
         "confirmed": confirmed, "caller": label(caller_idx, base_u), "sync_op": sync_op,
         "annotation": label(ann_idx, full_u), "frame": label(frame_idx, full_u), "step": step,
-    })
-    return df.sort_values("start_ns", kind="stable").reset_index(drop=True)[SYNC_COLUMNS]
+    }
+    by_start = np.argsort(start, kind="stable")  # what sort_values("start_ns", kind="stable") does
+    return pd.DataFrame({c: columns[c][by_start] for c in SYNC_COLUMNS})
 
 
 def sync_records(df: pd.DataFrame) -> list[dict]:

@@ -55,10 +55,13 @@ def as_float(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def column_in(df: pd.DataFrame, col: str, values: Collection[str]) -> np.ndarray:
-    """Rows whose string column `col` is one of values (False for a missing value or column),
-    testing each distinct value once."""
-    if col not in df:
-        return np.zeros(len(df), dtype=bool)
-    codes, uniq = pd.factorize(df[col])
-    return np.r_[np.array([u in values for u in uniq], dtype=bool), False][codes]
+class Distinct:
+    """A column's distinct values (pd.factorize), so that a test of the value runs once per
+    distinct value; a missing value (NaN) passes no test."""
+
+    def __init__(self, values: object) -> None:
+        self.codes, uniq = pd.factorize(values)
+        self.values = list(uniq)
+
+    def isin(self, wanted: Collection[object]) -> np.ndarray:
+        return np.r_[np.array([v in wanted for v in self.values], dtype=bool), False][self.codes]

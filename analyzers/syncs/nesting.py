@@ -30,15 +30,14 @@ class RangeIndex:
         # Sweep order of start (+1) and end (-1) events per thread: at equal times ends before
         # starts (back-to-back ranges are siblings), longer ranges first among equal starts (a parent
         # opens before its child), then the order of the ranges. A subset's sweep is this order
-        # filtered: a stable sort keeps the relative order of the elements it keeps.
+        # filtered: a stable sort keeps the relative order of the elements it keeps. One tie key
+        # does both: an end's is below every start's (-length).
         t = np.concatenate([self.start, self.end])
         th = np.concatenate([self.tid, self.tid])
-        d = np.concatenate([np.ones(n, dtype=np.int8), -np.ones(n, dtype=np.int8)])
-        length_key = np.concatenate([-(self.end - self.start), np.zeros(n, dtype=np.int64)])
-        order = np.lexsort((length_key, d, t, th))
+        tie = np.concatenate([-(self.end - self.start), np.full(n, np.iinfo(np.int64).min)])
+        order = np.lexsort((tie, t, th))
         self._ev_range = np.where(order < n, order, order - n)
-        self._ev_is_start = order < n
-        self._ev_tid = th[order]
+        self._ev_sign = np.where(order < n, 1, -1).astype(np.int8)
         # Ranges by (thread, start), ties in range order: the as-of join order of each subset.
         self.threads, self._tid_code = np.unique(self.tid, return_inverse=True)
         self._tid_code = self._tid_code.astype(np.int64).reshape(-1)
@@ -59,12 +58,11 @@ class RangeIndex:
         outside the subset."""
         mask = self._mask(mask)
         keep = mask[self._ev_range]
-        rng, is_start, th = self._ev_range[keep], self._ev_is_start[keep], self._ev_tid[keep]
-        running = np.cumsum(np.where(is_start, 1, -1).astype(np.int64))
-        first = np.r_[True, th[1:] != th[:-1]] if th.size else np.zeros(0, dtype=bool)
-        base = np.maximum.accumulate(np.where(first, np.arange(th.size), 0)) if th.size else th
-        before = np.r_[0, running[:-1]] if th.size else running
-        open_before = before - before[base] if th.size else before
+        rng, sign = self._ev_range[keep], self._ev_sign[keep]
+        # Ranges open before each event. Every range opens and closes on its own thread, so the
+        # running count is back to 0 where one thread's events end and the next thread's begin.
+        open_before = np.cumsum(sign, dtype=np.int64) - sign
+        is_start = sign > 0
         out = np.zeros(self.n, dtype=np.int64)
         out[rng[is_start]] = np.maximum(open_before[is_start], 0)
         return out
