@@ -8,6 +8,7 @@ one sort, not four sweeps and a merge per nesting depth each.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 
 def _stable_by_small_int(values: np.ndarray) -> np.ndarray:
@@ -27,20 +28,12 @@ class RangeIndex:
         self.tid = np.asarray(tid, dtype=np.int64)
         n = self.start.size
         self.n = n
-        # Sweep order of start (+1) and end (-1) events per thread: at equal times ends before
-        # starts (back-to-back ranges are siblings), longer ranges first among equal starts (a parent
-        # opens before its child), then the order of the ranges. A subset's sweep is this order
-        # filtered: a stable sort keeps the relative order of the elements it keeps. One tie key
-        # does both: an end's is below every start's (-length).
-        t = np.concatenate([self.start, self.end])
-        th = np.concatenate([self.tid, self.tid])
-        tie = np.concatenate([-(self.end - self.start), np.full(n, np.iinfo(np.int64).min)])
-        order = np.lexsort((tie, t, th))
+        self._tid_code, self.threads = pd.factorize(self.tid, sort=True)
+        self._tid_code = self._tid_code.astype(np.int64)
+        order = _sweep_order(self.start, self.end, self._tid_code)
         self._ev_range = np.where(order < n, order, order - n)
         self._ev_sign = np.where(order < n, 1, -1).astype(np.int8)
         # Ranges by (thread, start), ties in range order: the as-of join order of each subset.
-        self.threads, self._tid_code = np.unique(self.tid, return_inverse=True)
-        self._tid_code = self._tid_code.astype(np.int64).reshape(-1)
         self._by_tid_start = np.lexsort((self.start, self._tid_code))
         # Start ranks (equal starts share the first one's): "start <= t" is "rank <= searchsorted(t,
         # right) - 1". Stable sorts: host ops mostly come sorted, and then they cost a pass.
@@ -110,6 +103,34 @@ class RangeIndex:
             last = np.r_[q[1:] != q[:-1], True]
             out[q[last]] = r[last]
         return out
+
+
+def _sweep_order(start: np.ndarray, end: np.ndarray, thread: np.ndarray) -> np.ndarray:
+    """Start (0..n-1) and end (n..2n-1) events in sweep order per thread: by time, ends before
+    starts at equal times (back-to-back ranges are siblings), longer ranges first among equal
+    starts (a parent opens before its child), then in range order. A subset's sweep is this order
+    filtered: a stable sort keeps the relative order of the elements it keeps.
+
+    Ends are laid out first, so one stable sort by (thread, time) gets all that right but the
+    length order of starts at one time; those (few) runs are sorted again on their own. Host
+    ops come nearly sorted by time, where this costs a pass, not a full sort per key.
+    """
+    n = start.size
+    ev = np.r_[np.arange(n, 2 * n), np.arange(n)]
+    t = np.r_[end, start]
+    th = np.r_[thread, thread]
+    th = th.astype(np.int16) if n and thread.max() < np.iinfo(np.int16).max else th
+    order = ev[np.lexsort((t, th))]
+    # runs of starts at one (thread, time): order them by length (longest first), then range
+    is_start = order < n
+    t_o, th_o = np.r_[start, end][order], np.r_[thread, thread][order]
+    tied = is_start[1:] & is_start[:-1] & (t_o[1:] == t_o[:-1]) & (th_o[1:] == th_o[:-1])
+    if tied.any():
+        at = np.flatnonzero(np.r_[tied, False] | np.r_[False, tied])  # positions in a run
+        run = np.cumsum(np.r_[True, ~tied])[at]  # run id of each
+        r = order[at]
+        order[at] = r[np.lexsort((r, -(end[r] - start[r]), run))]
+    return order
 
 
 class _Table:
