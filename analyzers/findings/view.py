@@ -236,9 +236,16 @@ def severity_of(cost_ns: float, span_ns: int, params: SharedParams) -> Severity:
 
 
 def comm_kind(view: RankView) -> np.ndarray:
-    """Collective kind per GPU row: the collective name when known, else the kernel name."""
-    coll = view.trace.gpu["coll_name"].to_numpy(dtype=object)
-    return np.where(coll != "", coll, view.names)
+    """Collective kind per GPU row: the collective name when known, else the kernel name (read-only:
+    made once per view)."""
+
+    def kinds() -> np.ndarray:
+        coll = view.trace.gpu["coll_name"].to_numpy(dtype=object)
+        out = np.where(coll != "", coll, view.names)
+        out.flags.writeable = False
+        return out
+
+    return view.memo("comm_kind", kinds)
 
 
 def plural(n: int, word: str) -> str:

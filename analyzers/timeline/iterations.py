@@ -144,22 +144,21 @@ def _host_steps(trace: RankTrace, pattern: str) -> pd.DataFrame:
     if not matched:
         return pd.DataFrame({c: [] for c in cols})
     hit = np.isin(name_ids, np.fromiter(matched, dtype=np.int64, count=len(matched)))
-    row_ids = name_ids[hit]
-    df = pd.DataFrame({
-        "name": trace.names_of(row_ids),
-        "host_start_ns": ops["start_ns"].to_numpy()[hit],
-        "host_end_ns": ops["end_ns"].to_numpy()[hit],
-    })
     first_group = {i: (int(m.group(1)) if m.groups() and m.group(1) and m.group(1).isdigit() else None)
                    for i, m in matched.items()}
-    df["step"] = [first_group[int(i)] for i in row_ids]
-    df = df.sort_values("host_start_ns", kind="stable").reset_index(drop=True)
-    if df["step"].isna().any():
-        df["step"] = np.arange(len(df))
-    df["step"] = df["step"].astype(np.int64)
-    df["dur"] = df["host_end_ns"] - df["host_start_ns"]
-    df = df.sort_values("dur", ascending=False, kind="stable").drop_duplicates("step")
-    return df.sort_values("host_start_ns", kind="stable")[cols].reset_index(drop=True)
+    # by start (stable); steps numbered in that order when some range's name gives no number
+    by_start = np.argsort(ops["start_ns"].to_numpy()[hit], kind="stable")
+    row_ids = name_ids[hit][by_start]
+    start, end = ops["start_ns"].to_numpy()[hit][by_start], ops["end_ns"].to_numpy()[hit][by_start]
+    numbers = [first_group[int(i)] for i in row_ids]
+    step = (np.arange(row_ids.size, dtype=np.int64) if any(n is None for n in numbers)
+            else np.asarray(numbers, dtype=np.int64))
+    # one range per step number, the longest (the earlier on equal lengths), then by start
+    by_dur = np.argsort(-(end - start), kind="stable")
+    kept = by_dur[~pd.Series(step[by_dur]).duplicated(keep="first").to_numpy()]
+    rows = kept[np.argsort(start[kept], kind="stable")]
+    return pd.DataFrame({"step": step[rows], "name": trace.names_of(row_ids[rows]),
+                         "host_start_ns": start[rows], "host_end_ns": end[rows]})[cols]
 
 
 def launch_times(trace: RankTrace) -> np.ndarray:
