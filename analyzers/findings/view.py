@@ -104,34 +104,39 @@ def windows_of(trace: RankTrace, metrics: RankMetrics | None, step_pattern: str)
     windows, else the whole trace as one window (step -1).
     """
     cols = ["step", "lo", "hi", "host_lo", "host_hi"]
-    steps = host_steps(trace, step_pattern)
-    host = steps.set_index("step")[["host_start_ns", "host_end_ns"]] if not steps.empty else None
     if metrics is not None and not metrics.iterations.empty:
         it = metrics.iterations
-        w = pd.DataFrame({"step": it["step"].astype(np.int64).to_numpy(),
-                          "lo": it["window_start_ns"].astype(np.int64).to_numpy(),
-                          "hi": it["window_end_ns"].astype(np.int64).to_numpy()})
+        step, lo, hi = (it[c].to_numpy(np.int64) for c in ("step", "window_start_ns", "window_end_ns"))
     else:
         g = gpu_step_windows(trace, step_pattern)
         if not g.empty:
-            w = pd.DataFrame({"step": g["step"].astype(np.int64).to_numpy(),
-                              "lo": g["gpu_start_ns"].astype(np.int64).to_numpy(),
-                              "hi": g["gpu_end_ns"].astype(np.int64).to_numpy()})
+            step, lo, hi = (g[c].to_numpy(np.int64) for c in ("step", "gpu_start_ns", "gpu_end_ns"))
         elif metrics is not None:
-            w = pd.DataFrame({"step": [-1], "lo": [metrics.whole.window_start_ns],
-                              "hi": [metrics.whole.window_end_ns]})
+            step, lo, hi = (np.array([v], dtype=np.int64) for v in
+                            (-1, metrics.whole.window_start_ns, metrics.whole.window_end_ns))
         elif not trace.gpu.empty:
-            w = pd.DataFrame({"step": [-1], "lo": [int(trace.gpu["start_ns"].min())],
-                              "hi": [int(trace.gpu["end_ns"].max())]})
+            step, lo, hi = (np.array([v], dtype=np.int64) for v in
+                            (-1, trace.gpu["start_ns"].min(), trace.gpu["end_ns"].max()))
         else:
             return pd.DataFrame({c: np.zeros(0, dtype=np.int64) for c in cols})
-    if host is not None:
-        w["host_lo"] = host["host_start_ns"].reindex(w["step"]).fillna(-1).to_numpy(np.int64)
-        w["host_hi"] = host["host_end_ns"].reindex(w["step"]).fillna(-1).to_numpy(np.int64)
-    else:
-        w["host_lo"] = -1
-        w["host_hi"] = -1
-    return w[cols].astype(np.int64).reset_index(drop=True)
+    host_lo, host_hi = _host_range(host_steps(trace, step_pattern), step)
+    return pd.DataFrame({"step": step, "lo": lo, "hi": hi, "host_lo": host_lo, "host_hi": host_hi})
+
+
+def _host_range(steps: pd.DataFrame, step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Host start and end of each step (-1 when the trace has no such step range), as a pandas
+    reindex and fillna(-1) give them: through float64 when some step is missing."""
+    if steps.empty:
+        return np.full(step.size, -1, dtype=np.int64), np.full(step.size, -1, dtype=np.int64)
+    known = steps["step"].to_numpy(np.int64)
+    order = np.argsort(known, kind="stable")
+    pos = np.clip(np.searchsorted(known[order], step), 0, known.size - 1)
+    found = known[order][pos] == step
+    out = []
+    for col in ("host_start_ns", "host_end_ns"):
+        v = steps[col].to_numpy(np.int64)[order][pos]
+        out.append(v if found.all() else np.where(found, v.astype(np.float64), -1.0).astype(np.int64))
+    return out[0], out[1]
 
 
 @dataclass
