@@ -11,7 +11,7 @@ from analyzers.findings.finding import CatalogueEntry, Finding, Severity
 from analyzers.findings.view import (
     RankContext,
     RankView,
-    comm_kind,
+    comm_kind_numbered,
     fmt_ms,
     fmt_us,
     plain,
@@ -131,7 +131,8 @@ def comm_overlap_comparison(view: RankView, eff_start: np.ndarray | None = None)
     alone, over = frac <= p.slow_alone_max_fraction, frac >= p.slow_overlapped_min_fraction
     # Groups of (collective, size) in sorted order, as a sorted group-by makes them; a row without a
     # collective name belongs to none.
-    code, names = pd.factorize(comm_kind(view)[rows], sort=True)
+    code, names = comm_kind_numbered(view)
+    code = code[rows]
     ok = np.flatnonzero(code >= 0)
     ok = ok[np.lexsort((_size_key(g)[rows][ok], code[ok]))]
     code, size, dur, alone, over = code[ok], _size_key(g)[rows][ok], dur[ok], alone[ok], over[ok]

@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from analyzers.findings.finding import CatalogueEntry, Finding
 from analyzers.findings.view import (
     RankContext,
     RankView,
-    comm_kind,
+    comm_kind_numbered,
     fmt_ms,
     plain,
     severity_of,
@@ -73,7 +72,8 @@ def detect_front_loaded(view: RankView) -> list[Finding]:
     """
     p, t = view.params, view.trace
     # kinds numbered in sorted order, so that looping over the codes goes through them sorted
-    kinds, kind_names = pd.factorize(comm_kind(view), sort=True, use_na_sentinel=False)
+    kinds, kind_names = comm_kind_numbered(view)
+    kind_names = np.r_[kind_names, np.nan]  # code -1: no kind (a missing collective name)
     rows = []
     for w in view.windows.itertuples(index=False):
         lo, hi = int(w.lo), int(w.hi)

@@ -14,6 +14,7 @@ from analyzers.findings.view import (
     fmt_ms,
     fmt_us,
     per_name,
+    per_name_numbered,
     plain,
     severity_of,
 )
@@ -141,8 +142,7 @@ def detect_launch_bound(view: RankView, syncs: pd.DataFrame | None = None) -> li
     # What the gaps frame would give (same sorts on the same values), without building it.
     gap_ns = pd.Series(end - start)
     biggest = gap_ns.sort_values(ascending=False).head(5).index.to_numpy()
-    labels = per_name(view, np.concatenate([g.next for g in parts]), normalize_kernel_name)
-    code, names = pd.factorize(labels, sort=True)  # a sorted group-by's order
+    code, names = per_name_numbered(view, np.concatenate([g.next for g in parts]), normalize_kernel_name)
     per_kernel = pd.DataFrame({"size": np.bincount(code, minlength=len(names)).astype(np.int64),
                                "sum": _sum_by(code, gap_ns.to_numpy(), len(names))}, index=names)
     nxt = per_kernel.sort_values("sum", ascending=False).head(5)
@@ -151,7 +151,7 @@ def detect_launch_bound(view: RankView, syncs: pd.DataFrame | None = None) -> li
         "gap_ns_total": total,
         "gap_ns_median": float(gap_ns.median()),
         "share_of_span": total / span,
-        "largest": [{"start_ns": int(start[i]), "gap_ns": int(gap_ns.iloc[i]), "next": str(labels[i])}
+        "largest": [{"start_ns": int(start[i]), "gap_ns": int(gap_ns.iloc[i]), "next": str(names[code[i]])}
                     for i in biggest],
         "next_kernels": [{"name": str(k), "n": int(r["size"]), "gap_ns": int(r["sum"])}
                          for k, r in nxt.iterrows()],

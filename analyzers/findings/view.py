@@ -210,12 +210,35 @@ def per_name(view: RankView, rows: np.ndarray, fn: Callable[[str], str]) -> np.n
     codes = view.name_ids.codes[rows]
     if codes.size == 0:
         return np.zeros(0, dtype=object)
+    return _of_used_names(view, codes, fn)[codes]
+
+
+def _of_used_names(view: RankView, codes: np.ndarray, fn: Callable[[str], object]) -> np.ndarray:
+    """fn of each distinct name among codes (object array over all distinct names, None elsewhere)."""
     used = np.zeros(len(view.name_ids.names), dtype=bool)
     used[codes] = True
     out = np.empty(used.size, dtype=object)
     for i in np.flatnonzero(used):
         out[i] = fn(view.name_ids.names[i])
-    return out[codes]
+    return out
+
+
+def per_name_numbered(view: RankView, rows: np.ndarray, fn: Callable[[str], str]) -> tuple[np.ndarray, np.ndarray]:
+    """per_name as (code per row, labels): codes number the distinct labels in sorted order, as a
+    sorted group-by has them (pd.factorize(per_name(...), sort=True), without the rows' strings)."""
+    return _numbered(view.name_ids.codes[rows], lambda codes: _of_used_names(view, codes, fn))
+
+
+def _numbered(ids: np.ndarray, label_of: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """ids -> (code per id in the sorted order of their labels, sorted distinct labels); label_of(ids)
+    gives an array indexed by id (ids are small non-negative ints)."""
+    if ids.size == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object)
+    used = pd.unique(ids)
+    code, labels = pd.factorize(np.asarray(label_of(used), dtype=object)[used], sort=True)
+    lut = np.zeros(int(used.max()) + 1, dtype=np.int64)
+    lut[used] = code
+    return lut[ids], np.asarray(labels, dtype=object)
 
 
 def copy_label(pattern: str) -> Callable[[str], str]:
@@ -251,6 +274,26 @@ def comm_kind(view: RankView) -> np.ndarray:
         return out
 
     return view.memo("comm_kind", kinds)
+
+
+def comm_kind_numbered(view: RankView) -> tuple[np.ndarray, np.ndarray]:
+    """comm_kind as (code per row, kinds): codes number the distinct kinds in sorted order; -1 for a
+    row without one (a missing collective name). Made from the distinct collective and kernel
+    names, not from the rows' strings."""
+
+    def numbered() -> tuple[np.ndarray, np.ndarray]:
+        coll_code, coll = pd.factorize(view.trace.gpu["coll_name"])
+        coll = list(coll)
+        no_coll = np.r_[np.array([c == "" for c in coll], dtype=bool), False][coll_code]
+        # source of each row's kind: collective i, or kernel name len(coll) + j
+        source = np.where(no_coll, len(coll) + view.name_ids.codes, coll_code)
+        labels = np.asarray(coll + view.name_ids.names, dtype=object)
+        valid = source >= 0
+        code = np.full(source.size, -1, dtype=np.int64)
+        code[valid], kinds = _numbered(source[valid], lambda used: labels)
+        return code, kinds
+
+    return view.memo("comm_kind_numbered", numbered)
 
 
 def plural(n: int, word: str) -> str:
