@@ -75,7 +75,7 @@ def detect_front_loaded(view: RankView) -> list[Finding]:
     kinds, kind_names = comm_kind_numbered(view)
     kind_names = np.r_[kind_names, np.nan]  # code -1: no kind (a missing collective name)
     rows = []
-    for w in view.windows.itertuples(index=False):
+    for w in view.window_list():
         lo, hi = int(w.lo), int(w.hi)
         for d in view.devices():
             on = view.in_range(lo, hi) & (view.device == d)

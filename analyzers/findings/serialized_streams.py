@@ -88,7 +88,7 @@ def detect_serialized_streams(view: RankView, syncs: pd.DataFrame | None = None)
     host_steps_hit = set(by_host["region_step"].tolist()) - {-1}
     host_serialized = np.sort(by_host["end_ns"].to_numpy(np.int64))
     per_window = []
-    for w in view.windows.itertuples(index=False):
+    for w in view.window_list():
         if w.step in host_steps_hit or (
                 np.searchsorted(host_serialized, w.hi) > np.searchsorted(host_serialized, w.lo)):
             continue

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -139,6 +140,16 @@ def _host_range(steps: pd.DataFrame, step: np.ndarray) -> tuple[np.ndarray, np.n
     return out[0], out[1]
 
 
+class Window(NamedTuple):
+    """One analysed window (a row of RankView.windows)."""
+
+    step: int
+    lo: int
+    hi: int
+    host_lo: int
+    host_hi: int
+
+
 @dataclass
 class RankView:
     """One rank's GPU rows with the masks every detector needs, computed once."""
@@ -177,11 +188,18 @@ class RankView:
 
     @property
     def lo(self) -> int:
-        return int(self.windows["lo"].min()) if not self.windows.empty else 0
+        return int(self.windows["lo"].to_numpy().min()) if not self.windows.empty else 0
 
     @property
     def hi(self) -> int:
-        return int(self.windows["hi"].max()) if not self.windows.empty else 0
+        return int(self.windows["hi"].to_numpy().max()) if not self.windows.empty else 0
+
+    def window_list(self) -> list[Window]:
+        """The windows as (step, lo, hi, host_lo, host_hi) tuples of Python ints, in table order."""
+        w = self.windows
+        if list(w.columns) != list(Window._fields):
+            return [Window(*(getattr(r, f) for f in Window._fields)) for r in w.itertuples(index=False)]
+        return [Window(*r) for r in zip(*(w[c].tolist() for c in Window._fields), strict=True)]
 
     def in_range(self, lo: int, hi: int) -> np.ndarray:
         return (self.e > lo) & (self.s < hi)
@@ -193,7 +211,8 @@ class RankView:
 
     def span_ns(self) -> int:
         """Sum of the analysed windows (the denominator of 'share of time')."""
-        return int((self.windows["hi"] - self.windows["lo"]).clip(lower=0).sum())
+        w = self.windows
+        return int(np.clip(w["hi"].to_numpy() - w["lo"].to_numpy(), 0, None).sum())
 
     def devices(self) -> list[int]:
         return list(self._devices)

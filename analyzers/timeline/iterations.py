@@ -234,14 +234,14 @@ def _gpu_step_windows(trace: RankTrace, pattern: str) -> pd.DataFrame:
     at = np.searchsorted(agg_step, step_col[keep])
     by_first = np.argsort(agg_first[at], kind="stable")
     keep, at = keep[by_first], at[by_first]
-    out = steps.iloc[keep].reset_index(drop=True)
     first = agg_first[at]
     end = agg_last[at].copy()  # int64 throughout: epoch-scale ns do not survive a float64 round trip
     end[:-1] = first[1:]
-    out["gpu_start_ns"] = first
-    out["gpu_end_ns"] = np.maximum(end, first)
-    out["n_gpu"] = agg_n[at].astype(np.int64)
-    return out[cols]
+    return pd.DataFrame({"step": step_col[keep], "name": steps["name"].array.take(keep),
+                         "host_start_ns": steps["host_start_ns"].to_numpy()[keep],
+                         "host_end_ns": steps["host_end_ns"].to_numpy()[keep],
+                         "gpu_start_ns": first, "gpu_end_ns": np.maximum(end, first),
+                         "n_gpu": agg_n[at].astype(np.int64)})  # in the order of cols
 
 
 def like_hta_mask(trace: RankTrace, pattern: str = DEFAULT_STEP_PATTERN) -> np.ndarray:
