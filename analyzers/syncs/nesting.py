@@ -152,27 +152,35 @@ class _Table:
 
     def lookup(self, q_start: np.ndarray, q_end: np.ndarray, code: np.ndarray, exclude: np.ndarray) -> np.ndarray:
         """Per query (thread code, -1 for a thread the subset lacks): the deepest enclosing range."""
-        ix = self.index
         nq, nd = q_start.size, self.max_depth + 1
         out = np.full(nq, -1, dtype=np.int64)
         if nq == 0:
             return out
-        q = np.repeat(np.arange(nq), nd)
-        d = np.tile(np.arange(nd, dtype=np.int64), nq)
-        gc = d * self.n_threads + code[q]
-        g = np.searchsorted(self.groups, gc)
-        g_c = np.clip(g, 0, self.groups.size - 1)
-        ok = (code[q] >= 0) & (self.groups[g_c] == gc)
-        q_rank = np.searchsorted(ix._starts_sorted, q_start, side="right") - 1
-        pos = np.searchsorted(self.keys, g_c * self.k + q_rank[q], side="right") - 1
-        pos_c = np.clip(pos, 0, self.rows.size - 1)
-        ok &= (pos >= 0) & (self.group_of[pos_c] == g_c)
-        r = self.rows[pos_c]
-        ok &= (ix.end[r] >= q_end[q]) & (r != exclude[q])
-        q, r = q[ok], r[ok]  # pairs run by query, then depth: the last pair of a query is its deepest
-        last = np.r_[q[1:] != q[:-1], True] if q.size else np.zeros(0, dtype=bool)
-        out[q[last]] = r[last]
+        q_rank = np.searchsorted(self.index._starts_sorted, q_start, side="right") - 1
+        step = max(1, _PAIRS_AT_ONCE // nq)  # (query, depth) pairs per pass: memory stays bounded
+        for d0 in range(0, nd, step):  # shallow to deep: a deeper hit overwrites
+            q, r = self._hits(np.arange(d0, min(d0 + step, nd), dtype=np.int64), q_rank, q_end, code, exclude)
+            last = np.r_[q[1:] != q[:-1], True] if q.size else np.zeros(0, dtype=bool)
+            out[q[last]] = r[last]
         return out
+
+    def _hits(self, depths: np.ndarray, q_rank: np.ndarray, q_end: np.ndarray, code: np.ndarray,
+              exclude: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(query, range) for each query and depth whose candidate encloses the query, by query then depth."""
+        q = np.repeat(np.arange(q_rank.size), depths.size)
+        d = np.tile(depths, q_rank.size)
+        gc = d * self.n_threads + code[q]
+        g = np.clip(np.searchsorted(self.groups, gc), 0, self.groups.size - 1)
+        ok = (code[q] >= 0) & (self.groups[g] == gc)
+        pos = np.searchsorted(self.keys, g * self.k + q_rank[q], side="right") - 1
+        pos_c = np.clip(pos, 0, self.rows.size - 1)
+        ok &= (pos >= 0) & (self.group_of[pos_c] == g)
+        r = self.rows[pos_c]
+        ok &= (self.index.end[r] >= q_end[q]) & (r != exclude[q])
+        return q[ok], r[ok]
+
+
+_PAIRS_AT_ONCE = 1 << 20
 
 
 def nesting_depth(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> np.ndarray:
