@@ -168,7 +168,7 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
     sync_apis, memcpy_apis = dict(params.sync_apis), set(params.blocking_memcpy_apis)
     kind_u = np.array([sync_apis.get(a) for a in api_u], dtype=object)
     kind_u = np.where(np.array([a in memcpy_apis for a in api_u], dtype=bool), "memcpy", kind_u).astype(object)
-    cand = np.flatnonzero(pd.notna(kind_u)[rt_ids.codes]) if len(rt) else np.zeros(0, dtype=np.int64)
+    cand = np.flatnonzero(pd.notna(kind_u)[rt_ids.codes])
     r_start = rt["start_ns"].to_numpy(np.int64)[cand]
     r_end = rt["end_ns"].to_numpy(np.int64)[cand]
     r_corr = rt["correlation"].to_numpy(np.int64)[cand]
