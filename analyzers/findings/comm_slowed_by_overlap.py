@@ -11,7 +11,7 @@ from analyzers.findings.finding import CatalogueEntry, Finding, Severity
 from analyzers.findings.view import (
     RankContext,
     RankView,
-    comm_kind,
+    comm_kind_numbered,
     fmt_ms,
     fmt_us,
     plain,
@@ -128,15 +128,28 @@ def comm_overlap_comparison(view: RankView, eff_start: np.ndarray | None = None)
         ps, pe = iv.union(view.s[cp], view.e[cp])
         covered = busy_before(ps, pe, e[on]) - busy_before(ps, pe, s[on])
         frac[on] = np.where(dur[on] > 0, covered / np.maximum(dur[on], 1), 0.0)
-    df = pd.DataFrame({"collective": comm_kind(view)[rows], "size": _size_key(g)[rows], "dur": dur,
-                       "alone": frac <= p.slow_alone_max_fraction,
-                       "over": frac >= p.slow_overlapped_min_fraction})
-    grp = df.groupby(["collective", "size"], sort=True)
+    alone, over = frac <= p.slow_alone_max_fraction, frac >= p.slow_overlapped_min_fraction
+    # Groups of (collective, size) in sorted order, as a sorted group-by makes them; a row without a
+    # collective name belongs to none.
+    code, names = comm_kind_numbered(view)
+    code = code[rows]
+    ok = np.flatnonzero(code >= 0)
+    ok = ok[np.lexsort((_size_key(g)[rows][ok], code[ok]))]
+    code, size, dur, alone, over = code[ok], _size_key(g)[rows][ok], dur[ok], alone[ok], over[ok]
+    heads = np.flatnonzero(np.r_[True, (code[1:] != code[:-1]) | (size[1:] != size[:-1])]) if ok.size else ok
+    bounds = np.r_[heads, ok.size]
+
+    def medians(side: np.ndarray) -> np.ndarray:
+        """Median duration of each group's rows on that side (NaN for none), in float64 as pandas has it."""
+        return np.array([np.median(dur[a:b][side[a:b]].astype(np.float64)) if side[a:b].any() else np.nan
+                         for a, b in zip(bounds[:-1], bounds[1:], strict=True)], dtype=np.float64)
+
     res = pd.DataFrame({
-        "n_alone": grp["alone"].sum(), "n_overlapped": grp["over"].sum(),
-        "median_alone_ns": df[df["alone"]].groupby(["collective", "size"])["dur"].median(),
-        "median_overlapped_ns": df[df["over"]].groupby(["collective", "size"])["dur"].median(),
-    }).reset_index()
+        "collective": np.asarray(names, dtype=object)[code[heads]], "size": size[heads],
+        "n_alone": np.add.reduceat(alone.astype(np.int64), heads) if heads.size else np.zeros(0, dtype=np.int64),
+        "n_overlapped": np.add.reduceat(over.astype(np.int64), heads) if heads.size else np.zeros(0, dtype=np.int64),
+        "median_alone_ns": medians(alone), "median_overlapped_ns": medians(over),
+    })
     res["slowdown"] = res["median_overlapped_ns"] / res["median_alone_ns"] - 1.0
     return res[cols]
 

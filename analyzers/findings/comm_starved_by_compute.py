@@ -98,7 +98,7 @@ def starved_comm_kernels(view: RankView) -> pd.DataFrame:
             on_k = on_k[np.argsort(view.s[on_k], kind="stable")]
             here = view.stream[cand] == k
             prev_end[here] = _running_max_before(view.s[on_k], view.e[on_k], view.s[cand[here]], inclusive=False)[0]
-        ends = np.sort(view.e[idx])
+        ends = np.sort(view.e[idx], kind="stable")
         before = np.searchsorted(ends, view.s[cand], side="left")
         last_end = np.where(before > 0, ends[np.clip(before - 1, 0, None)], -1)
         eligible = np.maximum.reduce([launch[cand], prev_end, last_end])

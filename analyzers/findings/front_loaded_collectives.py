@@ -10,7 +10,7 @@ from analyzers.findings.finding import CatalogueEntry, Finding
 from analyzers.findings.view import (
     RankContext,
     RankView,
-    comm_kind,
+    comm_kind_numbered,
     fmt_ms,
     plain,
     severity_of,
@@ -71,9 +71,11 @@ def detect_front_loaded(view: RankView) -> list[Finding]:
     collectives before compute, iterations without compute.
     """
     p, t = view.params, view.trace
-    kinds = comm_kind(view)
+    # kinds numbered in sorted order, so that looping over the codes goes through them sorted
+    kinds, kind_names = comm_kind_numbered(view)
+    kind_names = np.r_[kind_names, np.nan]  # code -1: no kind (a missing collective name)
     rows = []
-    for w in view.windows.itertuples(index=False):
+    for w in view.window_list():
         lo, hi = int(w.lo), int(w.hi)
         for d in view.devices():
             on = view.in_range(lo, hi) & (view.device == d)
@@ -84,8 +86,8 @@ def detect_front_loaded(view: RankView) -> list[Finding]:
             c_start = _time_reaching(ps, pe, p.front_compute_start_share * iv.length((ps, pe)))
             all_before = iv.length(iv.clip(*iv.union(view.s[cm], view.e[cm]), lo, c_start))
             best = None
-            for k in np.unique(kinds[cm]):
-                km = cm & (kinds == k)
+            for code in np.unique(kinds[cm]):
+                k, km = kind_names[code], cm & (kinds == code)
                 ks, ke = iv.union(np.clip(view.s[km], lo, hi), np.clip(view.e[km], lo, hi))
                 total = iv.length((ks, ke))
                 before = iv.length(iv.clip(ks, ke, lo, c_start))

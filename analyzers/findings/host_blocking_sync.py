@@ -57,6 +57,12 @@ def syncs_in_overlap_region(view: RankView, syncs: pd.DataFrame) -> pd.DataFrame
     very end of the recorded work) is never in the region: there is nothing left to overlap.
     Each counted sync left the GPU idle at least sync_min_idle_ns.
     """
+    # host-blocking-sync and serialized-streams both ask, with the same syncs: computed once per view
+    kept, found = view.memo("syncs_in_overlap_region", lambda: (syncs, _syncs_in_overlap_region(view, syncs)))
+    return (found if kept is syncs else _syncs_in_overlap_region(view, syncs)).copy()
+
+
+def _syncs_in_overlap_region(view: RankView, syncs: pd.DataFrame) -> pd.DataFrame:
     p = view.params
     if syncs.empty or not view.comm.any() or view.windows.empty:
         return syncs.iloc[0:0].assign(region_step=np.zeros(0, dtype=np.int64))

@@ -14,6 +14,7 @@ from analyzers.findings.view import (
     fmt_ms,
     fmt_us,
     per_name,
+    per_name_numbered,
     plain,
     severity_of,
 )
@@ -47,19 +48,36 @@ ENTRY = CatalogueEntry(
 )
 
 
-def launch_bound_gaps(view: RankView, syncs: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Idle gaps (per device) whose next activity was launched only after the gap began.
+@dataclass
+class _Gaps:
+    """Launch-bound gaps of one device as arrays; next: the GPU row that ends each gap."""
 
-    Gaps during which a blocking host sync that caused GPU idle returned are left out:
-    host-blocking-sync owns them. A sync that found the GPU already drained claimed nothing
-    (syncs.blocking_syncs charges it no idle): the gap after it stays a launch gap.
-    Columns: device, start_ns, end_ns, gap_ns, next_launch_ns, next_name.
-    """
+    device: int
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    next_launch_ns: np.ndarray
+    next: np.ndarray
+
+    @property
+    def gap_ns(self) -> np.ndarray:
+        return self.end_ns - self.start_ns
+
+
+def _launch_gaps(view: RankView, syncs: pd.DataFrame | None) -> list[_Gaps]:
+    """launch_bound_gaps per device, without frames (devices with no gap of the minimum length
+    left out)."""
     p, t = view.params, view.trace
-    cols = ["device", "start_ns", "end_ns", "gap_ns", "next_launch_ns", "next_name"]
     launch = launch_times(t)
     lo, hi = view.lo, view.hi
     syncs = blocking_syncs(t, p.sync) if syncs is None else syncs
+    # inside an analysed window (steps not selected leave holes between windows)
+    w_lo = view.windows["lo"].to_numpy(np.int64)
+    by_lo = np.argsort(w_lo, kind="stable")
+    wl, wh = w_lo[by_lo], view.windows["hi"].to_numpy(np.int64)[by_lo]
+    # syncs that claimed GPU idle end inside a gap: host-blocking-sync owns it
+    claimed = (syncs["gpu_idle_ns"].to_numpy(np.int64) > 0) if not syncs.empty else np.zeros(0, dtype=bool)
+    sync_dev = syncs["device"].to_numpy()[claimed] if not syncs.empty else claimed
+    sync_end = syncs["end_ns"].to_numpy(np.int64)[claimed] if not syncs.empty else np.zeros(0, dtype=np.int64)
     parts = []
     for d in view.devices():
         on = (view.device == d) & view.in_range(lo, hi) & (view.e > view.s)
@@ -77,19 +95,29 @@ def launch_bound_gaps(view: RankView, syncs: pd.DataFrame | None = None) -> pd.D
         nxt = idx_o[np.clip(j, 0, idx_o.size - 1)]
         nl = launch[nxt]
         bound = (nl >= 0) & (nl >= gs)
-        # inside an analysed window (steps not selected leave holes between windows)
-        wl = np.sort(view.windows["lo"].to_numpy(np.int64))
-        wh = view.windows["hi"].to_numpy(np.int64)[np.argsort(view.windows["lo"].to_numpy(np.int64), kind="stable")]
         k = np.searchsorted(wl, gs, side="right") - 1
         bound &= (k >= 0) & (ge <= wh[np.clip(k, 0, wl.size - 1)])
         if not syncs.empty:
-            claimed = (syncs["device"] == d) & (syncs["gpu_idle_ns"] > 0)
-            se = np.sort(syncs.loc[claimed, "end_ns"].to_numpy(np.int64))
+            se = np.sort(sync_end[sync_dev == d])
             has_sync = np.searchsorted(se, ge, side="right") > np.searchsorted(se, gs, side="left")
             bound &= ~has_sync
-        parts.append(pd.DataFrame({"device": d, "start_ns": gs[bound], "end_ns": ge[bound],
-                                   "gap_ns": (ge - gs)[bound], "next_launch_ns": nl[bound],
-                                   "next_name": per_name(view, nxt[bound], normalize_kernel_name)}))
+        parts.append(_Gaps(d, gs[bound], ge[bound], nl[bound], nxt[bound]))
+    return parts
+
+
+def launch_bound_gaps(view: RankView, syncs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Idle gaps (per device) whose next activity was launched only after the gap began.
+
+    Gaps during which a blocking host sync that caused GPU idle returned are left out:
+    host-blocking-sync owns them. A sync that found the GPU already drained claimed nothing
+    (syncs.blocking_syncs charges it no idle): the gap after it stays a launch gap.
+    Columns: device, start_ns, end_ns, gap_ns, next_launch_ns, next_name.
+    """
+    cols = ["device", "start_ns", "end_ns", "gap_ns", "next_launch_ns", "next_name"]
+    parts = [pd.DataFrame({"device": g.device, "start_ns": g.start_ns, "end_ns": g.end_ns, "gap_ns": g.gap_ns,
+                           "next_launch_ns": g.next_launch_ns,
+                           "next_name": per_name(view, g.next, normalize_kernel_name)})
+             for g in _launch_gaps(view, syncs)]
     if not parts:
         return pd.DataFrame({c: [] for c in cols})
     return pd.concat(parts, ignore_index=True)[cols]
@@ -104,33 +132,47 @@ def detect_launch_bound(view: RankView, syncs: pd.DataFrame | None = None) -> li
     p, t = view.params, view.trace
     if not view.comm.any():
         return []  # no communication: no overlap for the gaps to cost
-    gaps = launch_bound_gaps(view, syncs)
-    span = view.span_ns()
-    total = int(gaps["gap_ns"].sum()) if not gaps.empty else 0
-    if len(gaps) < p.launch_min_gaps or span <= 0 or total < p.launch_min_share * span:
+    parts = _launch_gaps(view, syncs)
+    start, end = (np.concatenate([getattr(g, c) for g in parts]) if parts else np.zeros(0, dtype=np.int64)
+                  for c in ("start_ns", "end_ns"))
+    n, span = start.size, view.span_ns()
+    total = int((end - start).sum()) if n else 0
+    if n < p.launch_min_gaps or span <= 0 or total < p.launch_min_share * span:
         return []
-    biggest = gaps.sort_values("gap_ns", ascending=False).head(5)
-    nxt = gaps.groupby("next_name")["gap_ns"].agg(["size", "sum"]).sort_values("sum", ascending=False).head(5)
+    # What the gaps frame would give (same sorts on the same values), without building it.
+    gap_ns = pd.Series(end - start)
+    biggest = gap_ns.sort_values(ascending=False).head(5).index.to_numpy()
+    code, names = per_name_numbered(view, np.concatenate([g.next for g in parts]), normalize_kernel_name)
+    per_kernel = pd.DataFrame({"size": np.bincount(code, minlength=len(names)).astype(np.int64),
+                               "sum": _sum_by(code, gap_ns.to_numpy(), len(names))}, index=names)
+    nxt = per_kernel.sort_values("sum", ascending=False).head(5)
     evidence = {
-        "n_gaps": int(len(gaps)),
+        "n_gaps": int(n),
         "gap_ns_total": total,
-        "gap_ns_median": float(gaps["gap_ns"].median()),
+        "gap_ns_median": float(gap_ns.median()),
         "share_of_span": total / span,
-        "largest": [{"start_ns": int(r.start_ns), "gap_ns": int(r.gap_ns), "next": str(r.next_name)}
-                    for r in biggest.itertuples(index=False)],
-        "next_kernels": [{"name": str(n), "n": int(r["size"]), "gap_ns": int(r["sum"])}
-                         for n, r in nxt.iterrows()],
+        "largest": [{"start_ns": int(start[i]), "gap_ns": int(gap_ns.iloc[i]), "next": str(names[code[i]])}
+                    for i in biggest],
+        "next_kernels": [{"name": str(k), "n": int(r["size"]), "gap_ns": int(r["sum"])}
+                         for k, r in nxt.iterrows()],
     }
-    title = f"rank {t.rank}: {len(gaps)} launch-bound GPU gaps, {fmt_ms(total)} idle ({total / span:.0%} of the span)"
+    title = f"rank {t.rank}: {n} launch-bound GPU gaps, {fmt_ms(total)} idle ({total / span:.0%} of the span)"
     explanation = (
-        f"In {len(gaps)} gaps of at least {fmt_us(p.launch_min_gap_ns)} "
+        f"In {n} gaps of at least {fmt_us(p.launch_min_gap_ns)} "
         f"(median {fmt_us(evidence['gap_ns_median'])}) the "
         f"host launched the next kernel only after the previous one had finished: the GPU ran out of queued work "
         f"and waited for the CPU. Communication cannot hide behind compute that is not there yet."
     )
     return [Finding(id="launch-bound-gaps", severity=severity_of(total, span, p), ranks=[t.rank], title=title,
-                    explanation=explanation, start_ns=int(gaps["start_ns"].min()), end_ns=int(gaps["end_ns"].max()),
+                    explanation=explanation, start_ns=int(start.min()), end_ns=int(end.max()),
                     evidence=plain(evidence))]
+
+
+def _sum_by(code: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """int64 sum of values per code 0..n-1 (exact, unlike a float bincount)."""
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, code, values)
+    return out
 
 
 def detect(view: RankView, context: RankContext) -> list[Finding]:

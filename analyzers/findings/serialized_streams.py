@@ -18,6 +18,7 @@ from analyzers.findings.view import (
     severity_of,
 )
 from analyzers.syncs.blocking import api_base_name, blocking_syncs
+from analyzers.syncs.lookups import PerName
 from analyzers.timeline import intervals as iv
 
 
@@ -87,7 +88,7 @@ def detect_serialized_streams(view: RankView, syncs: pd.DataFrame | None = None)
     host_steps_hit = set(by_host["region_step"].tolist()) - {-1}
     host_serialized = np.sort(by_host["end_ns"].to_numpy(np.int64))
     per_window = []
-    for w in view.windows.itertuples(index=False):
+    for w in view.window_list():
         if w.step in host_steps_hit or (
                 np.searchsorted(host_serialized, w.hi) > np.searchsorted(host_serialized, w.lo)):
             continue
@@ -115,14 +116,14 @@ def detect_serialized_streams(view: RankView, syncs: pd.DataFrame | None = None)
         return []
     streams = sorted({s for r in hits for s in r["streams"]})
     busy_tot = {s: sum(r["busy"].get(s, 0) for r in hits) for s in streams}
-    comm_streams = sorted(set(np.unique(view.stream[view.comm]).tolist()) & set(streams))
+    comm_streams = sorted(set(pd.unique(view.stream[view.comm]).tolist()) & set(streams))
     # the inter-stream waits the host issued inside those iterations (the chain that serializes)
     rt = t.runtime
     waits_per_it: dict[int, int] = {}
     if not rt.empty and any(r["host_lo"] >= 0 for r in hits):
         # resolved once per distinct runtime name, not once per call
-        uniq, inv = np.unique(rt["name_id"].to_numpy(), return_inverse=True)
-        is_wait = np.array([api_base_name(n) == "cudaStreamWaitEvent" for n in t.names_of(uniq)], dtype=bool)[inv]
+        is_wait = PerName(t, rt["name_id"].to_numpy()).rows(lambda n: api_base_name(n) == "cudaStreamWaitEvent",
+                                                             bool)
         ws = np.sort(rt["start_ns"].to_numpy(np.int64)[is_wait])
         for r in hits:
             if r["host_lo"] >= 0:

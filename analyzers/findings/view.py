@@ -9,13 +9,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from analyzers.findings.finding import Severity
 from analyzers.overlap.metrics import RankMetrics
+from analyzers.overlap.rows import category_is
 from analyzers.syncs.blocking import SyncParams
+from analyzers.syncs.lookups import PerName
 from analyzers.timeline import intervals as iv
 from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN, gpu_step_windows, host_steps
 from analyzers.timeline.kernel_names import normalize_kernel_name
@@ -102,34 +105,49 @@ def windows_of(trace: RankTrace, metrics: RankMetrics | None, step_pattern: str)
     windows, else the whole trace as one window (step -1).
     """
     cols = ["step", "lo", "hi", "host_lo", "host_hi"]
-    steps = host_steps(trace, step_pattern)
-    host = steps.set_index("step")[["host_start_ns", "host_end_ns"]] if not steps.empty else None
     if metrics is not None and not metrics.iterations.empty:
         it = metrics.iterations
-        w = pd.DataFrame({"step": it["step"].astype(np.int64).to_numpy(),
-                          "lo": it["window_start_ns"].astype(np.int64).to_numpy(),
-                          "hi": it["window_end_ns"].astype(np.int64).to_numpy()})
+        step, lo, hi = (it[c].to_numpy(np.int64) for c in ("step", "window_start_ns", "window_end_ns"))
     else:
         g = gpu_step_windows(trace, step_pattern)
         if not g.empty:
-            w = pd.DataFrame({"step": g["step"].astype(np.int64).to_numpy(),
-                              "lo": g["gpu_start_ns"].astype(np.int64).to_numpy(),
-                              "hi": g["gpu_end_ns"].astype(np.int64).to_numpy()})
+            step, lo, hi = (g[c].to_numpy(np.int64) for c in ("step", "gpu_start_ns", "gpu_end_ns"))
         elif metrics is not None:
-            w = pd.DataFrame({"step": [-1], "lo": [metrics.whole.window_start_ns],
-                              "hi": [metrics.whole.window_end_ns]})
+            step, lo, hi = (np.array([v], dtype=np.int64) for v in
+                            (-1, metrics.whole.window_start_ns, metrics.whole.window_end_ns))
         elif not trace.gpu.empty:
-            w = pd.DataFrame({"step": [-1], "lo": [int(trace.gpu["start_ns"].min())],
-                              "hi": [int(trace.gpu["end_ns"].max())]})
+            step, lo, hi = (np.array([v], dtype=np.int64) for v in
+                            (-1, trace.gpu["start_ns"].min(), trace.gpu["end_ns"].max()))
         else:
             return pd.DataFrame({c: np.zeros(0, dtype=np.int64) for c in cols})
-    if host is not None:
-        w["host_lo"] = host["host_start_ns"].reindex(w["step"]).fillna(-1).to_numpy(np.int64)
-        w["host_hi"] = host["host_end_ns"].reindex(w["step"]).fillna(-1).to_numpy(np.int64)
-    else:
-        w["host_lo"] = -1
-        w["host_hi"] = -1
-    return w[cols].astype(np.int64).reset_index(drop=True)
+    host_lo, host_hi = _host_range(host_steps(trace, step_pattern), step)
+    return pd.DataFrame({"step": step, "lo": lo, "hi": hi, "host_lo": host_lo, "host_hi": host_hi})
+
+
+def _host_range(steps: pd.DataFrame, step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Host start and end of each step (-1 when the trace has no such step range), as a pandas
+    reindex and fillna(-1) give them: through float64 when some step is missing."""
+    if steps.empty:
+        return np.full(step.size, -1, dtype=np.int64), np.full(step.size, -1, dtype=np.int64)
+    known = steps["step"].to_numpy(np.int64)
+    order = np.argsort(known, kind="stable")
+    pos = np.clip(np.searchsorted(known[order], step), 0, known.size - 1)
+    found = known[order][pos] == step
+    out = []
+    for col in ("host_start_ns", "host_end_ns"):
+        v = steps[col].to_numpy(np.int64)[order][pos]
+        out.append(v if found.all() else np.where(found, v.astype(np.float64), -1.0).astype(np.int64))
+    return out[0], out[1]
+
+
+class Window(NamedTuple):
+    """One analysed window (a row of RankView.windows)."""
+
+    step: int
+    lo: int
+    hi: int
+    host_lo: int
+    host_hi: int
 
 
 @dataclass
@@ -148,6 +166,9 @@ class RankView:
     compute: np.ndarray = field(init=False)  # real compute: compute minus copy kernels
     copy: np.ndarray = field(init=False)
     other: np.ndarray = field(init=False)
+    name_ids: PerName = field(init=False)  # the rows' distinct names (per_name runs once per name)
+    _devices: list[int] = field(init=False)
+    _memo: dict = field(init=False, default_factory=dict)  # what several detectors ask for
 
     def __post_init__(self) -> None:
         g = self.trace.gpu
@@ -156,24 +177,29 @@ class RankView:
         self.device = g["device"].to_numpy(np.int64)
         self.stream = g["stream"].to_numpy(np.int64)
         self.names = self.trace.names_of(g["name_id"].to_numpy()) if len(g) else np.zeros(0, dtype=object)
-        cat = g["category"].to_numpy()
         rx = re.compile(self.params.copy_kernel_pattern)
-        ids = g["name_id"].to_numpy()
-        uniq, inv = np.unique(ids, return_inverse=True) if ids.size else (ids, ids)
-        is_copy = np.array([bool(rx.search(self.trace.name_of(int(u)))) for u in uniq], dtype=bool)
-        copy_name = is_copy[inv] if ids.size else np.zeros(0, dtype=bool)
-        self.comm = cat == "comm"
+        self.name_ids = PerName(self.trace, g["name_id"].to_numpy())
+        copy_name = self.name_ids.rows(lambda n: bool(rx.search(n)), bool)
+        self.comm = category_is(g, "comm")
         self.copy = copy_name & ~self.comm
-        self.compute = (cat == "compute") & ~self.copy
+        self.compute = category_is(g, "compute") & ~self.copy
         self.other = ~(self.comm | self.compute | self.copy)
+        self._devices = sorted(pd.unique(self.device).tolist())
 
     @property
     def lo(self) -> int:
-        return int(self.windows["lo"].min()) if not self.windows.empty else 0
+        return int(self.windows["lo"].to_numpy().min()) if not self.windows.empty else 0
 
     @property
     def hi(self) -> int:
-        return int(self.windows["hi"].max()) if not self.windows.empty else 0
+        return int(self.windows["hi"].to_numpy().max()) if not self.windows.empty else 0
+
+    def window_list(self) -> list[Window]:
+        """The windows as (step, lo, hi, host_lo, host_hi) tuples of Python ints, in table order."""
+        w = self.windows
+        if list(w.columns) != list(Window._fields):
+            return [Window(*(getattr(r, f) for f in Window._fields)) for r in w.itertuples(index=False)]
+        return [Window(*r) for r in zip(*(w[c].tolist() for c in Window._fields), strict=True)]
 
     def in_range(self, lo: int, hi: int) -> np.ndarray:
         return (self.e > lo) & (self.s < hi)
@@ -185,19 +211,53 @@ class RankView:
 
     def span_ns(self) -> int:
         """Sum of the analysed windows (the denominator of 'share of time')."""
-        return int((self.windows["hi"] - self.windows["lo"]).clip(lower=0).sum())
+        w = self.windows
+        return int(np.clip(w["hi"].to_numpy() - w["lo"].to_numpy(), 0, None).sum())
 
     def devices(self) -> list[int]:
-        return sorted(np.unique(self.device).tolist())
+        return list(self._devices)
+
+    def memo(self, key: object, compute: Callable[[], object]) -> object:
+        """compute() once per view and key (a result several detectors share)."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
 
 def per_name(view: RankView, rows: np.ndarray, fn: Callable[[str], str]) -> np.ndarray:
     """fn of each selected row's name, computed once per distinct name (rows: mask or indices)."""
-    ids = view.trace.gpu["name_id"].to_numpy()[rows]
-    if ids.size == 0:
+    codes = view.name_ids.codes[rows]
+    if codes.size == 0:
         return np.zeros(0, dtype=object)
-    uniq, inv = np.unique(ids, return_inverse=True)
-    return np.array([fn(view.trace.name_of(int(u))) for u in uniq], dtype=object)[inv]
+    return _of_used_names(view, codes, fn)[codes]
+
+
+def _of_used_names(view: RankView, codes: np.ndarray, fn: Callable[[str], object]) -> np.ndarray:
+    """fn of each distinct name among codes (object array over all distinct names, None elsewhere)."""
+    used = np.zeros(len(view.name_ids.names), dtype=bool)
+    used[codes] = True
+    out = np.empty(used.size, dtype=object)
+    for i in np.flatnonzero(used):
+        out[i] = fn(view.name_ids.names[i])
+    return out
+
+
+def per_name_numbered(view: RankView, rows: np.ndarray, fn: Callable[[str], str]) -> tuple[np.ndarray, np.ndarray]:
+    """per_name as (code per row, labels): codes number the distinct labels in sorted order, as a
+    sorted group-by has them (pd.factorize(per_name(...), sort=True), without the rows' strings)."""
+    return _numbered(view.name_ids.codes[rows], lambda codes: _of_used_names(view, codes, fn))
+
+
+def _numbered(ids: np.ndarray, label_of: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """ids -> (code per id in the sorted order of their labels, sorted distinct labels); label_of(ids)
+    gives an array indexed by id (ids are small non-negative ints)."""
+    if ids.size == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object)
+    used = pd.unique(ids)
+    code, labels = pd.factorize(np.asarray(label_of(used), dtype=object)[used], sort=True)
+    lut = np.zeros(int(used.max()) + 1, dtype=np.int64)
+    lut[used] = code
+    return lut[ids], np.asarray(labels, dtype=object)
 
 
 def copy_label(pattern: str) -> Callable[[str], str]:
@@ -223,9 +283,36 @@ def severity_of(cost_ns: float, span_ns: int, params: SharedParams) -> Severity:
 
 
 def comm_kind(view: RankView) -> np.ndarray:
-    """Collective kind per GPU row: the collective name when known, else the kernel name."""
-    coll = view.trace.gpu["coll_name"].to_numpy(dtype=object)
-    return np.where(coll != "", coll, view.names)
+    """Collective kind per GPU row: the collective name when known, else the kernel name (read-only:
+    made once per view)."""
+
+    def kinds() -> np.ndarray:
+        coll = view.trace.gpu["coll_name"].to_numpy(dtype=object)
+        out = np.where(coll != "", coll, view.names)
+        out.flags.writeable = False
+        return out
+
+    return view.memo("comm_kind", kinds)
+
+
+def comm_kind_numbered(view: RankView) -> tuple[np.ndarray, np.ndarray]:
+    """comm_kind as (code per row, kinds): codes number the distinct kinds in sorted order; -1 for a
+    row without one (a missing collective name). Made from the distinct collective and kernel
+    names, not from the rows' strings."""
+
+    def numbered() -> tuple[np.ndarray, np.ndarray]:
+        coll_code, coll = pd.factorize(view.trace.gpu["coll_name"])
+        coll = list(coll)
+        no_coll = np.r_[np.array([c == "" for c in coll], dtype=bool), False][coll_code]
+        # source of each row's kind: collective i, or kernel name len(coll) + j
+        source = np.where(no_coll, len(coll) + view.name_ids.codes, coll_code)
+        labels = np.asarray(coll + view.name_ids.names, dtype=object)
+        valid = source >= 0
+        code = np.full(source.size, -1, dtype=np.int64)
+        code[valid], kinds = _numbered(source[valid], lambda used: labels)
+        return code, kinds
+
+    return view.memo("comm_kind_numbered", numbered)
 
 
 def plural(n: int, word: str) -> str:

@@ -12,11 +12,12 @@ Ratios are None (undefined) when their denominator is 0, never NaN.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from analyzers.overlap.rows import GpuRows, category_is
 from analyzers.timeline import intervals as iv
 from analyzers.timeline.classify import lookalike_note
 from analyzers.timeline.iterations import (
@@ -50,17 +51,16 @@ class OverlapMetrics:
     hidden_fraction_of_min: float | None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return dict(vars(self))  # flat fields: asdict's deep copy adds nothing
 
 
 def _ratio(num: int, den: int) -> float | None:
     return float(num) / float(den) if den > 0 else None
 
 
-def _clipped(gpu: pd.DataFrame, lo: int | None, hi: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _clipped(rows: GpuRows, lo: int | None, hi: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Start/end arrays clipped to the window, with a mask of rows that fall in it."""
-    s = gpu["start_ns"].to_numpy(dtype=np.int64)
-    e = gpu["end_ns"].to_numpy(dtype=np.int64)
+    s, e = rows.s, rows.e
     if lo is None and hi is None:
         return s, e, np.ones(s.size, dtype=bool)
     lo_v = np.iinfo(np.int64).min if lo is None else lo
@@ -73,10 +73,13 @@ def _clipped(gpu: pd.DataFrame, lo: int | None, hi: int | None) -> tuple[np.ndar
 
 def window_metrics(gpu: pd.DataFrame, lo: int | None = None, hi: int | None = None) -> OverlapMetrics:
     """Overlap metrics of one rank's GPU activity table inside [lo, hi) (None = unbounded)."""
-    s, e, inside = _clipped(gpu, lo, hi)
-    cat = gpu["category"].to_numpy()
-    comm_m = inside & (cat == "comm")
-    comp_m = inside & (cat == "compute")
+    return _window_metrics(GpuRows.of(gpu), lo, hi)
+
+
+def _window_metrics(rows: GpuRows, lo: int | None, hi: int | None) -> OverlapMetrics:
+    s, e, inside = _clipped(rows, lo, hi)
+    comm_m = inside & rows.comm
+    comp_m = inside & rows.compute
     comm = iv.union(s[comm_m], e[comm_m])
     comp = iv.union(s[comp_m], e[comp_m])
     everything = iv.union(s[inside], e[inside])
@@ -90,8 +93,7 @@ def window_metrics(gpu: pd.DataFrame, lo: int | None = None, hi: int | None = No
         span_ns = 0
         w0 = int(lo) if lo is not None else 0
         w1 = int(hi) if hi is not None else 0
-    streams = gpu["stream"].to_numpy()
-    cc = _compute_compute_overlap(s[comp_m], e[comp_m], streams[comp_m])
+    cc = _compute_compute_overlap(s[comp_m], e[comp_m], rows.stream[comp_m])
     return OverlapMetrics(
         window_start_ns=w0 if lo is None else int(lo),
         window_end_ns=w1 if hi is None else int(hi),
@@ -130,34 +132,43 @@ def _compute_compute_overlap(s: np.ndarray, e: np.ndarray, streams: np.ndarray) 
 
 def stream_table(gpu: pd.DataFrame, lo: int | None = None, hi: int | None = None) -> pd.DataFrame:
     """Per (device, stream): busy, comm and compute time, activity count, share of the span."""
-    s, e, inside = _clipped(gpu, lo, hi)
+    return _stream_table(GpuRows.of(gpu), lo, hi)
+
+
+def _stream_table(rows: GpuRows, lo: int | None, hi: int | None) -> pd.DataFrame:
+    s, e, inside = _clipped(rows, lo, hi)
     cols = ["device", "stream", "n", "busy_ns", "comm_ns", "compute_ns", "n_comm", "n_compute"]
     if not inside.any():
         return pd.DataFrame({c: [] for c in cols})
-    df = pd.DataFrame({
-        "device": gpu["device"].to_numpy()[inside], "stream": gpu["stream"].to_numpy()[inside],
-        "s": s[inside], "e": e[inside], "cat": gpu["category"].to_numpy()[inside],
-    })
-    rows = []
-    for (dev, stream), g in df.groupby(["device", "stream"], sort=True):
-        gs, ge, gc = g["s"].to_numpy(), g["e"].to_numpy(), g["cat"].to_numpy()
-        cm, pm = gc == "comm", gc == "compute"
-        rows.append({
-            "device": int(dev), "stream": int(stream), "n": len(g),
+    dev, stream = rows.device[inside], rows.stream[inside]
+    s, e, comm, comp = s[inside], e[inside], rows.comm[inside], rows.compute[inside]
+    # groups of (device, stream) in ascending order, rows in table order within each
+    order = np.lexsort((stream, dev))
+    d_o, s_o = dev[order], stream[order]
+    cuts = np.flatnonzero((d_o[1:] != d_o[:-1]) | (s_o[1:] != s_o[:-1])) + 1
+    out = []
+    for g in np.split(order, cuts):
+        gs, ge, cm, pm = s[g], e[g], comm[g], comp[g]
+        out.append({
+            "device": int(dev[g[0]]), "stream": int(stream[g[0]]), "n": int(g.size),
             "busy_ns": iv.total_length(gs, ge),
             "comm_ns": iv.total_length(gs[cm], ge[cm]),
             "compute_ns": iv.total_length(gs[pm], ge[pm]),
             "n_comm": int(cm.sum()), "n_compute": int(pm.sum()),
         })
-    return pd.DataFrame(rows, columns=cols)
+    return pd.DataFrame(out, columns=cols)
 
 
 def stream_pair_overlap(gpu: pd.DataFrame, lo: int | None = None, hi: int | None = None) -> pd.DataFrame:
     """Matrix of |busy(stream i) ∩ busy(stream j)| in ns; the diagonal is each stream's busy time."""
-    s, e, inside = _clipped(gpu, lo, hi)
-    streams = gpu["stream"].to_numpy()[inside]
+    return _stream_pair_overlap(GpuRows.of(gpu), lo, hi)
+
+
+def _stream_pair_overlap(rows: GpuRows, lo: int | None, hi: int | None) -> pd.DataFrame:
+    s, e, inside = _clipped(rows, lo, hi)
+    streams = rows.stream[inside]
     s, e = s[inside], e[inside]
-    labels = sorted(np.unique(streams).tolist())
+    labels = sorted(pd.unique(streams).tolist())
     merged = {st: iv.union(s[streams == st], e[streams == st]) for st in labels}
     mat = np.zeros((len(labels), len(labels)), dtype=np.int64)
     for i, a in enumerate(labels):
@@ -244,19 +255,23 @@ def iteration_metrics(gpu: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     Each window only looks at the rows that can reach into it (sorted starts, bounded by the
     longest activity), so the cost grows with the rows per step, not steps x all rows.
     """
-    rows = []
+    return _iteration_metrics(GpuRows.of(gpu), windows)
+
+
+def _iteration_metrics(rows: GpuRows, windows: pd.DataFrame) -> pd.DataFrame:
+    out: list[dict] = []
     if windows.empty:
-        return pd.DataFrame(rows)
-    order = np.argsort(gpu["start_ns"].to_numpy(), kind="stable")
-    by_start = gpu.iloc[order]
-    starts = by_start["start_ns"].to_numpy()
-    longest = int((by_start["end_ns"] - by_start["start_ns"]).max()) if len(by_start) else 0
-    for w in windows.itertuples(index=False):
-        lo, hi = int(w.gpu_start_ns), int(w.gpu_end_ns)
+        return pd.DataFrame(out)
+    by_start = rows.take(np.argsort(rows.s, kind="stable"))
+    starts = by_start.s
+    longest = int((by_start.e - by_start.s).max()) if len(by_start) else 0
+    for step, name, lo, hi in zip(windows["step"].tolist(), windows["name"].tolist(),
+                                  windows["gpu_start_ns"].tolist(), windows["gpu_end_ns"].tolist(), strict=True):
+        lo, hi = int(lo), int(hi)
         a, b = np.searchsorted(starts, lo - longest, "left"), np.searchsorted(starts, hi, "left")
-        m = window_metrics(by_start.iloc[a:b], lo, hi)
-        rows.append({"step": int(w.step), "name": w.name, **m.to_dict()})
-    return pd.DataFrame(rows)
+        m = _window_metrics(by_start.take(slice(a, b)), lo, hi)
+        out.append({"step": int(step), "name": name, **m.to_dict()})
+    return pd.DataFrame(out)
 
 
 def summarize_iterations(it: pd.DataFrame) -> dict:
@@ -349,23 +364,24 @@ def rank_metrics(trace: RankTrace, options: AnalysisOptions | None = None) -> Ra
             if len(runs) > 1:
                 span_ns = sum(window_metrics(gpu, a, b).span_ns for a, b in runs)
                 gpu = _clipped_to_runs(gpu, runs)
-    whole = window_metrics(gpu, lo, hi)
+    rows = GpuRows.of(gpu)
+    whole = _window_metrics(rows, lo, hi)
     if span_ns is not None:
         whole.span_ns, whole.idle_ns = span_ns, span_ns - whole.busy_ns
-    its = iteration_metrics(gpu, windows)
+    its = _iteration_metrics(rows, windows)
     if windows.empty:
         notes.append("no ProfilerStep / step ranges found: per-iteration metrics unavailable")
     if whole.n_comm == 0:
         notes.append("no communication activity: overlap ratio undefined")
-    lookalike = lookalike_note(trace, comm_found=bool((trace.gpu["category"] == "comm").any()))
+    lookalike = lookalike_note(trace, comm_found=bool(category_is(trace.gpu, "comm").any()))
     if lookalike:
         notes.append(lookalike)
     return RankMetrics(
         rank=trace.rank,
         source=trace.source,
         whole=whole,
-        streams=stream_table(gpu, lo, hi),
-        stream_pairs=stream_pair_overlap(gpu, lo, hi),
+        streams=_stream_table(rows, lo, hi),
+        stream_pairs=_stream_pair_overlap(rows, lo, hi),
         iterations=its,
         iteration_summary=summarize_iterations(its),
         notes=notes + list(trace.notes),

@@ -37,7 +37,8 @@ import numpy as np
 import pandas as pd
 
 from analyzers.syncs.device_busy import _device_timelines, _sync_devices
-from analyzers.syncs.nesting import innermost_any_thread, innermost_enclosing
+from analyzers.syncs.lookups import Distinct, PerName, as_float, first_by_key
+from analyzers.syncs.nesting import RangeIndex, innermost_enclosing
 from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN, host_steps
 from analyzers.timeline.model import RankTrace
 
@@ -120,15 +121,6 @@ def op_base_name(name: str) -> str:
     return m.group(1).strip() if m else name
 
 
-def _name_lookup(trace: RankTrace, ids: np.ndarray, fn) -> np.ndarray:
-    """fn applied once per distinct name id, broadcast back (object array)."""
-    if ids.size == 0:
-        return np.zeros(0, dtype=object)
-    uniq, inv = np.unique(ids, return_inverse=True)
-    mapped = np.array([fn(trace.name_of(int(u))) for u in uniq], dtype=object)
-    return mapped[inv]
-
-
 def syncs_not_judged(trace: RankTrace) -> str | None:
     """Why this rank's host syncs cannot be judged (another device's runtime), else None."""
     cats = trace.meta.get("runtime_categories")
@@ -170,27 +162,29 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
     step_rx = re.compile(params.step_pattern)
 
     # --- runtime syncs -----------------------------------------------------------------
-    rt_names = _name_lookup(trace, rt["name_id"].to_numpy(), api_base_name)
-    sync_kind = pd.Series(rt_names, dtype=object).map(dict(params.sync_apis)).to_numpy(dtype=object)
-    is_memcpy = np.isin(rt_names, list(params.blocking_memcpy_apis))
-    kind = np.where(is_memcpy, "memcpy", sync_kind)
-    cand = np.flatnonzero(pd.notna(kind))
+    # Per distinct API name: its base name and sync kind ("memcpy" for a synchronous copy).
+    rt_ids = PerName(trace, rt["name_id"].to_numpy())
+    api_u = rt_ids.distinct(api_base_name)
+    sync_apis, memcpy_apis = dict(params.sync_apis), set(params.blocking_memcpy_apis)
+    kind_u = np.array([sync_apis.get(a) for a in api_u], dtype=object)
+    kind_u = np.where(np.array([a in memcpy_apis for a in api_u], dtype=bool), "memcpy", kind_u).astype(object)
+    cand = np.flatnonzero(pd.notna(kind_u)[rt_ids.codes])
     r_start = rt["start_ns"].to_numpy(np.int64)[cand]
     r_end = rt["end_ns"].to_numpy(np.int64)[cand]
     r_corr = rt["correlation"].to_numpy(np.int64)[cand]
     r_pid = rt["pid"].to_numpy(np.int64)[cand]
     r_tid = rt["tid"].to_numpy(np.int64)[cand]
-    r_kind = kind[cand].astype(object)
-    r_api = rt_names[cand].astype(object)
+    r_kind = kind_u[rt_ids.codes[cand]].astype(object)
+    r_api = api_u[rt_ids.codes[cand]].astype(object)
 
     gpu = trace.gpu
-    g_names = trace.names_of(gpu["name_id"].to_numpy()) if not gpu.empty else np.zeros(0, dtype=object)
+    g_corr = gpu["correlation"].to_numpy()
     # Device-to-device (and peer) synchronous copies never block the host.
     if r_kind.size and (r_kind == "memcpy").any() and not gpu.empty:
-        dtod = pd.Series(pd.Series(g_names, dtype=object).str.contains(r"DtoD|PtoP", regex=True).to_numpy(),
-                         index=gpu["correlation"].to_numpy())
-        dtod = dtod[(dtod.index >= 0) & ~dtod.index.duplicated()]
-        is_dtod = dtod.reindex(r_corr).fillna(False).to_numpy(dtype=bool)
+        dtod_rx = re.compile(r"DtoD|PtoP")
+        g_dtod = PerName(trace, gpu["name_id"].to_numpy()).rows(lambda n: bool(dtod_rx.search(n)), bool)
+        row = first_by_key(g_corr, r_corr)
+        is_dtod = (row >= 0) & g_dtod[np.clip(row, 0, None)]
         keep = ~((r_kind == "memcpy") & is_dtod)
         r_start, r_end, r_corr, r_pid, r_tid, r_kind, r_api = (
             a[keep] for a in (r_start, r_end, r_corr, r_pid, r_tid, r_kind, r_api))
@@ -204,9 +198,7 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
             pending[m] = tl.pending_at(r_start[m])
         # A pageable host-to-device copy returns once its data is staged, often before its GPU
         # copy even starts: then the host did not wait for the GPU at all.
-        own_end = pd.Series(gpu["end_ns"].to_numpy(), index=gpu["correlation"].to_numpy())
-        own_end = own_end[(own_end.index >= 0) & ~own_end.index.duplicated()]
-        copy_end = own_end.reindex(r_corr).to_numpy(dtype=np.float64)
+        copy_end = as_float(gpu["end_ns"].to_numpy(), first_by_key(g_corr, r_corr))
         waited = np.isnan(copy_end) | (r_end >= np.nan_to_num(copy_end))
         keep = (r_kind != "memcpy") | (pending & waited)
         r_start, r_end, r_corr, r_pid, r_tid, r_kind, r_api, devices = (
@@ -216,11 +208,20 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
     o_start = ops["start_ns"].to_numpy(np.int64)
     o_end = ops["end_ns"].to_numpy(np.int64)
     o_tid = ops["tid"].to_numpy(np.int64)
-    o_base = _name_lookup(trace, ops["name_id"].to_numpy(), op_base_name)
-    o_full = _name_lookup(trace, ops["name_id"].to_numpy(), lambda n: n)
-    o_kind = ops["kind"].to_numpy(dtype=object) if "kind" in ops else np.full(len(ops), "", dtype=object)
-    not_step = ~_name_lookup(trace, ops["name_id"].to_numpy(), lambda n: bool(step_rx.search(n))).astype(bool)
-    implied = np.isin(o_base, list(params.implied_sync_ops)) & not_step
+    # Per distinct op name: base name, full name and what it is (the rows index these by code).
+    op_ids = PerName(trace, ops["name_id"].to_numpy())
+    base_u = op_ids.distinct(op_base_name)
+    full_u = op_ids.distinct(lambda n: n)
+    o_code = op_ids.codes
+
+    def of_names(values: np.ndarray) -> np.ndarray:
+        return values[o_code] if len(ops) else np.zeros(0, dtype=values.dtype)
+
+    def per_op(fn) -> np.ndarray:
+        return of_names(np.array([bool(fn(b, f)) for b, f in zip(base_u, full_u, strict=True)], dtype=bool))
+
+    not_step = ~per_op(lambda b, f: step_rx.search(f))
+    implied = per_op(lambda b, f: b in params.implied_sync_ops) & not_step
 
     # Ops with no runtime sync inside are syncs of their own only when the trace lacks runtime.
     op_rows = np.zeros(0, dtype=np.int64)
@@ -238,40 +239,42 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
     pid = np.r_[r_pid, ops["pid"].to_numpy(np.int64)[op_rows]].astype(np.int64)
     if n_op:
         devices = np.r_[devices, _sync_devices(trace, o_start[op_rows], np.full(n_op, -1), pid[n_rt:])]
-    api = np.r_[r_api, o_base[op_rows]].astype(object)
+    api = np.r_[r_api, of_names(base_u)[op_rows]].astype(object)
     kinds = np.r_[r_kind, np.full(n_op, "op", dtype=object)].astype(object)
     corr = np.r_[r_corr, np.full(n_op, -1, dtype=np.int64)]
     if start.size == 0:
         return empty_syncs()
     own = np.r_[np.full(n_rt, -1, dtype=np.int64), op_rows]  # an op row's own host op
 
+    # host ops sorted once; each question below is a subset of them (innermost range around a sync)
+    ranges = RangeIndex(o_start, o_end, o_tid)
+
     def enclosing(mask: np.ndarray, any_thread: bool) -> np.ndarray:
         """Index into host_ops of the innermost range of `mask` around each sync (-1 none)."""
-        sel = np.flatnonzero(mask)
-        if sel.size == 0:
+        if not mask.any():
             return np.full(start.size, -1, dtype=np.int64)
-        local = pd.Series(np.arange(sel.size), index=sel).reindex(own).fillna(-1).to_numpy(np.int64)
-        idx = innermost_enclosing(start, end, tid, o_start[sel], o_end[sel], o_tid[sel], local)
-        if any_thread and (idx < 0).any():
-            miss = np.flatnonzero(idx < 0)
-            idx[miss] = innermost_any_thread(start[miss], end[miss], o_start[sel], o_end[sel], o_tid[sel],
-                                             local[miss])
-        return np.where(idx >= 0, sel[np.clip(idx, 0, sel.size - 1)], -1)
+        return ranges.innermost(start, end, tid, own, mask=mask, any_thread=any_thread)
 
     caller_idx = enclosing(not_step, any_thread=True)
-    sync_op_idx = enclosing(np.isin(o_base, list(params.implied_sync_ops) + list(params.copy_sync_ops))
-                            & not_step, any_thread=False)
+    sync_op_names = set(params.implied_sync_ops) | set(params.copy_sync_ops)
+    sync_op_idx = enclosing(per_op(lambda b, f: b in sync_op_names) & not_step, any_thread=False)
     # nsys NVTX ranges include PyTorch's op ranges (emit_nvtx): those are ops, not annotations.
-    op_like = _name_lookup(trace, ops["name_id"].to_numpy(), lambda n: bool(_OP_LIKE.match(n))).astype(bool)
-    ann_idx = enclosing(np.isin(o_kind, ANNOTATION_KINDS) & not_step & ~((o_kind == "nvtx") & op_like),
-                        any_thread=False)
-    frame_idx = enclosing(np.isin(o_kind, FRAME_KINDS), any_thread=False)
+    op_like = per_op(lambda b, f: _OP_LIKE.match(f))
+    o_kind = Distinct(ops["kind"]) if "kind" in ops else None
+
+    def kind_in(kinds: tuple[str, ...]) -> np.ndarray:
+        return o_kind.isin(kinds) if o_kind is not None else np.zeros(len(ops), dtype=bool)
+
+    ann_idx = enclosing(kind_in(ANNOTATION_KINDS) & not_step & ~(kind_in(("nvtx",)) & op_like), any_thread=False)
+    frame_idx = enclosing(kind_in(FRAME_KINDS), any_thread=False)
 
     def label(idx: np.ndarray, names: np.ndarray) -> np.ndarray:
-        return np.where(idx >= 0, names[np.clip(idx, 0, max(names.size - 1, 0))] if names.size else "", "")
+        if not len(ops):
+            return np.where(idx >= 0, "", "")
+        return np.where(idx >= 0, names[o_code[np.clip(idx, 0, len(ops) - 1)]], "")
 
-    sync_op = label(sync_op_idx, o_base)
-    sync_op[n_rt:] = o_base[op_rows]
+    sync_op = label(sync_op_idx, base_u)
+    sync_op[n_rt:] = of_names(base_u)[op_rows]
 
     # --- step ------------------------------------------------------------------------
     steps = host_steps(trace, params.step_pattern)
@@ -304,30 +307,28 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
     stream = np.full(start.size, -1, dtype=np.int64)
     confirmed = np.zeros(start.size, dtype=bool)
     if not se.empty:
-        se_names = _name_lookup(trace, se["name_id"].to_numpy(), lambda n: n)
-        blocking_rec = se_names != "Stream Wait Event"  # a stream-side wait confirms nothing
-        rec = pd.Series(se["stream"].to_numpy()[blocking_rec], index=se["correlation"].to_numpy()[blocking_rec])
-        rec = rec[(rec.index >= 0) & ~rec.index.duplicated()]
-        found = rec.reindex(corr).to_numpy(dtype=np.float64)
+        blocking_rec = PerName(trace, se["name_id"].to_numpy()).rows(lambda n: n != "Stream Wait Event", bool)
+        # (a stream-side wait confirms nothing)
+        found = as_float(se["stream"].to_numpy()[blocking_rec],
+                         first_by_key(se["correlation"].to_numpy()[blocking_rec], corr))
         confirmed = ~np.isnan(found) & (corr >= 0)
         stream = np.where(confirmed, np.nan_to_num(found, nan=-1), -1).astype(np.int64)
         stream = np.where(stream == 0xFFFFFFFF, -1, stream)
     if (kinds == "memcpy").any() and not gpu.empty:
-        g_stream = pd.Series(gpu["stream"].to_numpy(), index=gpu["correlation"].to_numpy())
-        g_stream = g_stream[(g_stream.index >= 0) & ~g_stream.index.duplicated()]
-        found = g_stream.reindex(corr).to_numpy(dtype=np.float64)
+        found = as_float(gpu["stream"].to_numpy(), first_by_key(g_corr, corr))
         fill = (kinds == "memcpy") & ~np.isnan(found)
         stream[fill] = found[fill].astype(np.int64)
 
-    df = pd.DataFrame({
+    columns = {
         "rank": np.full(start.size, trace.rank, dtype=np.int64),
         "api": api, "kind": kinds, "start_ns": start, "end_ns": end,
         "host_blocked_ns": np.maximum(end - start, 0), "gpu_idle_ns": idle, "next_gpu_start_ns": nxt,
         "device": devices.astype(np.int64), "stream": stream, "pid": pid, "tid": tid, "correlation": corr,
-        "confirmed": confirmed, "caller": label(caller_idx, o_base), "sync_op": sync_op,
-        "annotation": label(ann_idx, o_full), "frame": label(frame_idx, o_full), "step": step,
-    })
-    return df.sort_values("start_ns", kind="stable").reset_index(drop=True)[SYNC_COLUMNS]
+        "confirmed": confirmed, "caller": label(caller_idx, base_u), "sync_op": sync_op,
+        "annotation": label(ann_idx, full_u), "frame": label(frame_idx, full_u), "step": step,
+    }
+    by_start = np.argsort(start, kind="stable")  # what sort_values("start_ns", kind="stable") does
+    return pd.DataFrame({c: columns[c][by_start] for c in SYNC_COLUMNS})
 
 
 def sync_records(df: pd.DataFrame) -> list[dict]:

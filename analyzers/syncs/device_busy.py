@@ -49,7 +49,7 @@ class _DeviceTimeline:
         en = end[known][order]
         suffix = np.minimum.accumulate(st[::-1])[::-1] if st.size else st
         prefix = np.maximum.accumulate(en) if en.size else en
-        return cls(ms, me, ls, suffix, prefix, np.sort(start), bool(known.any()))
+        return cls(ms, me, ls, suffix, prefix, np.sort(start, kind="stable"), bool(known.any()))
 
     def next_start_launched_from(self, t: np.ndarray) -> np.ndarray:
         """Start of the first activity launched at or after t (-1 if none)."""

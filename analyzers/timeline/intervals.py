@@ -42,7 +42,9 @@ def union(starts: object, ends: object) -> Intervals:
     new[0] = True
     new[1:] = s[1:] > run_max[:-1]
     first = np.flatnonzero(new)
-    last = np.r_[first[1:] - 1, s.size - 1]
+    last = np.empty_like(first)
+    last[:-1] = first[1:] - 1
+    last[-1] = s.size - 1
     return s[first], run_max[last]
 
 

@@ -132,32 +132,37 @@ def _host_steps(trace: RankTrace, pattern: str) -> pd.DataFrame:
     if ops.empty:
         return pd.DataFrame({c: [] for c in cols})
     rx = re.compile(pattern)
-    ids = np.unique(ops["name_id"].to_numpy())
+    name_ids = ops["name_id"].to_numpy()
+    ids = np.sort(pd.unique(name_ids))
     names = trace.names_of(ids)
     matched = {int(i): rx.search(n) for i, n in zip(ids, names, strict=True)}
     matched = {i: m for i, m in matched.items() if m}
     if not matched:
         return pd.DataFrame({c: [] for c in cols})
-    rows = ops[ops["name_id"].isin(list(matched))]
-    df = pd.DataFrame({
-        "name": trace.names_of(rows["name_id"].to_numpy()),
-        "host_start_ns": rows["start_ns"].to_numpy(),
-        "host_end_ns": rows["end_ns"].to_numpy(),
-    })
+    hit = np.isin(name_ids, np.fromiter(matched, dtype=np.int64, count=len(matched)))
     first_group = {i: (int(m.group(1)) if m.groups() and m.group(1) and m.group(1).isdigit() else None)
                    for i, m in matched.items()}
-    df["step"] = [first_group[int(i)] for i in rows["name_id"].to_numpy()]
-    df = df.sort_values("host_start_ns", kind="stable").reset_index(drop=True)
-    if df["step"].isna().any():
-        df["step"] = np.arange(len(df))
-    df["step"] = df["step"].astype(np.int64)
-    df["dur"] = df["host_end_ns"] - df["host_start_ns"]
-    df = df.sort_values("dur", ascending=False, kind="stable").drop_duplicates("step")
-    return df.sort_values("host_start_ns", kind="stable")[cols].reset_index(drop=True)
+    # by start (stable); steps numbered in that order when some range's name gives no number
+    by_start = np.argsort(ops["start_ns"].to_numpy()[hit], kind="stable")
+    row_ids = name_ids[hit][by_start]
+    start, end = ops["start_ns"].to_numpy()[hit][by_start], ops["end_ns"].to_numpy()[hit][by_start]
+    numbers = [first_group[int(i)] for i in row_ids]
+    step = (np.arange(row_ids.size, dtype=np.int64) if any(n is None for n in numbers)
+            else np.asarray(numbers, dtype=np.int64))
+    # one range per step number, the longest (the earlier on equal lengths), then by start
+    by_dur = np.argsort(-(end - start), kind="stable")
+    kept = by_dur[~pd.Series(step[by_dur]).duplicated(keep="first").to_numpy()]
+    rows = kept[np.argsort(start[kept], kind="stable")]
+    return pd.DataFrame({"step": step[rows], "name": trace.names_of(row_ids[rows]),
+                         "host_start_ns": start[rows], "host_end_ns": end[rows]})[cols]
 
 
 def launch_times(trace: RankTrace) -> np.ndarray:
     """Host start time of the runtime call that launched each GPU activity (-1 if unknown)."""
+    return _memoized("launch_times", "", (trace.runtime, trace.gpu), lambda: _launch_times(trace))
+
+
+def _launch_times(trace: RankTrace) -> np.ndarray:
     gpu, rt = trace.gpu, trace.runtime
     out = np.full(len(gpu), -1, dtype=np.int64)
     if gpu.empty or rt.empty:
@@ -207,21 +212,32 @@ def _gpu_step_windows(trace: RankTrace, pattern: str) -> pd.DataFrame:
     if steps.empty:
         return pd.DataFrame({c: [] for c in cols})
     which = assign_steps(trace, steps)
-    gpu = trace.gpu
-    df = pd.DataFrame({"step": which, "s": gpu["start_ns"].to_numpy(), "e": gpu["end_ns"].to_numpy()})
-    df = df[df["step"] >= 0]
-    if df.empty:
+    on = which >= 0
+    if not on.any():
         return pd.DataFrame({c: [] for c in cols})
-    agg = df.groupby("step").agg(first=("s", "min"), last=("e", "max"), n_gpu=("s", "size"))
-    out = steps.merge(agg, left_on="step", right_index=True, how="inner")
-    out = out.sort_values("first", kind="stable").reset_index(drop=True)
-    first = out["first"].to_numpy(dtype=np.int64)
-    last = out["last"].to_numpy(dtype=np.int64)
-    end = last.copy()  # int64 throughout: epoch-scale ns do not survive a float64 round trip
+    # per step: first start, last end, activity count (rows grouped by one stable sort)
+    gpu = trace.gpu
+    order = np.argsort(which[on], kind="stable")
+    w = which[on][order]
+    heads = np.r_[0, np.flatnonzero(w[1:] != w[:-1]) + 1]
+    agg_step = w[heads]
+    agg_first = np.minimum.reduceat(gpu["start_ns"].to_numpy(np.int64)[on][order], heads)
+    agg_last = np.maximum.reduceat(gpu["end_ns"].to_numpy(np.int64)[on][order], heads)
+    agg_n = np.diff(np.r_[heads, w.size])
+    # the steps that launched something, in step-table order, then by first start
+    step_col = steps["step"].to_numpy(np.int64)
+    keep = np.flatnonzero(np.isin(step_col, agg_step))
+    at = np.searchsorted(agg_step, step_col[keep])
+    by_first = np.argsort(agg_first[at], kind="stable")
+    keep, at = keep[by_first], at[by_first]
+    first = agg_first[at]
+    end = agg_last[at].copy()  # int64 throughout: epoch-scale ns do not survive a float64 round trip
     end[:-1] = first[1:]
-    out["gpu_start_ns"] = first
-    out["gpu_end_ns"] = np.maximum(end, first)
-    return out[cols]
+    return pd.DataFrame({"step": step_col[keep], "name": steps["name"].array.take(keep),
+                         "host_start_ns": steps["host_start_ns"].to_numpy()[keep],
+                         "host_end_ns": steps["host_end_ns"].to_numpy()[keep],
+                         "gpu_start_ns": first, "gpu_end_ns": np.maximum(end, first),
+                         "n_gpu": agg_n[at].astype(np.int64)})  # in the order of cols
 
 
 def like_hta_mask(trace: RankTrace, pattern: str = DEFAULT_STEP_PATTERN) -> np.ndarray:
