@@ -330,13 +330,13 @@ def existing_run_files(out: str | Path, variant: str) -> list[Path]:
 
 
 def runs_root() -> Path:
-    """Where runs started from the app write (OVERLAPSCOPE_RUNS_DIR, else the user cache dir)."""
+    """Where runs started from the app write (OVERLAPSCOPE_RUNS_DIR, else the cache folder)."""
     env = os.environ.get(ENV_RUNS_DIR)
     if env:
         return Path(env)
-    from platformdirs import user_cache_dir
+    from analyzers.io.environment import cache_base
 
-    return Path(user_cache_dir("overlapscope")) / "runs"
+    return cache_base() / "runs"
 
 
 def gpu_count() -> int:

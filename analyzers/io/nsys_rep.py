@@ -12,9 +12,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from platformdirs import user_cache_dir
-
 from analyzers.errors import BadInputError
+from analyzers.io.environment import cache_base
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 REP_SUFFIXES = (".nsys-rep", ".qdrep")
@@ -80,8 +79,9 @@ def find_nsys() -> str | None:
 
 
 def cache_dir() -> Path:
-    """Where exports of .nsys-rep reports are kept (the user cache dir, never beside the input)."""
-    return Path(user_cache_dir("overlapscope")) / "nsys"
+    """Where exports of .nsys-rep reports (and unpacked .sqlite.gz exports) are kept: the cache
+    folder ($OVERLAPSCOPE_CACHE_DIR or the user cache dir), never beside the input."""
+    return cache_base() / "nsys"
 
 
 def _cache_paths(path: Path) -> tuple[Path, Path]:
