@@ -41,7 +41,7 @@ def served(tmp_path_factory: pytest.TempPathFactory):
     corpus = build_corpus(tmp / "corpus")
     env = dict(os.environ)
     env.update({data.ENV_SAMPLES: str(samples), data.ENV_RUNS_DIR: str(tmp / "runs"),
-                data.ENV_ALLOWED_ROOTS: str(tmp / "corpus"), "XDG_CACHE_HOME": str(tmp / "cache"),
+                data.ENV_ALLOWED_ROOTS: str(tmp / "corpus"), "OVERLAPSCOPE_CACHE_DIR": str(tmp / "cache"),
                 "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))})
     env.pop(data.ENV_APP_PATHS, None)
     port = free_port()

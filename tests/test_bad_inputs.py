@@ -37,7 +37,7 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Unpacked exports go to a per-test cache, never the user's; no nsys is found."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("OVERLAPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("NSYS", str(tmp_path / "no-nsys"))
 
 
@@ -65,7 +65,7 @@ def test_corpus_holds_every_case(corpus: dict[str, Case]) -> None:
 def analyze_runs(corpus: dict[str, Case], tmp_path_factory: pytest.TempPathFactory):
     """`overlapscope analyze CASE` for every case, two at a time, with each case's files hashed around it."""
     cache = tmp_path_factory.mktemp("analyze-cache")
-    env = {**os.environ, "XDG_CACHE_HOME": str(cache), "NSYS": str(cache / "no-nsys")}
+    env = {**os.environ, "OVERLAPSCOPE_CACHE_DIR": str(cache), "NSYS": str(cache / "no-nsys")}
 
     def one(case: Case):
         before = tree_digest(_case_root(case))
@@ -103,7 +103,7 @@ def test_gzip_bomb_is_refused_with_bounded_memory(corpus: dict[str, Case], tmp_p
              "capture_output=True, text=True)\n"
              "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
     out = subprocess.run([sys.executable, "-c", probe, str(case.given)], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
+                         timeout=300, env={**os.environ, "OVERLAPSCOPE_CACHE_DIR": str(tmp_path)})
     rc, max_rss_kib = (int(x) for x in out.stdout.split())
     assert rc == 3
     assert case.given.stat().st_size < 4 << 20  # a small file ...

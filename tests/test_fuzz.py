@@ -53,13 +53,13 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module", autouse=True)
 def private_cache(workdir: Path):
-    old = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(workdir / "cache")
+    old = os.environ.get("OVERLAPSCOPE_CACHE_DIR")
+    os.environ["OVERLAPSCOPE_CACHE_DIR"] = str(workdir / "cache")
     yield
     if old is None:
-        os.environ.pop("XDG_CACHE_HOME", None)
+        os.environ.pop("OVERLAPSCOPE_CACHE_DIR", None)
     else:
-        os.environ["XDG_CACHE_HOME"] = old
+        os.environ["OVERLAPSCOPE_CACHE_DIR"] = old
 
 
 # --------------------------------------------------------------------------- invariants

@@ -150,9 +150,20 @@ class _Export:
             chunks = list(pd.read_sql_query(sql, self.conn, chunksize=QUERY_CHUNK_ROWS))
             if not chunks:  # no rows: one empty read gives the column names
                 return pd.read_sql_query(sql, self.conn)
-            return chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
+            df = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
         except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
             raise BadInputError(self.label, f"corrupt or truncated SQLite file ({_one_line(exc)})") from None
+        self._integer_times(df)
+        return df
+
+    def _integer_times(self, df: pd.DataFrame) -> None:
+        """nsys writes times as integer ns; anything else (a REAL such as 9.2e18, text) would wrap
+        or fail in the int64 tables, so it is refused by name (found by tests/test_fuzz.py)."""
+        for col in ("start_ns", "end_ns"):
+            if col in df.columns and len(df) and not pd.api.types.is_integer_dtype(df[col].dtype):
+                odd = next((v for v in df[col] if not isinstance(v, int)), df[col].iloc[0])
+                raise BadInputError(self.label, f"an activity's {col[:-3]} time is not integer nanoseconds "
+                                                f"({odd!r}): not what nsys writes")
 
     def strings(self, ids: np.ndarray) -> np.ndarray:
         """StringIds lookup, vectorized (ids missing from the table give "")."""
