@@ -59,13 +59,6 @@ class AnalysisReport:
         """Ranks whose overlap ratio is defined and below threshold (the CI gate)."""
         return [m for m in self.ranks if m.overlap_ratio is not None and m.overlap_ratio < threshold]
 
-    def without_timelines(self) -> AnalysisReport:
-        """A shallow copy without the aligned copy of the traces (what the report cache keeps: the
-        tables and findings every output format prints, not the timelines only exports draw)."""
-        if self.cross_rank is None or self.cross_rank.aligned is None:
-            return self
-        return replace(self, cross_rank=replace(self.cross_rank, aligned=None))
-
     def to_dict(self) -> dict[str, Any]:
         return _clean({
             "label": self.label,

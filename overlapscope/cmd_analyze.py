@@ -89,9 +89,11 @@ def analyze_cmd(
         "command": "analyze", "rank": rank, "rules": _file_digest(rules), "comm_kernel": comm_kernel or [],
         "steps": steps, "like_hta": like_hta, "step_pattern": step_pattern, "align": not no_align,
         "diagnose": not no_diagnose})
-    hit = report_cache.get(key) if key is not None else None
-    report = hit.report() if hit is not None and format is not OutputFormat.json else None
-    if hit is None or (format is not OutputFormat.json and report is None):  # a miss (or a damaged entry)
+    # The cache keeps the JSON document (no pickle): it answers -f json and the gates; the other
+    # formats render the report object, so they analyze (with the parse cache) and refresh it.
+    doc = report_cache.get(key) if key is not None and format is OutputFormat.json else None
+    report = None
+    if doc is None:
         from analyzers.report import analyze
 
         options = options_from(steps, like_hta, step_pattern)
@@ -101,9 +103,7 @@ def analyze_cmd(
             report = analyze(traces, options, diagnose=not no_diagnose, align=not no_align, progress=progress)
         doc = _json_document(report)
         if key is not None:
-            report_cache.put(key, doc, report.without_timelines())
-    else:
-        doc = hit.doc
+            report_cache.put(key, doc)
     if format is OutputFormat.json:
         sys.stdout.write(doc.decode() + "\n")
     else:

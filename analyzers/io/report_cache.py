@@ -8,11 +8,10 @@ fingerprint of the code that made it (overlapscope's and analyzers' sources, the
 library versions), so a changed file, option or release never hits an old entry.
 
 An entry is a folder with the report's JSON document (what `-f json` prints, and what the
-gates read), the pickled report object (for the other formats) and a header naming the key
-and the SHA-256 of both payloads. It is written to a temporary folder and renamed into place;
-anything that does not match on reading makes it a miss: it is removed and rewritten, never
-trusted. The pickle is only ever read from the user's own cache folder (created 0700) and
-only after its checksum matched the header written with it.
+gates read) and a header naming the key and the document's SHA-256; nothing is pickled (the
+project's rule: no pickle where user data flows). It is written to a temporary folder and
+renamed into place; anything that does not match on reading makes it a miss: it is removed and
+rewritten, never trusted.
 
 Light to import (no pandas): a hit answers `analyze -f json` without loading the analysis stack.
 """
@@ -22,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import os
-import pickle
 import shutil
 import sys
 import uuid
@@ -38,7 +36,7 @@ from analyzers.io.environment import cache_base
 
 FORMAT_VERSION = 1
 MAX_ENTRIES = 64  # oldest entries beyond this are dropped on write
-HEADER, DOC, OBJECT = "header.json", "report.json", "report.pickle"
+HEADER, DOC = "header.json", "report.json"
 LIBRARIES = ("numpy", "pandas", "pyarrow", "msgspec", "sqlite-utils")
 
 
@@ -91,30 +89,9 @@ class ReportKey:
 class _Header(msgspec.Struct):
     key: str
     doc_sha256: str
-    object_sha256: str
 
 
-@dataclass
-class CachedReport:
-    """A hit: the JSON document now, the report object only when asked for (it needs pandas)."""
-
-    folder: Path
-    doc: bytes
-    object_sha256: str
-
-    def report(self) -> Any | None:
-        """The pickled report, or None if its bytes no longer match the header (then the entry is removed)."""
-        try:
-            raw = (self.folder / OBJECT).read_bytes()
-            if hashlib.sha256(raw).hexdigest() != self.object_sha256:
-                raise ValueError("checksum")
-            return pickle.loads(raw)  # noqa: S301 - our own entry, checksum-verified (see module docstring)
-        except Exception:  # noqa: BLE001 - an odd entry is a miss, never an error
-            shutil.rmtree(self.folder, ignore_errors=True)
-            return None
-
-
-def get(key: ReportKey) -> CachedReport | None:
+def get(key: ReportKey) -> bytes | None:
     """The entry for key if it is whole and matches; a damaged or foreign entry is removed (a miss)."""
     folder = key.folder()
     if not folder.is_dir():
@@ -125,28 +102,26 @@ def get(key: ReportKey) -> CachedReport | None:
         if header.key != key.text() or hashlib.sha256(doc).hexdigest() != header.doc_sha256:
             raise ValueError("stale or damaged entry")
         os.utime(folder)  # recently used: kept when old entries are dropped
-        return CachedReport(folder, doc, header.object_sha256)
+        return doc
     except Exception:  # noqa: BLE001 - missing file, bad JSON, mismatch: all a miss
         shutil.rmtree(folder, ignore_errors=True)
         return None
 
 
-def put(key: ReportKey, doc: bytes, report: Any) -> None:
+def put(key: ReportKey, doc: bytes) -> None:
     """Store an entry (best effort: a cache that cannot be written never fails the command)."""
     folder = key.folder()
     tmp = folder.parent / f".tmp-{uuid.uuid4().hex}"
     try:
         folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp.mkdir(mode=0o700)
-        raw = pickle.dumps(report, protocol=pickle.HIGHEST_PROTOCOL)
         (tmp / DOC).write_bytes(doc)
-        (tmp / OBJECT).write_bytes(raw)
-        header = _Header(key.text(), hashlib.sha256(doc).hexdigest(), hashlib.sha256(raw).hexdigest())
+        header = _Header(key.text(), hashlib.sha256(doc).hexdigest())
         (tmp / HEADER).write_bytes(msgspec.json.encode(header))
         shutil.rmtree(folder, ignore_errors=True)
         tmp.rename(folder)
         _drop_oldest(folder.parent)
-    except (OSError, pickle.PicklingError, TypeError, AttributeError):
+    except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
