@@ -114,3 +114,39 @@ def test_small_scale_timestamps_take_the_fast_path_exactly(tmp_path):
     whole = [dict(e, ts=1617073813683556 + i) for i, e in enumerate(events)]
     trace = load_kineto(_write(tmp_path / "whole.json", whole))
     assert list(trace.gpu["start_ns"]) == [1617073813683556000, 1617073813683557000]
+
+
+def _tables(trace) -> list:
+    return [trace.gpu.to_dict("list"), trace.runtime.to_dict("list"), trace.host_ops.to_dict("list"),
+            trace.sync_events.to_dict("list"), trace.pid, trace.meta]
+
+
+def test_unknown_or_missing_phase_reads_the_same_complete_events(tmp_path):
+    """The loader decodes by phase (only "X" events are read in full); a phase it does not know,
+    or an event without one, sends the file to the any-phase decoder, which must give the same tables."""
+    known = _old_format_events() + [{"ph": "s", "cat": "ac2g", "id": 1, "name": "flow", "pid": 0, "ts": 5},
+                                    {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}}]
+    odd = known + [{"ph": "Z", "cat": "Kernel", "name": "odd", "pid": 0, "tid": 7, "ts": 1, "dur": 1},
+                   {"cat": "Kernel", "name": "no phase", "pid": 0, "tid": 7, "ts": 2, "dur": 1}]
+    fast = load_kineto(_write(tmp_path / "known.json", known))
+    slow = load_kineto(_write(tmp_path / "odd.json", odd))
+    assert len(fast.gpu) == 4
+    assert _tables(slow)[:-1] == _tables(fast)[:-1]
+    assert slow.meta["n_events"] == fast.meta["n_events"] + 2
+
+
+def test_bundled_traces_use_the_by_phase_decoder():
+    """Every phase in the bundled Kineto traces is one the by-phase decoder knows (else every load
+    would pay for a second, full decode)."""
+    import gzip
+
+    from analyzers.io.kineto_schema import DECODER
+
+    repo = Path(__file__).resolve().parents[1]
+    files = [*repo.glob("tests/data/public/hta/*.json.gz"), *repo.glob("sample_traces/*/*/rank*.json*")]
+    assert len(files) >= 7
+    for f in files:
+        data = f.read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        assert DECODER.decode(data).traceEvents, f

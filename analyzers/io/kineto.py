@@ -30,6 +30,7 @@ import pandas as pd
 from analyzers.errors import BadInputError
 from analyzers.io.input_limits import InputLimitError, check_file_size, check_us_times, gunzip_into, json_problem
 from analyzers.io.kineto_schema import (
+    ANY_PHASE_DECODER,
     ARG_FIELDS,
     CATEGORY_ORDER,
     DECODER,
@@ -40,6 +41,7 @@ from analyzers.io.kineto_schema import (
     TABLE_OF_CATEGORY,
     Trace,
     column,
+    complete_mask,
     exact_ns,
     floats,
     gc_paused,
@@ -95,6 +97,12 @@ def rank_from_filename(path: Path) -> int | None:
 def _decode(path: Path, data: bytes | bytearray) -> Trace:
     try:
         return DECODER.decode(data)
+    except msgspec.ValidationError:
+        pass  # an unknown or missing phase, or a real structure problem: the permissive decoder tells
+    except msgspec.DecodeError as exc:
+        raise BadInputError(path, json_problem(data, str(exc))) from None
+    try:
+        return ANY_PHASE_DECODER.decode(data)
     except msgspec.ValidationError as exc:
         raise BadInputError(path, f"not a Kineto trace (unexpected structure: {exc})") from None
     except msgspec.DecodeError as exc:
@@ -233,7 +241,7 @@ def _select_rows(listed: list[Any], events: np.ndarray) -> tuple[dict[str, _Rows
     out = {t: _Rows() for t in TABLES}
     if not len(events):
         return out, []
-    complete = np.flatnonzero(np.fromiter(map("X".__eq__, map(GET["ph"], listed)), dtype=bool, count=len(listed)))
+    complete = np.flatnonzero(complete_mask(listed))
     cat_codes, cats = str_codes(events[complete].tolist(), GET["cat"])
     lowered = [c.lower() for c in cats]
     order = np.array([CATEGORY_ORDER.get(c, -1) for c in lowered], dtype=np.int64)

@@ -42,8 +42,13 @@ def to_plain(obj: Any) -> Any:
 
 
 def records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """A frame's rows as plain dicts (missing values -> None)."""
-    return to_plain(df.to_dict(orient="records"))
+    """A frame's rows as plain dicts (missing values -> None). Columns come out whole
+    (``tolist``: Python scalars in C) instead of pandas' to_dict, which boxes value by value."""
+    keys = list(df.columns)
+    if not keys:
+        return [{} for _ in range(len(df))]
+    columns = [df.iloc[:, i].tolist() for i in range(len(keys))]
+    return to_plain([dict(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)])
 
 
 def to_json(obj: Any, indent: int = 2) -> str:

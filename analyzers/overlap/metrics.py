@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from analyzers.io.plain import records
 from analyzers.overlap.rows import GpuRows, category_is
 from analyzers.timeline import intervals as iv
 from analyzers.timeline.classify import lookalike_note
@@ -228,25 +229,10 @@ class RankMetrics:
                 "streams": [int(x) for x in self.stream_pairs.index],
                 "matrix": self.stream_pairs.to_numpy().tolist(),
             },
-            "iterations": _records(self.iterations),
+            "iterations": records(self.iterations),
             "iteration_summary": self.iteration_summary,
             "notes": list(self.notes),
         }
-
-
-def _records(df: pd.DataFrame) -> list[dict]:
-    out = []
-    for rec in df.to_dict(orient="records"):
-        out.append({k: (None if isinstance(v, float) and np.isnan(v) else _plain(v)) for k, v in rec.items()})
-    return out
-
-
-def _plain(v):
-    if isinstance(v, np.integer):
-        return int(v)
-    if isinstance(v, np.floating):
-        return float(v)
-    return v
 
 
 def iteration_metrics(gpu: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
