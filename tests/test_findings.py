@@ -162,6 +162,25 @@ def test_tiny_collectives_before_late_compute_are_not_front_loaded():
     assert "front-loaded-collectives" in ids(t, FindingParams(front_min_comm_share=0.007))
 
 
+def _all_gathers_then_gemm(gemm_ns: int):
+    """Six all-gathers up front, then one GEMM of gemm_ns, in each of 3 iterations."""
+    b = sf.Builder()
+    for i in range(3):
+        base = (i + 1) * 2 * sf.ITER
+        b.steps.append((i + 1, base - 100_000, base + 2 * sf.ITER - 150_000))
+        for j in range(6):
+            b.kernel(base + j * 70_000, base + j * 70_000 + 60_000, sf.NCCL_STREAM, COMM)
+        b.kernel(base + 500_000, base + 500_000 + gemm_ns, sf.MAIN_STREAM, GEMM)
+    return b.build()
+
+
+def test_zero_length_compute_is_no_compute_start():
+    # with a 1 ms GEMM the schedule is front-loaded; with a GEMM of start == end (a record at clock
+    # resolution) the iteration's compute covers no time: no compute start, silent, no crash
+    assert "front-loaded-collectives" in ids(_all_gathers_then_gemm(1_000_000))
+    assert "front-loaded-collectives" not in ids(_all_gathers_then_gemm(0))
+
+
 def test_preamble_kernel_does_not_hide_front_loading():
     # the 1 µs fill kernel before the all-gathers is compute, but not where compute starts
     assert "front-loaded-collectives" in ids(sf.front_loaded("front-loaded", preamble=True))
@@ -179,6 +198,13 @@ def test_exposed_copy_kernels_next_to_collectives_fire():
     assert abs(ev["share_of_exposed_window"] - 70 / 170) < 1e-12
     assert ev["n_copies"] == 6 and ev["streams"] == [sf.NCCL_STREAM]
     assert {c["copy"] for c in ev["top_copies"]} == {"CatArrayBatchedCopy", "split_with_sizes_copy"}
+
+
+def test_copy_kernels_next_to_zero_length_collectives_are_silent():
+    # a 1 ns all-gather between the copies still fires; one of start == end covers no time: no
+    # exposed communication for the copies to extend, silent, no crash
+    assert "copy-kernels-block-overlap" in ids(sf.copies("exposed", ag=1))
+    assert "copy-kernels-block-overlap" not in ids(sf.copies("exposed", ag=0))
 
 
 def test_copy_kernels_hidden_under_compute_are_silent():

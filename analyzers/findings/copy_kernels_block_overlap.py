@@ -48,7 +48,8 @@ def detect_copy_kernels(view: RankView) -> list[Finding]:
     """Copy kernels next to collectives, on a comm or compute stream, that nothing hides.
 
     Silent on: copies hidden under compute, copies far from collectives (optimizer, data),
-    copies on a side stream of their own, copies small against the exposed communication.
+    copies on a side stream of their own, copies small against the exposed communication,
+    collectives that all have zero length.
     """
     p, t = view.params, view.trace
     analysed = view.in_windows()
@@ -61,6 +62,8 @@ def detect_copy_kernels(view: RankView) -> list[Finding]:
         busy_streams = np.unique(view.stream[cm | cp])
         cc &= np.isin(view.stream, busy_streams)
         ms, me = iv.union(view.s[cm], view.e[cm])
+        if ms.size == 0:  # collectives of no length: no exposed communication for copies to extend
+            continue
         near_s, near_e = iv.union(ms - p.copy_adjacent_ns, me + p.copy_adjacent_ns)
         k = np.searchsorted(near_s, view.e, side="left") - 1  # last dilated comm interval starting before end
         kc = np.clip(k, 0, max(near_s.size - 1, 0))

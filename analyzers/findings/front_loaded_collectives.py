@@ -68,7 +68,8 @@ def detect_front_loaded(view: RankView) -> list[Finding]:
 
     Silent on: pipelines whose first step's collective precedes compute (one collective,
     or less than front_min_share of that kind), collectives after compute (DDP), tiny
-    collectives before compute, iterations without compute.
+    collectives before compute, iterations without compute (or whose compute kernels all have
+    zero length).
     """
     p, t = view.params, view.trace
     # kinds numbered in sorted order, so that looping over the codes goes through them sorted
@@ -83,6 +84,8 @@ def detect_front_loaded(view: RankView) -> list[Finding]:
             if not cm.any() or not cp.any():
                 continue
             ps, pe = iv.union(np.clip(view.s[cp], lo, hi), np.clip(view.e[cp], lo, hi))
+            if ps.size == 0:  # compute kernels of no length: no compute start to be early for
+                continue
             c_start = _time_reaching(ps, pe, p.front_compute_start_share * iv.length((ps, pe)))
             all_before = iv.length(iv.clip(*iv.union(view.s[cm], view.e[cm]), lo, c_start))
             best = None

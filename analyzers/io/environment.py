@@ -1,4 +1,5 @@
-"""What the environment configures: the cache folder and the Dask scheduler.
+"""What the environment configures: the cache folder and the Dask scheduler; plus the
+housekeeping both caches (parse and report) share: counting and emptying their folders.
 
 Light to import (no pandas), because `--help` and a report-cache hit must not pay for the
 analysis stack.
@@ -7,6 +8,8 @@ analysis stack.
 from __future__ import annotations
 
 import os
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from platformdirs import user_cache_dir
@@ -19,6 +22,40 @@ def cache_base() -> Path:
     """``$OVERLAPSCOPE_CACHE_DIR`` if set, else the platform's user cache folder for overlapscope."""
     override = os.environ.get(ENV_CACHE_DIR)
     return Path(override) if override else Path(user_cache_dir("overlapscope"))
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """What `overlapscope cache info` / `cache clear` print for one cache."""
+
+    folder: Path
+    entries: int
+    bytes: int
+
+
+def cache_entries(root: Path) -> list[Path]:
+    """The entry folders of a cache; dot-named ones are writes in progress, not entries."""
+    if not root.is_dir():
+        return []
+    return [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+
+
+def folder_info(root: Path, *, whole_tree: bool = False) -> CacheInfo:
+    """Entries and bytes of a cache folder: the entries' own files, or with ``whole_tree`` every
+    file under the folder (writes in progress and strays included)."""
+    entries = cache_entries(root)
+    if whole_tree:
+        size = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.is_dir() else 0
+    else:
+        size = sum(f.stat().st_size for e in entries for f in e.iterdir() if f.is_file())
+    return CacheInfo(root, len(entries), size)
+
+
+def clear_folder(root: Path, *, whole_tree: bool = False) -> CacheInfo:
+    """Remove a cache folder and all it holds; returns what was there (counted as ``folder_info``)."""
+    before = folder_info(root, whole_tree=whole_tree)
+    shutil.rmtree(root, ignore_errors=True)
+    return before
 
 
 def scheduler_from_env(value: str | None) -> str | None:

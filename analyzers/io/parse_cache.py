@@ -34,7 +34,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analyzers.io.environment import ENV_CACHE_DIR, cache_base  # noqa: F401 (ENV_CACHE_DIR: tests set it)
+from analyzers.io.environment import (  # noqa: F401 (ENV_CACHE_DIR: tests set it)
+    ENV_CACHE_DIR,
+    CacheInfo,
+    cache_base,
+    clear_folder,
+    folder_info,
+)
 from analyzers.io.kineto import LOADER_VERSION as KINETO_LOADER_VERSION
 from analyzers.timeline.model import NameTable, RankTrace
 
@@ -179,24 +185,11 @@ def _read_trace(folder: Path, i: int, th: _TraceHeader, given_then: str, given_n
                      meta=dict(th.meta), notes=list(th.notes), **tables)
 
 
-@dataclass
-class CacheInfo:
-    folder: Path
-    entries: int
-    bytes: int
-
-
 def info() -> CacheInfo:
-    """Where the cache is, how many entries and bytes it holds."""
-    root = cache_root()
-    entries = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")] if root.is_dir() else []
-    size = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.is_dir() else 0
-    return CacheInfo(root, len(entries), size)
+    """Where the cache is, how many entries and bytes it holds (every file under it)."""
+    return folder_info(cache_root(), whole_tree=True)
 
 
 def clear() -> CacheInfo:
     """Remove every entry; returns what was there."""
-    before = info()
-    if before.folder.is_dir():
-        shutil.rmtree(before.folder, ignore_errors=True)
-    return before
+    return clear_folder(cache_root(), whole_tree=True)

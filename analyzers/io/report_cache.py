@@ -32,7 +32,7 @@ from typing import Any
 import msgspec
 
 from analyzers.io.discover import expand_paths
-from analyzers.io.environment import cache_base
+from analyzers.io.environment import CacheInfo, cache_base, cache_entries, clear_folder, folder_info
 
 FORMAT_VERSION = 1
 MAX_ENTRIES = 64  # oldest entries beyond this are dropped on write
@@ -126,28 +126,16 @@ def put(key: ReportKey, doc: bytes) -> None:
 
 
 def _drop_oldest(root: Path) -> None:
-    entries = sorted((p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")),
-                     key=lambda p: p.stat().st_mtime_ns)
+    entries = sorted(cache_entries(root), key=lambda p: p.stat().st_mtime_ns)
     for old in entries[:-MAX_ENTRIES]:
         shutil.rmtree(old, ignore_errors=True)
 
 
-@dataclass(frozen=True)
-class CacheInfo:
-    folder: Path
-    entries: int
-    bytes: int
-
-
 def info() -> CacheInfo:
-    root = cache_root()
-    entries = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")] if root.is_dir() else []
-    size = sum(f.stat().st_size for e in entries for f in e.iterdir() if f.is_file())
-    return CacheInfo(root, len(entries), size)
+    """Where the cache is, how many entries and bytes their files hold."""
+    return folder_info(cache_root())
 
 
 def clear() -> CacheInfo:
     """Remove every entry; what was removed."""
-    before = info()
-    shutil.rmtree(before.folder, ignore_errors=True)
-    return before
+    return clear_folder(cache_root())
