@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from analyzers.io.worker_memory import keep_freed_memory
 from analyzers.timeline.classify import Rule, classify_trace
 from analyzers.timeline.model import RankTrace
 
@@ -105,7 +106,8 @@ def _execute(paths: list[Path], rank: int | None, stage: tuple[Any, ...], jobs: 
         for i, a in enumerate(args):
             yield i, run_rank_stage(*a)
     else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=_pool_context()) as pool:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=_pool_context(),
+                                 initializer=keep_freed_memory) as pool:
             futures = {pool.submit(run_rank_stage, *a): i for i, a in enumerate(args)}
             try:
                 for fut in as_completed(futures):
