@@ -621,3 +621,25 @@ def test_starved_comm_kernels_match_the_definition(spec):
     assert sorted(zip(got["start_ns"], got["eligible_ns"], got["delay_ns"], strict=True)) == \
         _starved_by_brute_force(t, params)
     assert (got["blocker_end_ns"] > got["start_ns"]).all()
+
+
+def test_transfer_starts_by_hand():
+    """Two ranks, two all-reduces each (same size) and one reduce-scatter on rank 0 only. The n-th
+    all-reduce moves data from its last rank's start, but never later than its own end; the
+    reduce-scatter has no partner on rank 1 and keeps its own start; GEMMs keep theirs."""
+    def rank(r: int, kernels: list[tuple[int, int, str]]):
+        b = sf.Builder(rank=r)
+        for start, end, name in kernels:
+            b.kernel(start, end, sf.NCCL_STREAM if name != GEMM else sf.MAIN_STREAM, name, launch=10, size=64)
+        return b.build()
+
+    r0 = rank(0, [(100, 200, COMM), (300, 400, COMM), (500, 600, sf.RS), (50, 90, GEMM)])
+    r1 = rank(1, [(250, 260, COMM), (280, 405, COMM), (40, 95, GEMM)])
+    eff = transfer_starts(sf.trace_set(r0, r1), FindingParams())
+    # rows are in start order: r0 GEMM 50, AR 100, AR 300, RS 500; r1 GEMM 40, AR 250, AR 280
+    # arrivals: 1st all-reduce max(100, 250) = 250, 2nd max(300, 280) = 300; end skews 60 and 5 ns
+    assert list(eff[0]) == [50, min(250, 200), 300, 500]
+    assert list(eff[1]) == [40, 250, 300]
+    # clocks not shared (median end skew above the limit): every rank keeps its own starts
+    eff = transfer_starts(sf.trace_set(r0, r1), FindingParams(slow_max_end_skew_ns=30))
+    assert list(eff[0]) == [50, 100, 300, 500] and list(eff[1]) == [40, 250, 280]

@@ -69,40 +69,65 @@ def transfer_starts(traces: TraceSet, params: Params) -> dict[int, np.ndarray]:
     Collectives are matched as the n-th kernel of one kind (process group, collective, size) on
     every rank; a kind whose counts differ across ranks keeps its own starts. Only used when the
     matched collectives end together (median skew <= slow_max_end_skew_ns), i.e. the ranks share
-    a clock; otherwise every rank keeps its own starts.
+    a clock; otherwise every rank keeps its own starts. Works on integer codes (one sort, then
+    per-group reductions), not pandas group-bys: it runs on the caller after the parallel stage.
     """
-    out = {r: traces.ranks[r].gpu["start_ns"].to_numpy(np.int64).copy() for r in traces.rank_ids()}
+    ids = traces.rank_ids()
+    out = {r: traces.ranks[r].gpu["start_ns"].to_numpy(np.int64).copy() for r in ids}
     if len(traces) < 2 or not params.slow_use_transfer_time:
         return out
-    frames = []
-    for r in traces.rank_ids():
-        g = traces.ranks[r].gpu
-        cm = (g["category"] == "comm").to_numpy() & (g["kind"] == "kernel").to_numpy()
-        names = traces.ranks[r].names_of(g["name_id"].to_numpy()[cm])
-        coll = g["coll_name"].to_numpy(dtype=object)[cm]
-        f = pd.DataFrame({"rank": r, "row": np.flatnonzero(cm), "s": g["start_ns"].to_numpy()[cm],
-                          "e": g["end_ns"].to_numpy()[cm], "pg": g["pg"].to_numpy(dtype=object)[cm],
-                          "kind": np.where(coll != "", coll, names), "size": _size_key(g)[cm]})
-        f = f.sort_values("s", kind="stable")
-        f["n"] = f.groupby(["pg", "kind", "size"]).cumcount()
-        frames.append(f)
-    allf = pd.concat(frames, ignore_index=True)
-    counts = allf.groupby(["pg", "kind", "size", "rank"]).size().unstack("rank")
-    full = counts.notna().all(axis=1) & (counts.nunique(axis=1) == 1)
-    good = counts[full].reset_index()[["pg", "kind", "size"]]
-    m = allf.merge(good, on=["pg", "kind", "size"])
-    if m.empty:
+    parts = [_comm_kernels(traces, r) for r in ids]
+    rank_pos = np.concatenate([np.full(len(p["row"]), i, dtype=np.int64) for i, p in enumerate(parts)])
+    row, s, e = (np.concatenate([p[c] for p in parts]) for c in ("row", "s", "e"))
+    key = _joint_codes([np.concatenate([p[c] for p in parts]) for c in ("pg", "kind", "size")])
+    n_keys, n_ranks = int(key.max(initial=-1)) + 1, len(ids)
+    # n: the kernel's number among its rank's kernels of its kind, in start order (rows of a rank
+    # are in start order already; a stable sort by (rank, kind) keeps that order within each)
+    order = np.argsort(rank_pos * n_keys + key, kind="stable")
+    group = (rank_pos * n_keys + key)[order]
+    first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    n = np.empty(len(key), dtype=np.int64)
+    n[order] = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
+    counts = np.bincount(key * n_ranks + rank_pos, minlength=n_keys * n_ranks).reshape(n_keys, n_ranks)
+    good = (counts > 0).all(axis=1) & (counts == counts[:, :1]).all(axis=1)
+    keep = np.flatnonzero(good[key]) if len(key) else np.zeros(0, dtype=np.int64)
+    if not len(keep):
         return out
-    key = ["pg", "kind", "size", "n"]
-    arrival = m.groupby(key)["s"].transform("max")
-    end_skew = m.groupby(key)["e"].transform("max") - m.groupby(key)["e"].transform("min")
-    if float(end_skew.median()) > params.slow_max_end_skew_ns:
+    # every kept (kind, n) has exactly one kernel per rank
+    _, inverse = np.unique(key[keep] * (int(n[keep].max()) + 1) + n[keep], return_inverse=True)
+    by_match = np.argsort(inverse, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(inverse[by_match]) != 0])
+    arrival = np.maximum.reduceat(s[keep][by_match], starts)
+    end_skew = np.maximum.reduceat(e[keep][by_match], starts) - np.minimum.reduceat(e[keep][by_match], starts)
+    if float(np.median(end_skew.astype(np.float64))) > params.slow_max_end_skew_ns:
         return out
-    for r, part in m.assign(arrival=arrival).groupby("rank"):
-        rows = part["row"].to_numpy()
-        out[int(r)][rows] = np.minimum(part["arrival"].to_numpy(np.int64), traces.ranks[int(r)].gpu["end_ns"]
-                                       .to_numpy(np.int64)[rows])
+    moved = np.minimum(arrival[inverse], e[keep])
+    for i, r in enumerate(ids):
+        mine = rank_pos[keep] == i
+        out[r][row[keep][mine]] = moved[mine]
     return out
+
+
+def _comm_kernels(traces: TraceSet, r: int) -> dict[str, np.ndarray]:
+    """A rank's communication kernels in start order: GPU row, start, end, and their kind's parts."""
+    g = traces.ranks[r].gpu
+    cm = (g["category"] == "comm").to_numpy() & (g["kind"] == "kernel").to_numpy()
+    coll = g["coll_name"].to_numpy(dtype=object)[cm]
+    names = traces.ranks[r].names_of(g["name_id"].to_numpy()[cm])
+    cols = {"row": np.flatnonzero(cm), "s": g["start_ns"].to_numpy(np.int64)[cm],
+            "e": g["end_ns"].to_numpy(np.int64)[cm], "pg": g["pg"].to_numpy(dtype=object)[cm],
+            "kind": np.where(coll != "", coll, names).astype(object), "size": _size_key(g)[cm]}
+    order = np.argsort(cols["s"], kind="stable")
+    return {c: v[order] for c, v in cols.items()}
+
+
+def _joint_codes(columns: list[np.ndarray]) -> np.ndarray:
+    """One integer per distinct combination of the columns' values."""
+    codes = np.zeros(len(columns[0]), dtype=np.int64)
+    for col in columns:
+        c, uniques = pd.factorize(col)
+        codes = pd.factorize(codes * (len(uniques) + 1) + c)[0].astype(np.int64)  # compact again: no overflow
+    return codes
 
 
 def comm_overlap_comparison(view: RankView, eff_start: np.ndarray | None = None) -> pd.DataFrame:
