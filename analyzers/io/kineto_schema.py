@@ -75,7 +75,7 @@ PhaseEvent = Union[(Event, *SKIPPED)]  # noqa: UP007 (a union built from a tuple
 class AnyPhaseEvent(msgspec.Struct, gc=False):
     """Any event, its phase read as a plain field: for files whose phases the union does not know."""
 
-    ph: Any = ""
+    ph: str = ""  # a phase that is no string is refused, as before the union
     cat: str = ""
     name: str = ""
     pid: int | str = 0
