@@ -152,3 +152,15 @@ def test_bad_input_is_never_cached(tmp_path, monkeypatch, capsys):
         rc, out, err = run_cli(capsys, str(bad), "-f", "json")
         assert rc == 3 and out == "" and str(bad) in err
     assert entries() == 0
+
+
+def test_library_versions_match_installed_metadata():
+    """The key's library versions are read from metadata folder names: the same as importlib says."""
+    import importlib.metadata
+
+    from analyzers.io.report_cache import LIBRARIES, library_versions
+
+    versions = library_versions()
+    assert set(versions) == set(LIBRARIES)
+    for lib in LIBRARIES:
+        assert versions[lib] == importlib.metadata.version(lib), lib
