@@ -121,6 +121,8 @@ class StatusFile:
         if p.get("kill_rank") == self.rank and p.get("kill_phase") == phase:
             # injected death (test hook): as the OOM killer or a node failure would, no chance to clean up
             os.kill(os.getpid(), signal.SIGKILL)
+        if p.get("abort_rank") == self.rank and p.get("abort_phase") == phase:
+            os.abort()  # injected C++-style abort (test hook), e.g. gloo throwing on a closed socket at teardown
         if p.get("hang_rank") == self.rank and p.get("hang_phase") == phase:
             while True:  # injected hang (test hook): the launcher's timeout must end it
                 time.sleep(3600)
@@ -546,6 +548,26 @@ def _write_error(out: Path, rank: int, status: StatusFile | None, exc: BaseExcep
         (out / f"rank{rank}.error.json").write_text(json.dumps(err, indent=1))
 
 
+def _all_past_the_barrier(ctx: Ctx, timeout_s: float = 60.0) -> None:
+    """Wait, through the rendezvous store, until every rank has returned from the final barrier.
+
+    A gloo barrier can return on one rank while a peer is still reading its last message; the first
+    rank then tears its sockets down and the peer's gloo thread throws on the closed connection,
+    which aborts the process (a rare SIGABRT "after phase 'done'" seen in CI on 3-rank CPU runs).
+    The store is served by torchrun's agent, so it outlives every rank's sockets. Best effort: a
+    store that cannot be reached (not under torchrun) or a peer that never comes ends the wait.
+    """
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        key = "overlapscope/past-final-barrier"
+        store.add(key, 1)
+        deadline = time.monotonic() + timeout_s
+        while store.add(key, 0) < ctx.world and time.monotonic() < deadline:
+            time.sleep(0.005)
+    except (AttributeError, RuntimeError, ValueError):
+        pass
+
+
 def main(spec: AlgorithmSpec, build: Callable[[Ctx, list[str]], Workload],
          argv: Sequence[str] | None = None) -> None:
     """Entry point of a runner module (one rank)."""
@@ -566,7 +588,10 @@ def main(spec: AlgorithmSpec, build: Callable[[Ctx, list[str]], Workload],
                 write_manifest(ctx, wl, variant, out_dir, records, argv)
         ctx.status.set("done")
         dist.barrier(group=ctx.group)
+        _all_past_the_barrier(ctx)
+        ctx.status.set("finished")
         dist.destroy_process_group()
+        ctx.status.set("exit")
     except BaseException as exc:
         if not isinstance(exc, SystemExit | KeyboardInterrupt):
             _write_error(ctx.out if ctx else out_guess, rank, ctx.status if ctx else None, exc)

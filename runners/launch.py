@@ -317,6 +317,26 @@ def _diagnose(out: Path, rc: int | None, timeout_s: float, log: Path) -> tuple[s
     return f"{who} exited with an error (torchrun exit code {rc}); last lines of {log}:\n{tail}", rank
 
 
+def _teardown_crash(out: Path, variants: list[str], nproc: int, log: Path) -> str | None:
+    """A warning when the run failed only in process-group teardown, else None.
+
+    That is: every rank reported phase 'finished' or 'exit' (its outputs written and every rank past
+    the final barrier), no rank wrote an error file, and every variant's manifest is there. The
+    measurements are complete; the crash (gloo throwing on a peer's closed socket) is named, not
+    hidden: it goes into each manifest as launch_warning.
+    """
+    statuses = [s for p in sorted(out.glob("rank*.status.json")) if (s := _read_json(p))]
+    if (len(statuses) != nproc or any(s.get("phase") not in ("finished", "exit") for s in statuses)
+            or any(out.glob("rank*.error.json"))):
+        return None
+    if not all(((out if len(variants) == 1 else out / v) / "manifest.json").is_file() for v in variants):
+        return None
+    killed = _killed_rank(log.read_text(errors="replace") if log.exists() else "")
+    who = f"rank {killed[0]} ended with {killed[1]}" if killed else "a rank exited with an error"
+    return (f"{who} in process-group teardown, after every rank had finished and written its outputs; "
+            "the measurements are complete")
+
+
 def _killed_rank(text: str) -> tuple[int, str] | None:
     """(rank, signal name) when torchrun's root cause is a rank that died of a signal (negative exit code)."""
     root = text.rfind("Root Cause")
@@ -477,7 +497,10 @@ def _launch(algo: str, variants: list[str], *, nproc: int, profiler: str, out: P
     if on_progress:
         on_progress(f"{algo} {','.join(variants)}: {nproc} processes, profiler {profiler}, out {out}")
     rc, log, wall = _execute(cmd, out, timeout_s, on_progress, env)
-    if rc != 0:
+    warning = _teardown_crash(out, variants, nproc, log) if rc not in (0, None) else None
+    if warning and on_progress:
+        on_progress(f"warning: {warning}")
+    if rc != 0 and not warning:
         msg, rank = _diagnose(out, rc, timeout_s, log)
         _write_failed_manifest(out, algo, variants, cmd, params, msg, rank, profiler)
         raise RunFailed(f"{algo} {','.join(variants)}: {msg}", rank=rank, out_dir=out, log=log)
@@ -485,6 +508,9 @@ def _launch(algo: str, variants: list[str], *, nproc: int, profiler: str, out: P
     for v in variants:
         vdir = out if len(variants) == 1 else out / v
         res = _result(algo, v, vdir, log, wall, cmd, extra)
+        if warning:
+            res.manifest["launch_warning"] = warning
+            (vdir / "manifest.json").write_text(json.dumps(res.manifest, indent=1, default=str))
         if nsys:
             res.traces = _export_nsys(nsys, vdir, keep_nsys_rep, env)
             res.manifest["traces"] = {str(r): p.name for r, p in res.traces.items()}

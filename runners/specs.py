@@ -97,7 +97,10 @@ def _convert(spec: ParamSpec, value: Any) -> ParamValue:
 
 
 # Where a rank reports itself (runners/harness.py, StatusFile.set), in order: the test hooks act there.
-PHASES = ("init", "setup", "warmup", "check", "timing", "profile", "done")
+# done: this rank's outputs are written; finished: every rank passed the final barrier (only the
+# process-group teardown is left: a crash there loses nothing, runners.launch reports it as a
+# warning); exit: the process group is destroyed
+PHASES = ("init", "setup", "warmup", "check", "timing", "profile", "done", "finished", "exit")
 
 # Parameters every algorithm takes. Test hooks (fail_*/hang_*/kill_*) let the test suite check
 # that a failing, hanging or killed rank brings the run down with a message naming it.
@@ -117,6 +120,8 @@ COMMON: tuple[ParamSpec, ...] = (
     ParamSpec("hang_phase", str, "setup", "test hook: phase where --hang-rank hangs", choices=PHASES),
     ParamSpec("kill_rank", int, -1, "test hook: this rank dies of SIGKILL at --kill-phase (no error file)"),
     ParamSpec("kill_phase", str, "setup", "test hook: phase where --kill-rank dies", choices=PHASES),
+    ParamSpec("abort_rank", int, -1, "test hook: this rank dies of SIGABRT at --abort-phase (a C++ abort)"),
+    ParamSpec("abort_phase", str, "exit", "test hook: phase where --abort-rank aborts", choices=PHASES),
     ParamSpec("corrupt_rank", int, -1, "test hook: this rank perturbs its output before the correctness check"),
 )
 

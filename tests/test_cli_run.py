@@ -102,6 +102,30 @@ def test_killed_rank_is_named_not_the_survivor(tmp_path):
     assert (out / "rank1.status.json").is_file() and (out / "launch.log").is_file()  # what was written stays
 
 
+def test_abort_in_teardown_after_every_rank_finished_is_a_warning(tmp_path):
+    """A rank that aborts after every rank passed the final barrier (gloo throwing on a closed socket
+    at teardown) loses no measurement: the run succeeds, and its manifest names the crash."""
+    out = tmp_path / "teardown"
+    r = cli("run", "ag-gemm", "--variant", "baseline", "--out", str(out), "--profiler", "none", "--timeout", "120",
+            "M=64", "K=32", "N=16", "abort_rank=1", "abort_phase=exit")
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "rank 1 ended with SIGABRT in process-group teardown" in manifest["launch_warning"]
+    assert not (out / "manifest.failed.json").exists()
+
+
+def test_abort_before_every_rank_is_past_the_final_barrier_still_fails(tmp_path):
+    """The look-alike: an abort before this rank knows every peer is past the final barrier (a peer may
+    still need it) is a failed run naming the rank, as any death is."""
+    out = tmp_path / "abort-done"
+    r = cli("run", "ag-gemm", "--variant", "baseline", "--out", str(out), "--profiler", "none", "--timeout", "120",
+            "M=64", "K=32", "N=16", "abort_rank=1", "abort_phase=finished")
+    assert r.returncode == 4, r.stderr
+    line = next(x for x in r.stderr.splitlines() if x.startswith("overlapscope: run failed:"))
+    assert "rank 1 was killed by SIGABRT" in line
+    assert json.loads((out / "manifest.failed.json").read_text())["failed_rank"] == 1
+
+
 def launch_grace() -> float:
     from runners.launch import KILL_GRACE_S
 
