@@ -265,7 +265,7 @@ def _select_rows(listed: list[Any], events: np.ndarray) -> tuple[dict[str, _Rows
 def _set_spans(path: Path, data: bytes | bytearray, n_events: int, rows: dict[str, _Rows]) -> None:
     """Each table's start and end in ns (and its names), once every used event's time is checked."""
     used = [r for r in rows.values() if len(r)]
-    ts_us = [_floats_or_wide(r.listed, GET["ts"]) for r in used]
+    ts_us = [floats(r.listed, GET["ts"]) for r in used]
     dur_us = [floats(r.listed, GET["dur"]) for r in used]
     for r in used:
         r.name_codes, r.name_uniques = str_codes(r.listed, GET["name"])
@@ -287,15 +287,6 @@ def _set_spans(path: Path, data: bytes | bytearray, n_events: int, rows: dict[st
         r.start = start_all[r.idx] if start_all is not None else ns_from_us(ts)
         r.end = r.start + np.maximum(ns_from_us(dur), 0)
         r.sort_by_start()
-
-
-def _floats_or_wide(listed: list[Any], getter: Any) -> np.ndarray:
-    """µs as doubles in one pass; ints too wide for a double's range go through numpy's inference
-    (object array), so that the time check names them instead of an OverflowError."""
-    try:
-        return floats(listed, getter)
-    except OverflowError:
-        return np.array(pluck(listed, getter)).astype(np.float64)
 
 
 def _exact_starts(path: Path, data: bytes | bytearray, n: int) -> np.ndarray:

@@ -49,10 +49,8 @@ class Args(msgspec.Struct, gc=False, frozen=True):
 NO_ARGS = Args()
 
 
-class Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
-    """A complete ("X") event, the only phase the tables keep. Decoding by phase (a tagged union)
-    lets the decoder skip every field of the rest (flow, instant, metadata events: about 40% of a
-    PyTorch trace) instead of making strings and structs for them."""
+class _EventFields(msgspec.Struct, gc=False):
+    """What the tables read of an event, whichever decoder reads it."""
 
     cat: str = ""
     name: str = ""
@@ -61,6 +59,12 @@ class Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
     ts: int | float = 0  # int when the JSON has no fraction: tells whether an exact re-read is needed
     dur: float = 0.0
     args: Args = NO_ARGS
+
+
+class Event(_EventFields, tag_field="ph", tag="X"):
+    """A complete ("X") event, the only phase the tables keep. Decoding by phase (a tagged union)
+    lets the decoder skip every field of the rest (flow, instant, metadata events: about 40% of a
+    PyTorch trace) instead of making strings and structs for them."""
 
 
 # The Chrome trace format's phases; an event of any other (or no) phase sends the whole file to
@@ -72,17 +76,10 @@ SKIPPED = tuple(msgspec.defstruct(f"Phase{i}", [], gc=False, tag_field="ph", tag
 PhaseEvent = Union[(Event, *SKIPPED)]  # noqa: UP007 (a union built from a tuple)
 
 
-class AnyPhaseEvent(msgspec.Struct, gc=False):
+class AnyPhaseEvent(_EventFields):
     """Any event, its phase read as a plain field: for files whose phases the union does not know."""
 
     ph: str = ""  # a phase that is no string is refused, as before the union
-    cat: str = ""
-    name: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: int | float = 0
-    dur: float = 0.0
-    args: Args = NO_ARGS
 
 
 class DistInfo(msgspec.Struct):
