@@ -1,7 +1,5 @@
 """`python -m overlapscope` = the `overlapscope` command."""
 
-import sys
+from .cli import exit_after_command, main
 
-from .cli import main
-
-sys.exit(main())
+exit_after_command(main())

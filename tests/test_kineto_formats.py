@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from analyzers.io.input_limits import InputLimitError
 from analyzers.io.kineto import load_kineto
 from analyzers.io.load import load_traces
 from analyzers.overlap.metrics import rank_metrics
@@ -114,6 +117,33 @@ def test_small_scale_timestamps_take_the_fast_path_exactly(tmp_path):
     whole = [dict(e, ts=1617073813683556 + i) for i, e in enumerate(events)]
     trace = load_kineto(_write(tmp_path / "whole.json", whole))
     assert list(trace.gpu["start_ns"]) == [1617073813683556000, 1617073813683557000]
+
+
+@pytest.mark.parametrize("ts", [5_000_000_000_000_000, 2**53 + 1, 10**20, -(2**63)])
+def test_whole_timestamps_beyond_the_exact_range_are_refused_as_before(tmp_path, ts):
+    # integer µs past the int64-ns clock (4e15 µs), past 2**53 or past int64 itself: the int fast
+    # path steps aside and the double path refuses them with its message
+    events = [{"ph": "X", "cat": "kernel", "name": "far", "pid": 0, "tid": 7, "ts": ts, "dur": 1,
+               "args": {"device": 0, "stream": 7}}]
+    with pytest.raises(InputLimitError, match="absurd timestamp"):
+        load_kineto(_write(tmp_path / "far.json", events))
+
+
+def test_whole_timestamps_beside_a_fraction_keep_every_nanosecond(tmp_path):
+    # the runtime table's times are whole, one kernel's has a fraction: all go the exact way
+    t0 = 1700000000000000
+    events = [
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 5, "tid": 5, "ts": t0, "dur": 1,
+         "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": t0 + 2.001, "dur": 1,
+         "args": {"device": 0, "stream": 7, "correlation": 1}},
+    ]
+    raw = json.dumps({"traceEvents": events}).replace(str(t0 + 2.001), "1700000000000002.001")
+    path = tmp_path / "mixed.json"
+    path.write_text(raw)
+    trace = load_kineto(path)
+    assert list(trace.runtime["start_ns"]) == [t0 * 1000]
+    assert list(trace.gpu["start_ns"]) == [t0 * 1000 + 2001]
 
 
 def _tables(trace) -> list:
