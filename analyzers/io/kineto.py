@@ -1,8 +1,8 @@
 """Kineto (torch.profiler export_chrome_trace) JSON loader: .json / .json.gz, pretty or compact.
 
 Cost is kept near the JSON decode floor: msgspec decodes only the fields analyses use, into
-slotted structs. A pass over every event's phase, then one over the complete events' categories
-(hashed by Arrow), sort events into tables; each table then reads only the fields it keeps, one
+slotted structs. One pass over every event's category (hashed by Arrow; an event of another phase
+than complete answers None, kineto_schema.SKIPPED) sorts the complete events into tables; each table then reads only the fields it keeps, one
 C-level pass per field over a list (the GPU args, most of which are kept, in a single visit:
 kineto_schema.transpose), and numpy converts, sorts and indexes. No Python code runs per event,
 and the cyclic GC is paused meanwhile (nothing made here forms cycles).
@@ -42,7 +42,7 @@ from analyzers.io.kineto_schema import (
     WHOLE_EXACT_LIMIT_US,
     Trace,
     column,
-    complete_mask,
+    complete_categories,
     exact_ns,
     floats,
     gc_paused,
@@ -243,8 +243,7 @@ def _select_rows(listed: list[Any], events: np.ndarray) -> tuple[dict[str, _Rows
     out = {t: _Rows() for t in TABLES}
     if not len(events):
         return out, []
-    complete = np.flatnonzero(complete_mask(listed))
-    cat_codes, cats = str_codes(events[complete].tolist(), GET["cat"])
+    complete, cat_codes, cats = complete_categories(listed)
     lowered = [c.lower() for c in cats]
     order = np.array([CATEGORY_ORDER.get(c, -1) for c in lowered], dtype=np.int64)
     table = np.array([TABLES.index(t) if (t := TABLE_OF_CATEGORY.get(c, ("", ""))[0]) else -1 for c in lowered],
@@ -258,7 +257,8 @@ def _select_rows(listed: list[Any], events: np.ndarray) -> tuple[dict[str, _Rows
             continue
         sel = sel[np.argsort(order[cat_codes[sel]], kind="stable")]
         idx = complete[sel]
-        out[name] = _Rows(idx, events[idx], events[idx].tolist(), cat_codes[sel], kinds)
+        picked = events[idx]
+        out[name] = _Rows(idx, picked, picked.tolist(), cat_codes[sel], kinds)
         if name == "runtime":
             runtime_cats = [cats[c] for c in np.unique(cat_codes[sel])]
     return out, runtime_cats

@@ -71,7 +71,9 @@ class Event(_EventFields, tag_field="ph", tag="X"):
 # AnyPhaseEvent's decoder (load_kineto), which reads the same fields from every event.
 OTHER_PHASES = ("B", "E", "i", "I", "C", "b", "n", "e", "S", "T", "p", "F", "s", "t", "f",
                 "P", "N", "O", "D", "M", "V", "v", "R", "c", "(", ")")
-SKIPPED = tuple(msgspec.defstruct(f"Phase{i}", [], gc=False, tag_field="ph", tag=ph)
+# A skipped event answers `cat` with None (a class attribute, not a field): one pass over every event
+# reads the complete events' categories and, by their nulls, which events are complete (category_codes).
+SKIPPED = tuple(msgspec.defstruct(f"Phase{i}", [], gc=False, tag_field="ph", tag=ph, namespace={"cat": None})
                 for i, ph in enumerate(OTHER_PHASES))
 PhaseEvent = Union[(Event, *SKIPPED)]  # noqa: UP007 (a union built from a tuple)
 
@@ -104,13 +106,6 @@ class Trace(msgspec.Struct):
 
 class AnyPhaseTrace(Trace):
     traceEvents: list[AnyPhaseEvent] | None = None  # noqa: N815
-
-
-def complete_mask(events: list[Any]) -> np.ndarray:
-    """Which events are complete ("X") ones, from either decoder, in one C-level pass."""
-    if events and isinstance(events[0], AnyPhaseEvent):  # a list holds one decoder's structs only
-        return np.fromiter(map("X".__eq__, map(attrgetter("ph"), events)), dtype=bool, count=len(events))
-    return np.fromiter(map(Event.__instancecheck__, events), dtype=bool, count=len(events))
 
 
 class ExactTs(msgspec.Struct, gc=False):
@@ -259,6 +254,22 @@ def str_codes(structs: Sequence[msgspec.Struct], getter: Callable[[Any], Any]) -
     into Arrow and hashed there (the decoder refuses lone surrogates, so every str encodes)."""
     encoded = pc.dictionary_encode(pa.array(pluck(structs, getter), type=pa.large_string()))
     return encoded.indices.to_numpy(), encoded.dictionary.to_pylist()
+
+
+def complete_categories(events: list[Any]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(positions of the complete ("X") events, their category codes, the distinct categories in
+    first-seen order), from either decoder's events, in C-level passes."""
+    if events and isinstance(events[0], AnyPhaseEvent):  # a list holds one decoder's structs only
+        complete = np.flatnonzero(np.fromiter(map("X".__eq__, map(attrgetter("ph"), events)), dtype=bool,
+                                              count=len(events)))
+        codes, cats = str_codes(list(map(events.__getitem__, complete.tolist())), GET["cat"])
+        return complete, codes, cats
+    # by-phase structs: a skipped event's category is None (SKIPPED), an X event's always a str
+    encoded = pc.dictionary_encode(pa.array(pluck(events, GET["cat"]), type=pa.large_string()))
+    indices = encoded.indices
+    complete = np.flatnonzero(indices.is_valid().to_numpy(zero_copy_only=False))
+    codes = indices.drop_null().to_numpy()
+    return complete, codes, encoded.dictionary.to_pylist()
 
 
 def intern(names: NameTable, codes: np.ndarray, uniques: list[Any]) -> np.ndarray:
