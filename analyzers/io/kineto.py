@@ -1,12 +1,14 @@
 """Kineto (torch.profiler export_chrome_trace) JSON loader: .json / .json.gz, pretty or compact.
 
 Cost is kept near the JSON decode floor: msgspec decodes only the fields analyses use, into
-slotted structs. One pass over every event's category (hashed by Arrow; an event of another phase
-than complete answers None, kineto_schema.SKIPPED) sorts the complete events into tables; each table then reads only the fields it keeps, one
-C-level pass per field over a list (the GPU args, most of which are kept, in a single visit:
-kineto_schema.transpose), and numpy converts, sorts and indexes. No Python code runs per event,
-and the cyclic GC is paused meanwhile (nothing made here forms cycles).
-Float microseconds become int64 nanoseconds once, here, with rounding; timestamps too large
+slotted structs. One pass over every event's category (hashed by Arrow; an event of another
+phase than complete answers None, kineto_schema.SKIPPED) sorts the complete events into tables;
+each table then reads only the fields it keeps, one C-level pass per field over a list (the GPU
+args, most of which are kept, in a single visit: kineto_schema.transpose), and numpy converts,
+sorts and indexes. No Python code runs per event, and the cyclic GC is paused meanwhile
+(nothing made here forms cycles).
+Whole microseconds (what PyTorch writes) become int64 nanoseconds exactly; float microseconds
+once, here, with rounding; timestamps too large
 for a double to hold to the nanosecond (epoch-scale µs with a fraction) are read a second
 time as exact decimals, so a fractional-ns timestamp is never quantised.
 

@@ -47,7 +47,7 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
     keys = list(df.columns)
     if not keys:
         return [{} for _ in range(len(df))]
-    columns = [df.iloc[:, i].tolist() for i in range(len(keys))]
+    columns = [col.tolist() for _, col in df.items()]  # by position (repeated labels too), without iloc's cost
     return to_plain([dict(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)])
 
 

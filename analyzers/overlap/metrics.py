@@ -224,7 +224,7 @@ class RankMetrics:
             "rank": self.rank,
             "source": self.source,
             **self.whole.to_dict(),
-            "streams": self.streams.to_dict(orient="records"),
+            "streams": records(self.streams),
             "stream_pair_overlap_ns": {
                 "streams": [int(x) for x in self.stream_pairs.index],
                 "matrix": self.stream_pairs.to_numpy().tolist(),

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from analyzers.io.plain import records
 from analyzers.syncs.device_busy import _device_timelines, _sync_devices
 from analyzers.syncs.lookups import Distinct, PerName, as_float, first_by_key
 from analyzers.syncs.nesting import RangeIndex, innermost_enclosing
@@ -333,10 +334,7 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
 
 def sync_records(df: pd.DataFrame) -> list[dict]:
     """blocking_syncs rows as JSON-safe dicts (for the JSON report; diff sums host_blocked_ns)."""
-    out = []
-    for rec in df.to_dict(orient="records"):
-        out.append({k: (v.item() if hasattr(v, "item") else v) for k, v in rec.items()})
-    return out
+    return records(df)
 
 
 def sync_totals_beyond_span(trace: RankTrace, syncs: pd.DataFrame) -> list[str]:
