@@ -256,9 +256,11 @@ def slowed(variant: str, *, n: int = 6, alone: int = 100_000, slow: float = 1.5,
     return b.build(world_size=2 if peer_lead or rank else None)
 
 
-def starved(variant: str, *, iterations: int = 3, gemm: int = 1_398_000, at: int = 1_300_000) -> RankTrace:
+def starved(variant: str, *, iterations: int = 3, gemm: int = 1_398_000, at: int = 1_300_000,
+            comm: int = 4_000) -> RankTrace:
     """Per iteration: a 50 µs kernel on the main stream ends at `base`, then a long GEMM runs on
-    the main stream from base + 2 µs; a 4 µs comm kernel on the NCCL stream, launched long before.
+    the main stream from base + 2 µs; a comm kernel of `comm` ns (4 µs) on the NCCL stream,
+    launched long before.
 
     starved: the comm kernel starts at base + `at`, inside the GEMM (dispatched at its tail).
     first: it starts at base + 1 µs, before the GEMM.
@@ -276,7 +278,7 @@ def starved(variant: str, *, iterations: int = 3, gemm: int = 1_398_000, at: int
         if variant == "other-stream":
             b.kernel(base + 10_000, start - 1_000, 9, GEMM)
         launch = start - 10_000 if variant == "late-launch" else None
-        b.kernel(start, start + 4_000, NCCL_STREAM, COMM, launch=launch)
+        b.kernel(start, start + comm, NCCL_STREAM, COMM, launch=launch)
     return b.build()
 
 

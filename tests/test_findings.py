@@ -126,6 +126,50 @@ def test_host_sync_serialization_is_reported_as_host_sync_only():
     assert ids(sf.pipeline("host-sync")) == ["host-blocking-sync"]
 
 
+def _alternating_gemms(comm_ns: int | None):
+    """Per iteration 4 GEMMs of 20 µs, 2 µs apart, alternating between streams 1 and 2 (never at
+    once); with comm_ns, a comm kernel of that length on stream 1 right after each GEMM."""
+    b = sf.Builder()
+    for i in range(3):
+        base = (i + 1) * sf.ITER
+        b.steps.append((i + 1, base - 100_000, base + sf.ITER - 150_000))
+        for s in range(4):
+            t = base + s * 22_000
+            b.kernel(t, t + 20_000, 1 + s % 2, GEMM)
+            if comm_ns is not None:
+                b.kernel(t + 20_000, t + 20_000 + comm_ns, 1, COMM)
+    return b.build()
+
+
+def test_zero_length_comm_makes_no_comm_stream_of_serialized_streams():
+    # streams 1 and 2: 2 x 20 µs each per iteration, never at once, 3 switches >= 2 streams: serialized
+    # in 3/3 iterations, 120 µs per stream. Compute only: warning (120 µs < 10% of the span).
+    base = only(_alternating_gemms(None), "serialized-streams")
+    assert (base.evidence["streams"], base.evidence["comm_streams"]) == ([1, 2], [])
+    assert base.evidence["busy_ns_per_stream"] == {"1": 120_000, "2": 120_000}
+    assert base.severity == Severity.warning
+    # 1 ns comm kernels on stream 1 take time: stream 1 is a comm stream, critical
+    real = only(_alternating_gemms(1), "serialized-streams")
+    assert real.evidence["comm_streams"] == [1] and real.severity == Severity.critical
+    # comm kernels of start == end take none: exactly the compute-only finding (they used to make
+    # stream 1 a comm stream: critical, "its communication is never hidden")
+    zero = only(_alternating_gemms(0), "serialized-streams")
+    assert zero.to_dict() == base.to_dict()
+    assert ids(_alternating_gemms(0)) == ["serialized-streams"]
+
+
+def test_zero_length_kernels_are_never_serialized_streams():
+    # all-gathers of start == end on the NCCL stream take no time: only the two worker streams
+    # are serialized (900 µs each over 3 iterations: 2 x 150 µs per iteration), no comm stream
+    f = only(sf.pipeline("serialized", ag=0), "serialized-streams")
+    assert f.evidence["streams"] == [1, 2] and f.evidence["comm_streams"] == []
+    assert f.evidence["busy_ns_per_stream"] == {"1": 900_000, "2": 900_000}
+    # the overlapped pipeline with its matmuls of start == end: the all-gathers run on one stream,
+    # nothing else takes time, no finding at all
+    t = sf.pipeline("overlapped", mm=0)
+    assert ids(t) == []
+
+
 # --- front-loaded-collectives ---------------------------------------------------------------
 
 def test_front_loaded_all_gathers_fire():
@@ -318,6 +362,44 @@ def test_comm_kernel_dispatched_at_the_gemm_tail_is_starved():
 @pytest.mark.parametrize("variant", ["first", "dependency", "other-stream", "late-launch"])
 def test_comm_kernel_not_starved_when_a_dependency_or_the_host_explains_its_start(variant):
     assert "comm-starved-by-compute" not in ids(sf.starved(variant))
+
+
+def test_zero_length_comm_kernels_are_never_starved():
+    # the starved schedule with 1 ns comm kernels still fires: eligible at base, started at
+    # base + 1.3 ms inside the GEMM, 3 x 1.3 ms; with comm kernels of start == end (no time taken)
+    # nothing at all fires (it used to report 3 kernels, 3.900 ms, critical)
+    one_ns = only(sf.starved("starved", comm=1), "comm-starved-by-compute")
+    assert one_ns.evidence["n_kernels"] == 3 and one_ns.evidence["delay_ns_total"] == 3 * 1_300_000
+    assert ids(sf.starved("starved", comm=0)) == []
+
+
+def _first_and_extra_comm(extra_ns: int):
+    """starved('first') (the 4 µs comm kernel runs base + 1 .. 5 µs, before the GEMM: healthy),
+    plus a comm kernel of extra_ns at base + 700 µs on the NCCL stream, inside the GEMM."""
+    b = sf.Builder()
+    for i in range(3):
+        base = (i + 1) * sf.ITER
+        b.steps.append((i + 1, base - 100_000, base + sf.ITER - 150_000))
+        b.kernel(base - 50_000, base, sf.MAIN_STREAM, GEMM)
+        b.kernel(base + 2_000, base + 1_400_000, sf.MAIN_STREAM, GEMM)
+        b.kernel(base + 1_000, base + 5_000, sf.NCCL_STREAM, COMM)
+        b.kernel(base + 700_000, base + 700_000 + extra_ns, sf.NCCL_STREAM, COMM)
+    return b.build()
+
+
+def test_zero_length_comm_beside_real_comm_is_not_starved():
+    # a 1 ns extra kernel: eligible at base + 5 µs (the real one ended), started at base + 700 µs
+    # under the GEMM: 3 x 695 µs = 2.085 ms starved; of start == end: silent, the real one too
+    f = only(_first_and_extra_comm(1), "comm-starved-by-compute")
+    assert f.evidence["n_kernels"] == 3 and f.evidence["delay_ns_total"] == 3 * 695_000
+    assert ids(_first_and_extra_comm(0)) == []
+
+
+def test_zero_length_compute_starves_nothing():
+    # a GEMM of start == end at base + 2 µs holds no SMs: the comm kernel at base + 1.3 ms had
+    # nothing running beside it; the 1.398 ms GEMM is the look-alike that fires
+    assert "comm-starved-by-compute" in ids(sf.starved("starved"))
+    assert ids(sf.starved("starved", gemm=0)) == []
 
 
 def test_comm_starved_needs_a_total_delay():
@@ -589,7 +671,7 @@ def _starved_by_brute_force(t, params: FindingParams) -> list[tuple[int, int, in
     cat, launch = g["category"].to_numpy(), launch_times(t)
     out = []
     for i in range(len(g)):
-        if cat[i] != "comm" or launch[i] < 0:
+        if cat[i] != "comm" or launch[i] < 0 or e[i] <= s[i]:  # zero length: took no time
             continue
         prev = [e[j] for j in range(len(g)) if stream[j] == stream[i] and s[j] < s[i]]
         ended = [e[j] for j in range(len(g)) if e[j] < s[i]]
@@ -603,12 +685,13 @@ def _starved_by_brute_force(t, params: FindingParams) -> list[tuple[int, int, in
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 30), st.sampled_from([1, 2, 3]), st.booleans(),
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 30), st.sampled_from([1, 2, 3]), st.booleans(),
                           st.integers(0, 40)), min_size=1, max_size=14))
 def test_starved_comm_kernels_match_the_definition(spec):
-    """Random kernels on 3 streams (10 µs grid; comm or compute; launched some time before their
-    start): the sorted running maxima give the same kernels, eligibility and delays as the O(n²)
-    definition, and every named blocker was still running when its comm kernel started."""
+    """Random kernels on 3 streams (10 µs grid, some of zero length; comm or compute; launched some
+    time before their start): the sorted running maxima give the same kernels, eligibility and
+    delays as the O(n²) definition, and every named blocker was still running when its comm kernel
+    started."""
     b = sf.Builder()
     b.steps.append((1, 0, 10_000_000))
     for start, dur, stream, is_comm, lead in spec:

@@ -74,7 +74,8 @@ def starved_comm_kernels(view: RankView) -> pd.DataFrame:
     start). It counts when it started starve_min_delay_ns or more after that, while a compute
     kernel on another stream, started by then (give or take starve_blocker_slack_ns), still ran;
     of those, the one that ran longest past the comm kernel's start is named. Copies (copy
-    engine) are left out: they need no SMs. A comm kernel before which nothing recorded on its
+    engine) are left out: they need no SMs; so are comm kernels of zero length (start == end: they
+    took no time, no evidence of a held-back transfer). A comm kernel before which nothing recorded on its
     device had ended is left out too: what it waited on may predate the trace (censored). Sorted
     running maxima per stream keep this O(n log n). Columns: device, stream, start_ns, eligible_ns,
     delay_ns, name, blocker, blocker_end_ns.
@@ -89,7 +90,9 @@ def starved_comm_kernels(view: RankView) -> pd.DataFrame:
         # Candidates come from the analysed windows; what they could have waited on (earlier work,
         # last end, blockers) from the whole device, so a window's edge hides no dependency.
         idx = np.flatnonzero(view.device == d)
-        cand = idx[analysed[idx] & view.comm[idx] & is_kernel[idx] & (launch[idx] >= 0)]
+        # a comm kernel of start == end took no time: nothing to starve (no evidence either way)
+        took_time = view.e[idx] > view.s[idx]
+        cand = idx[analysed[idx] & view.comm[idx] & is_kernel[idx] & (launch[idx] >= 0) & took_time]
         if cand.size == 0:
             continue
         prev_end = np.full(cand.size, -1, dtype=np.int64)  # end of the earlier work on its stream
@@ -130,7 +133,7 @@ def detect_comm_starved(view: RankView) -> list[Finding]:
     """Comm kernels dispatched only at the tail of a compute kernel that held every SM.
 
     Silent on: delays a dependency can explain (something else ended just before the start),
-    copies, comm kernels without launch records, and small totals.
+    copies, comm kernels without launch records or of zero length, and small totals.
     """
     p, t = view.params, view.trace
     starved = starved_comm_kernels(view)

@@ -116,7 +116,8 @@ def detect_serialized_streams(view: RankView, syncs: pd.DataFrame | None = None)
         return []
     streams = sorted({s for r in hits for s in r["streams"]})
     busy_tot = {s: sum(r["busy"].get(s, 0) for r in hits) for s in streams}
-    comm_streams = sorted(set(pd.unique(view.stream[view.comm]).tolist()) & set(streams))
+    # streams whose communication took time: a comm kernel of start == end hides nothing and loses nothing
+    comm_streams = sorted(set(pd.unique(view.stream[view.comm & (view.e > view.s)]).tolist()) & set(streams))
     # the inter-stream waits the host issued inside those iterations (the chain that serializes)
     rt = t.runtime
     waits_per_it: dict[int, int] = {}
