@@ -111,6 +111,7 @@ def test_serialized_streams_fires_on_the_sync_in_loop_chain():
     assert ev["busy_ns_per_stream"] == {"1": 900_000, "2": 900_000, "20": 1_200_000}
     assert ev["stream_wait_event_calls_per_iteration"] == {"1": 8, "2": 8, "3": 8}
     assert f.severity == Severity.critical  # communication never hidden
+    assert "issued 8 cudaStreamWaitEvent calls per iteration" in f.explanation
 
 
 def test_overlapped_pipeline_is_not_serialized():
@@ -148,6 +149,9 @@ def test_zero_length_comm_makes_no_comm_stream_of_serialized_streams():
     assert (base.evidence["streams"], base.evidence["comm_streams"]) == ([1, 2], [])
     assert base.evidence["busy_ns_per_stream"] == {"1": 120_000, "2": 120_000}
     assert base.severity == Severity.warning
+    # no cudaStreamWaitEvent in the loop: the explanation must not blame inter-stream waits
+    assert base.evidence["stream_wait_event_calls_per_iteration"] == {"1": 0, "2": 0, "3": 0}
+    assert "cudaStreamWaitEvent calls" not in base.explanation and "no cudaStreamWaitEvent" in base.explanation
     # 1 ns comm kernels on stream 1 take time: stream 1 is a comm stream, critical
     real = only(_alternating_gemms(1), "serialized-streams")
     assert real.evidence["comm_streams"] == [1] and real.severity == Severity.critical

@@ -144,9 +144,14 @@ def detect_serialized_streams(view: RankView, syncs: pd.DataFrame | None = None)
     lost = min(busy_tot.values())  # what full concurrency of the two least busy streams could hide
     sev = Severity.critical if comm_streams else severity_of(lost, view.span_ns(), p)
     waits_txt = ""
-    if waits_per_it:
-        waits_txt = (f" The host issued {int(np.median(list(waits_per_it.values())))} cudaStreamWaitEvent calls "
+    median_waits = int(np.median(list(waits_per_it.values()))) if waits_per_it else 0
+    if median_waits:
+        waits_txt = (f" The host issued {median_waits} cudaStreamWaitEvent calls "
                      f"per iteration inside the loop: these inter-stream waits chain the streams one after another.")
+    elif waits_per_it:  # host ranges known, no wait in them: the chain is not made of stream waits
+        waits_txt = (" The host issued no cudaStreamWaitEvent inside the loop in most iterations, so what orders "
+                     "the streams is something else (host-side waits between launches, or each launch issued "
+                     "only after the other stream's work finished).")
     busy_txt = ", ".join(f"stream {s}: {fmt_ms(b)}" for s, b in busy_tot.items())
     title = (f"rank {t.rank}: streams {', '.join(map(str, streams))} interleave but never run concurrently "
              f"({len(hits)}/{n_windows} iterations)")
