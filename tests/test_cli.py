@@ -118,3 +118,27 @@ def test_default_rules_cover_nccl_symm_mem_and_peer_copies():
              "at::cuda::(anonymous namespace)::spin_kernel(long)"]
     assert classify_names(names, load_rules()).tolist() == [
         "comm", "comm", "comm", "comm", "copy", "memset", "compute", "other"]
+
+
+EXIT_SCRIPT = """
+import atexit, sys, threading, time
+from overlapscope.cli import exit_after_command
+atexit.register(lambda: open(sys.argv[1], "w").write("atexit ran"))
+sys.stdout.write("x" * 200_000)  # more than any buffer: must all arrive
+sys.stderr.write("done")
+if sys.argv[2] == "thread":  # a thread still working: the normal exit waits for it
+    threading.Thread(target=lambda: (time.sleep(0.3), open(sys.argv[1] + ".thread", "w").write("ok"))).start()
+exit_after_command(int(sys.argv[3]))
+"""
+
+
+@pytest.mark.parametrize("thread", ["none", "thread"])
+@pytest.mark.parametrize("code", [0, 3])
+def test_exit_after_command_flushes_runs_atexit_and_keeps_the_code(tmp_path, thread, code):
+    marker = tmp_path / "marker"
+    r = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, str(marker), thread, str(code)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == code
+    assert r.stdout == "x" * 200_000 and r.stderr == "done"
+    assert marker.read_text() == "atexit ran"
+    assert (tmp_path / "marker.thread").exists() == (thread == "thread")
