@@ -136,3 +136,21 @@ def test_column_helpers():
     assert str_codes([], lambda r: r.name)[1] == []
     codes, uniques = factorize(["x", 1, "x", None])
     assert uniques == ["x", 1, None] and codes.tolist() == [0, 1, 0, 2]
+
+
+def test_arrow_strings_take_64_bit_offsets_past_2_gb(monkeypatch):
+    import pyarrow as pa
+
+    from analyzers.io import kineto_schema
+
+    assert kineto_schema.arrow_strings(["a", None]).type == pa.string()
+    real = pa.array
+
+    def overflowing(values, type=None):  # what pa.array does past 2 GB of text in 32-bit offsets
+        if type == pa.string():
+            return pa.chunked_array([real(values[:1], type=type), real(values[1:], type=type)])
+        return real(values, type=type)
+
+    monkeypatch.setattr(kineto_schema.pa, "array", overflowing)
+    wide = kineto_schema.arrow_strings(["a", "b", "a"])
+    assert isinstance(wide, pa.Array) and wide.type == pa.large_string() and wide.to_pylist() == ["a", "b", "a"]
