@@ -72,7 +72,7 @@ class Event(_EventFields, tag_field="ph", tag="X"):
 OTHER_PHASES = ("B", "E", "i", "I", "C", "b", "n", "e", "S", "T", "p", "F", "s", "t", "f",
                 "P", "N", "O", "D", "M", "V", "v", "R", "c", "(", ")")
 # A skipped event answers `cat` with None (a class attribute, not a field): one pass over every event
-# reads the complete events' categories and, by their nulls, which events are complete (category_codes).
+# reads the complete events' categories and, by their nulls, which events are complete (complete_categories).
 SKIPPED = tuple(msgspec.defstruct(f"Phase{i}", [], gc=False, tag_field="ph", tag=ph, namespace={"cat": None})
                 for i, ph in enumerate(OTHER_PHASES))
 PhaseEvent = Union[(Event, *SKIPPED)]  # noqa: UP007 (a union built from a tuple)
