@@ -41,7 +41,6 @@ from analyzers.io.kineto_schema import (
     GET,
     GET_ARG,
     TABLE_OF_CATEGORY,
-    WHOLE_EXACT_LIMIT_US,
     Trace,
     column,
     complete_categories,
@@ -269,12 +268,10 @@ def _select_rows(listed: list[Any], events: np.ndarray) -> tuple[dict[str, _Rows
 def _set_spans(path: Path, data: bytes | bytearray, n_events: int, rows: dict[str, _Rows]) -> None:
     """Each table's start and end in ns (and its names), once every used event's time is checked."""
     used = [r for r in rows.values() if len(r)]
+    # whole µs as written (what PyTorch writes) are exact as they are: no type scan, no second read
     whole_ts = [whole_us(r.listed, GET["ts"]) for r in used]
-    # whole µs as written (PyTorch writes them so): exact as they are, no type scan nor second read
-    all_whole = all(ts is not None and (not len(ts) or (ts.max() < WHOLE_EXACT_LIMIT_US
-                                                         and ts.min() > -WHOLE_EXACT_LIMIT_US)) for ts in whole_ts)
-    ts_us = ([ts.astype(np.float64) for ts in whole_ts] if all_whole  # type: ignore[union-attr]
-             else [floats(r.listed, GET["ts"]) for r in used])
+    all_whole = all(ts is not None for ts in whole_ts)
+    ts_us = [ts.astype(np.float64) for ts in whole_ts] if all_whole else [floats(r.listed, GET["ts"]) for r in used]
     dur_us = [floats(r.listed, GET["dur"]) for r in used]
     for r in used:
         r.name_codes, r.name_uniques = str_codes(r.listed, GET["name"])
@@ -288,17 +285,23 @@ def _set_spans(path: Path, data: bytes | bytearray, n_events: int, rows: dict[st
 
     check_us_times(np.concatenate(ts_us or [np.zeros(0)]), np.concatenate(dur_us or [np.zeros(0)]),
                    name_of=name_of)
-    # epoch-scale µs with a fraction: a double no longer holds them to the ns (ints as written are exact)
-    exact = (not all_whole and any(np.abs(ts).max() >= EXACT_LIMIT_US for ts in ts_us)
-             and any(float in set(map(type, pluck(r.listed, GET["ts"]))) for r in used))
-    start_all = _exact_starts(path, data, n_events) if exact else None
-    for r, ts, whole, dur in zip(used, ts_us, whole_ts, dur_us, strict=True):
-        if all_whole:
-            r.start = whole * 1000  # type: ignore[operator]
-        else:
-            r.start = start_all[r.idx] if start_all is not None else ns_from_us(ts)
+    starts = [ts * 1000 for ts in whole_ts] if all_whole else _double_starts(path, data, n_events, used, ts_us)
+    for r, start, dur in zip(used, starts, dur_us, strict=True):
+        r.start = start
         r.end = r.start + np.maximum(ns_from_us(dur), 0)
         r.sort_by_start()
+
+
+def _double_starts(path: Path, data: bytes | bytearray, n_events: int, used: list[_Rows],
+                   ts_us: list[np.ndarray]) -> list[np.ndarray]:
+    """Start times in ns from µs doubles; epoch-scale µs with a fraction, which a double no longer
+    holds to the ns, are read again from their digits (_exact_starts)."""
+    exact = (any(np.abs(ts).max() >= EXACT_LIMIT_US for ts in ts_us)
+             and any(float in set(map(type, pluck(r.listed, GET["ts"]))) for r in used))
+    if not exact:
+        return [ns_from_us(ts) for ts in ts_us]
+    start_all = _exact_starts(path, data, n_events)
+    return [start_all[r.idx] for r in used]
 
 
 def _exact_starts(path: Path, data: bytes | bytearray, n: int) -> np.ndarray:

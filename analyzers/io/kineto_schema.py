@@ -214,12 +214,16 @@ def floats(structs: Sequence[msgspec.Struct], getter: Callable[[Any], Any]) -> n
 
 
 def whole_us(structs: Sequence[msgspec.Struct], getter: Callable[[Any], Any]) -> np.ndarray | None:
-    """A timestamp field as int64 when every value was written as an integer; else None (a value
-    with a fraction, or too wide). operator.index refuses floats, which fromiter would truncate."""
+    """A timestamp field as int64 when every value was written as an integer within
+    ±WHOLE_EXACT_LIMIT_US; else None (a value with a fraction, or too wide: the double path decides).
+    operator.index refuses floats, which fromiter would truncate."""
     try:
-        return np.fromiter(map(index, map(getter, structs)), dtype=np.int64, count=len(structs))
+        values = np.fromiter(map(index, map(getter, structs)), dtype=np.int64, count=len(structs))
     except (TypeError, OverflowError):
         return None
+    if len(values) and (values.max() >= WHOLE_EXACT_LIMIT_US or values.min() <= -WHOLE_EXACT_LIMIT_US):
+        return None
+    return values
 
 
 def ints(structs: Sequence[msgspec.Struct], getter: Callable[[Any], Any], fill: int) -> np.ndarray:
