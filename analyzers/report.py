@@ -12,12 +12,11 @@ from analyzers.crossrank import CrossRankParams, CrossRankReport, RankSteps, ana
 from analyzers.findings import FindingParams, cross_rank_findings, detect_findings, detect_rank
 from analyzers.findings.finding import Finding
 from analyzers.io.parallel import PER_RANK_KEY
-from analyzers.io.plain import to_plain
+from analyzers.io.plain import rows, to_plain
 from analyzers.overlap.metrics import AnalysisOptions, RankMetrics, rank_metrics
 from analyzers.syncs.blocking import (
     SyncParams,
     blocking_syncs,
-    sync_records,
     sync_totals_beyond_span,
     syncs_not_judged,
 )
@@ -60,7 +59,13 @@ class AnalysisReport:
         return [m for m in self.ranks if m.overlap_ratio is not None and m.overlap_ratio < threshold]
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean({
+        """The report as plain, JSON-safe Python."""
+        return _clean(self.document())
+
+    def document(self) -> dict[str, Any]:
+        """What to_dict holds, not yet made plain: ``analyzers.io.plain.to_json`` of it is the JSON of
+        to_dict, without the decode and re-encode that cleaning costs (0.04 s for 8 ranks)."""
+        return {
             "label": self.label,
             "format": self.fmt,
             "world_size": self.world_size,
@@ -68,15 +73,15 @@ class AnalysisReport:
             "clock_offsets_ns": {str(k): v for k, v in self.clock_offsets_ns.items()},
             "notes": self.notes,
             "ranks": [m.to_dict() for m in self.ranks],
-            "cross_rank": self.cross_rank.to_dict() if self.cross_rank is not None else None,
+            "cross_rank": self.cross_rank.document() if self.cross_rank is not None else None,
             "syncs": {
                 "n": int(sum(len(df) for df in self.syncs.values())),
                 "host_blocked_ns": self.blocking_sync_ns(),
-                "per_rank": {str(r): sync_records(df) for r, df in self.syncs.items()},
+                "per_rank": {str(r): rows(df) for r, df in self.syncs.items()},
             } if self.diagnosed else None,
             "findings": [f.to_dict() for f in self.findings] if self.findings is not None else None,
             **self.extra,
-        })
+        }
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,7 @@ def _json_document(report: AnalysisReport) -> bytes:
     """What `-f json` prints (without the final newline), as the cache keeps it."""
     from .render import to_json
 
-    return to_json(report.to_dict()).encode()
+    return to_json(report.document()).encode()
 
 
 def _file_digest(path: Path | None) -> str | None:

@@ -116,7 +116,7 @@ def emit(report: AnalysisReport, fmt: OutputFormat, streams: bool = False) -> No
     from . import render
 
     if fmt is OutputFormat.json:
-        sys.stdout.write(render.to_json(report.to_dict()) + "\n")
+        sys.stdout.write(render.to_json(report.document()) + "\n")
     elif fmt is OutputFormat.md:
         sys.stdout.write(render.to_markdown(report))
     elif fmt is OutputFormat.csv:

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyzers.io import parse_cache
+from analyzers.io import parse_cache, worker_memory
 from analyzers.io.load import load_file, load_traces
 from analyzers.io.parallel import PER_RANK_KEY
 from analyzers.io.plain import to_json, to_plain
@@ -165,6 +165,31 @@ def test_plain_json_cleans_in_one_pass():
     assert to_plain(obj) == {"1": 3, "f": 0.5, "nan": None, "inf": None, "t": [1, 2], "arr": [1, 2],
                              "na": None, "nested": [{"x": None}]}
     assert json.loads(to_json({"a": math.nan})) == {"a": None}
+
+
+def test_report_json_from_its_raw_document_is_the_json_of_its_plain_dict():
+    """The CLI encodes report.document() straight (no clean pass): the bytes must be those of to_dict(),
+    on a set with cross-rank tables (NaN where a rank is not in a collective) and blocking syncs."""
+    run = Path(__file__).resolve().parents[1] / "sample_traces" / "ag-gemm" / "host-sync"
+    report = analyze(load_traces([run]))
+    assert report.syncs and any(len(df) for df in report.syncs.values()) and report.cross_rank is not None
+    assert to_json(report.document()) == to_json(report.to_dict())
+    assert json.loads(to_json(report.document())) == report.to_dict()
+    assert to_plain(report.cross_rank.document()) == report.cross_rank.to_dict()
+
+
+def test_hold_arenas_keeps_a_sample_only_in_processes_that_asked(monkeypatch):
+    monkeypatch.setattr(worker_memory, "_holding", False)
+    monkeypatch.setattr(worker_memory, "_held", [])
+    worker_memory.hold_arenas(list(range(1000)))
+    assert worker_memory._held == []  # the app, a --jobs 1 run: nothing kept
+    monkeypatch.setattr(worker_memory, "_holding", True)
+    worker_memory.hold_arenas(list(range(1000)))
+    assert worker_memory._held == [0, 256, 512, 768]
+    worker_memory.hold_arenas(["next file"])  # the next file's sample replaces the last one's
+    assert worker_memory._held == ["next file"]
+    code = "from analyzers.io import worker_memory as w; w.keep_freed_memory(); print(w._holding)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "True"
 
 
 def test_bad_file_in_a_worker_is_one_line_exit_3(tmp_path, cache_dir):

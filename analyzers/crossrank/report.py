@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from analyzers.io.plain import records, to_plain
+from analyzers.io.plain import rows, to_plain
 from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN
 from analyzers.timeline.model import TraceSet
 
@@ -132,8 +132,13 @@ class CrossRankReport:
         return len(self.collectives)
 
     def to_dict(self) -> dict[str, Any]:
+        return to_plain(self.document())
+
+    def document(self) -> dict[str, Any]:
+        """What to_dict holds, not yet made plain (numpy values, NaN): for a larger document that is
+        made plain or encoded once as a whole (analyzers.report)."""
         cap = self.params.max_listed
-        return _plain({
+        return {
             "ranks": self.ranks,
             "reference_rank": self.reference_rank,
             "clock": self.clock.to_dict() if self.clock else None,
@@ -151,7 +156,7 @@ class CrossRankReport:
             "mismatch_summary": self.mismatch_summary,
             "params": asdict(self.params),
             "notes": list(self.notes),
-        })
+        }
 
 
 # --------------------------------------------------------------------------- helpers
@@ -162,4 +167,4 @@ def _plain(obj: Any) -> Any:
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    return records(df)
+    return rows(df)

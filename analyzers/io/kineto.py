@@ -57,6 +57,7 @@ from analyzers.io.kineto_schema import (
     transpose,
     whole_us,
 )
+from analyzers.io.worker_memory import hold_arenas
 from analyzers.timeline.collectives import COLLECTIVES, collective_names
 from analyzers.timeline.model import (
     CATEGORIES,
@@ -163,6 +164,7 @@ def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
         if doc.traceEvents is None:
             raise BadInputError(path, "not a Kineto trace: no traceEvents list")
         listed, doc.traceEvents = doc.traceEvents, None
+        hold_arenas(listed)  # a pool worker's next file reuses these arenas (worker_memory)
         events = np.fromiter(listed, dtype=object, count=len(listed))
         rows, runtime_cats = _select_rows(listed, events)
         del listed

@@ -3,7 +3,9 @@
 Analyses hold numpy scalars and arrays, NaN for undefined figures, tuples and integer keys.
 ``to_plain`` turns any such nesting into plain Python (NaN/inf -> None, numpy -> Python,
 tuples -> lists, keys -> str) by encoding it once with msgspec and decoding the bytes;
-``to_json`` writes the same document as indented JSON text.
+``to_json`` writes the same document as indented JSON text. Both give the same JSON for a
+document whatever is left in it to clean, so a report's JSON is encoded straight from its raw
+document (``document()`` methods), never cleaned first.
 """
 
 from __future__ import annotations
@@ -42,13 +44,19 @@ def to_plain(obj: Any) -> Any:
 
 
 def records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """A frame's rows as plain dicts (missing values -> None). Columns come out whole
-    (``tolist``: Python scalars in C) instead of pandas' to_dict, which boxes value by value."""
+    """A frame's rows as plain dicts (missing values -> None)."""
+    return to_plain(rows(df))
+
+
+def rows(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """A frame's rows as dicts ready to encode (NaN and pandas' missing values still in them: for a
+    document that is made plain, or encoded, once as a whole). Columns come out whole (``tolist``:
+    Python scalars in C) instead of pandas' to_dict, which boxes value by value."""
     keys = list(df.columns)
     if not keys:
         return [{} for _ in range(len(df))]
     columns = [col.tolist() for _, col in df.items()]  # by position (repeated labels too), without iloc's cost
-    return to_plain([dict(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)])
+    return [dict(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)]
 
 
 def to_json(obj: Any, indent: int = 2) -> str:

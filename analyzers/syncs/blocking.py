@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analyzers.io.plain import records
 from analyzers.syncs.device_busy import _device_timelines, _sync_devices
 from analyzers.syncs.lookups import Distinct, PerName, as_float, first_by_key
 from analyzers.syncs.nesting import RangeIndex, innermost_enclosing
@@ -330,11 +329,6 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
     }
     by_start = np.argsort(start, kind="stable")  # what sort_values("start_ns", kind="stable") does
     return pd.DataFrame({c: columns[c][by_start] for c in SYNC_COLUMNS})
-
-
-def sync_records(df: pd.DataFrame) -> list[dict]:
-    """blocking_syncs rows as JSON-safe dicts (for the JSON report; diff sums host_blocked_ns)."""
-    return records(df)
 
 
 def sync_totals_beyond_span(trace: RankTrace, syncs: pd.DataFrame) -> list[str]:
