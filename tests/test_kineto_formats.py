@@ -180,3 +180,25 @@ def test_bundled_traces_use_the_by_phase_decoder():
         if data[:2] == b"\x1f\x8b":
             data = gzip.decompress(data)
         assert DECODER.decode(data).traceEvents, f
+
+
+def test_file_is_read_into_one_buffer(tmp_path):
+    """A buffered read joins its buffered head to the rest: a second copy of the file. One is enough."""
+    import gzip
+    import tracemalloc
+
+    from analyzers.io.kineto import read_bytes
+
+    text = json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k" * 50, "ts": i, "dur": 1}
+                                       for i in range(40_000)]}).encode()
+    plain, packed = tmp_path / "t.json", tmp_path / "t.json.gz"
+    plain.write_bytes(text)
+    packed.write_bytes(gzip.compress(text))
+    tracemalloc.start()
+    try:
+        assert read_bytes(plain) == text
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.5 * len(text), (peak, len(text))
+    assert read_bytes(packed) == text
