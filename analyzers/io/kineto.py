@@ -77,10 +77,8 @@ LOADER_VERSION = 4  # 4: input limits (bounded gzip, refused times), out-of-rang
 
 
 def read_bytes(path: Path) -> bytes | bytearray:
-    """File contents, gunzipped (streaming, by magic, not by name) when gzip.
-
-    Unbuffered: a buffered reader would hand back its buffered head joined to the rest, a second
-    copy of the whole file (and, in a fresh process, twice the page faults)."""
+    """File contents, gunzipped (streaming, by magic, not by name) when gzip. Unbuffered: a buffered
+    reader joins its buffered head to the rest, a second copy of the file (twice the page faults)."""
     try:
         with path.open("rb", buffering=0) as fh:
             size = os.fstat(fh.fileno()).st_size
