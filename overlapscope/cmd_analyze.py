@@ -105,7 +105,7 @@ def analyze_cmd(
         if key is not None:
             report_cache.put(key, doc)
     if format is OutputFormat.json:
-        sys.stdout.write(doc.decode() + "\n")
+        write_bytes(doc + b"\n")
     else:
         emit(report, format, streams=streams)
     if gates_fail(msgspec.json.decode(doc) if threshold is not None or fail_ids else {}, threshold,
@@ -115,9 +115,20 @@ def analyze_cmd(
 
 def _json_document(report: AnalysisReport) -> bytes:
     """What `-f json` prints (without the final newline), as the cache keeps it."""
-    from .render import to_json
+    from analyzers.io.plain import json_bytes
 
-    return to_json(report.document()).encode()
+    return json_bytes(report.document())
+
+
+def write_bytes(data: bytes) -> None:
+    """UTF-8 bytes to stdout as they are (a 3 MB document is not decoded and re-encoded on its way)."""
+    out = getattr(sys.stdout, "buffer", None)
+    if out is None:  # a text-only stream (some test harnesses)
+        sys.stdout.write(data.decode())
+        return
+    sys.stdout.flush()  # whatever text went before stays before
+    out.write(data)
+    out.flush()
 
 
 def _file_digest(path: Path | None) -> str | None:

