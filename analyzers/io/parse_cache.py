@@ -153,9 +153,11 @@ def _write_trace(folder: Path, i: int, t: RankTrace) -> _TraceHeader:
     cats: dict[str, dict[str, list[str]]] = {}
     for name in TABLES:
         df: pd.DataFrame = getattr(t, name)
-        cats[name] = {c: [str(x) for x in df[c].cat.categories] for c in df.columns
-                      if isinstance(df[c].dtype, pd.CategoricalDtype)}
-        table = pa.Table.from_pandas(df, preserve_index=False)
+        cats[name] = {c: [str(x) for x in dtype.categories] for c, dtype in df.dtypes.items()
+                      if isinstance(dtype, pd.CategoricalDtype)}
+        # one thread: the columns are small, and the pool's workers already fill the cores (Arrow's
+        # default spreads them over its thread pool: twice the time in a busy worker)
+        table = pa.Table.from_pandas(df, preserve_index=False, nthreads=1)
         ints = [f.name for f in table.schema if pa.types.is_integer(f.type)]
         pq.write_table(table, folder / f"{i}.{name}.parquet", compression="lz4", write_statistics=False,
                        use_dictionary=[f.name for f in table.schema if f.name not in ints],
