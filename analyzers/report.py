@@ -219,8 +219,8 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
         report.syncs = {r: pre[r].syncs if defaults else
                         in_selected_steps(blocking_syncs(traces.ranks[r], sync_params), options) for r in ids}
         for r in ids:
-            report.notes += (pre[r].sync_notes or []) if defaults else sync_totals_beyond_span(traces.ranks[r],
-                                                                                               report.syncs[r])
+            beyond = pre[r].sync_notes if defaults else None
+            report.notes += beyond if beyond is not None else sync_totals_beyond_span(traces.ranks[r], report.syncs[r])
             if reason := syncs_not_judged(traces.ranks[r]):
                 report.notes.append(f"rank {r}: {reason}")
         extra = cross_rank_findings(report.cross_rank) if report.cross_rank is not None else []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -34,6 +33,7 @@ from .common import (
     load_set,
     options_from,
     stage_progress,
+    write_bytes,
 )
 from .finding_ids import FINDING_IDS
 from .render_format import pct
@@ -115,20 +115,9 @@ def analyze_cmd(
 
 def _json_document(report: AnalysisReport) -> bytes:
     """What `-f json` prints (without the final newline), as the cache keeps it."""
-    from analyzers.io.plain import json_bytes
+    from .render import report_json
 
-    return json_bytes(report.document())
-
-
-def write_bytes(data: bytes) -> None:
-    """UTF-8 bytes to stdout as they are (a 3 MB document is not decoded and re-encoded on its way)."""
-    out = getattr(sys.stdout, "buffer", None)
-    if out is None:  # a text-only stream (some test harnesses)
-        sys.stdout.write(data.decode())
-        return
-    sys.stdout.flush()  # whatever text went before stays before
-    out.write(data)
-    out.flush()
+    return report_json(report)
 
 
 def _file_digest(path: Path | None) -> str | None:

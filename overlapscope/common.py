@@ -112,11 +112,22 @@ def options_from(steps: str | None, like_hta: bool, step_pattern: str) -> Analys
     return AnalysisOptions(steps=selection, like_hta=like_hta, step_pattern=step_pattern)
 
 
+def write_bytes(data: bytes) -> None:
+    """UTF-8 bytes to stdout as they are (a 3 MB document is not decoded and re-encoded on its way)."""
+    out = getattr(sys.stdout, "buffer", None)
+    if out is None:  # a text-only stream (some test harnesses)
+        sys.stdout.write(data.decode())
+        return
+    sys.stdout.flush()  # whatever text went before stays before
+    out.write(data)
+    out.flush()
+
+
 def emit(report: AnalysisReport, fmt: OutputFormat, streams: bool = False) -> None:
     from . import render
 
     if fmt is OutputFormat.json:
-        sys.stdout.write(render.to_json(report.document()) + "\n")
+        write_bytes(render.report_json(report) + b"\n")
     elif fmt is OutputFormat.md:
         sys.stdout.write(render.to_markdown(report))
     elif fmt is OutputFormat.csv:

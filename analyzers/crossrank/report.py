@@ -143,7 +143,7 @@ class CrossRankReport:
             "reference_rank": self.reference_rank,
             "clock": self.clock.to_dict() if self.clock else None,
             "n_matched": self.n_matched,
-            "collectives": _records(self.collectives),
+            "collectives": rows(self.collectives),
             "n_unmatched": int(sum(u.get("count", 1) for u in self.unmatched)),
             "unmatched": self.unmatched[:cap],
             "n_inconsistent": int(sum(u.get("count", 1) for u in self.inconsistent)),
@@ -152,7 +152,7 @@ class CrossRankReport:
             "late_ranks": self.late_ranks,
             "stream_roles": {str(r): v for r, v in self.stream_roles.items()},
             "n_mismatches": int(len(self.mismatches)),
-            "mismatches": _records(self.mismatches.head(cap)),
+            "mismatches": rows(self.mismatches.head(cap)),
             "mismatch_summary": self.mismatch_summary,
             "params": asdict(self.params),
             "notes": list(self.notes),
@@ -165,6 +165,3 @@ def _plain(obj: Any) -> Any:
     """JSON-safe copy: numpy scalars -> Python, NaN -> None, tuple -> list, keys -> str (one msgspec pass)."""
     return to_plain(obj)
 
-
-def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    return rows(df)
