@@ -6,13 +6,15 @@ drives them (per rank, then the cross-rank ones passed in through ``extra``).
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import numpy as np
 import pandas as pd
 
 from analyzers.crossrank import CrossRankReport
 from analyzers.findings.comm_slowed_by_overlap import transfer_starts
 from analyzers.findings.finding import CATALOGUE, Finding, sort_findings
-from analyzers.findings.registry import CROSS_RANK_FINDINGS, RANK_FINDINGS, FindingParams
+from analyzers.findings.registry import CROSS_RANK_FINDINGS, RANK_FINDINGS, START_SHIFT_FINDINGS, FindingParams
 from analyzers.findings.view import RankContext, RankView, windows_of
 from analyzers.overlap.metrics import RankMetrics
 from analyzers.syncs.blocking import SyncParams, blocking_syncs, empty_syncs
@@ -20,8 +22,9 @@ from analyzers.timeline.model import RankTrace, TraceSet
 
 
 def detect_rank(trace: RankTrace, metrics: RankMetrics | None = None, params: FindingParams | None = None,
-                eff_start: np.ndarray | None = None, syncs: pd.DataFrame | None = None) -> list[Finding]:
-    """Every per-rank detector on one rank, in registry order."""
+                eff_start: np.ndarray | None = None, syncs: pd.DataFrame | None = None,
+                detectors: tuple[ModuleType, ...] = RANK_FINDINGS) -> list[Finding]:
+    """Every per-rank detector (or those given) on one rank, in registry order."""
     params = params or FindingParams()
     view = RankView(trace, params, windows_of(trace, metrics, params.step_pattern))
     if trace.gpu.empty or view.windows.empty:
@@ -29,9 +32,19 @@ def detect_rank(trace: RankTrace, metrics: RankMetrics | None = None, params: Fi
     syncs = blocking_syncs(trace, params.sync) if syncs is None else syncs
     context = RankContext(syncs=syncs, eff_start=eff_start)
     out: list[Finding] = []
-    for finding in RANK_FINDINGS:
+    for finding in detectors:
         out += finding.detect(view, context)
     return out
+
+
+def with_start_shift(precomputed: list[Finding], shifted: list[Finding]) -> list[Finding]:
+    """A rank's findings once collectives are measured from the last arrival: those made beside the
+    parse, with the start-shift detectors' findings replaced by their new ones (shifted), in the
+    order detect_rank lists them (registry order; each detector's own order kept)."""
+    redone = {finding.ENTRY.id for finding in START_SHIFT_FINDINGS}
+    order = {finding.ENTRY.id: i for i, finding in enumerate(RANK_FINDINGS)}
+    kept = [f for f in precomputed if f.id not in redone]
+    return sorted(kept + shifted, key=lambda f: order.get(f.id, len(order)))
 
 
 def cross_rank_findings(report: CrossRankReport) -> list[Finding]:
@@ -52,7 +65,8 @@ def detect_findings(traces: TraceSet, metrics: dict[int, RankMetrics] | None = N
     extra: findings from other analyses (crossrank: late-peer, cross-rank-order-mismatch);
     syncs: blocking_syncs per rank when already computed (saves recomputing them);
     precomputed: per-rank findings made beside the parse (analyzers.report.RankStage) with no start
-    shift, used when no collective moved a rank's starts.
+    shift: used as they are when no collective moved a rank's starts, else all but those of the
+    detectors that read the shift (registry.START_SHIFT_FINDINGS), which run again here.
     """
     params = params or FindingParams()
     eff = transfer_starts(traces, params)
@@ -60,11 +74,15 @@ def detect_findings(traces: TraceSet, metrics: dict[int, RankMetrics] | None = N
     matched = any(not np.array_equal(eff[r], traces.ranks[r].gpu["start_ns"].to_numpy()) for r in eff)
     out: list[Finding] = []
     for r in traces.rank_ids():
-        t = traces.ranks[r]
-        if not matched and (precomputed or {}).get(r) is not None:
-            out += precomputed[r]
-            continue
-        out += detect_rank(t, (metrics or {}).get(r), params, eff[r] if matched else None, (syncs or {}).get(r))
+        t, made = traces.ranks[r], (precomputed or {}).get(r)
+        if made is not None and not matched:
+            out += made
+        elif made is not None:  # only the detectors that read the shift run again (serially, here)
+            out += with_start_shift(made, detect_rank(t, (metrics or {}).get(r), params, eff[r],
+                                                      (syncs or {}).get(r), START_SHIFT_FINDINGS))
+        else:
+            out += detect_rank(t, (metrics or {}).get(r), params, eff[r] if matched else None,
+                               (syncs or {}).get(r))
     out += list(extra or [])
     return sort_findings(out)
 

@@ -48,6 +48,12 @@ RANK_FINDINGS = (
     comm_starved_by_compute,
 )
 
+# The per-rank detectors whose answer depends on the cross-rank start shift (RankContext.eff_start:
+# collectives measured from the last rank's arrival). The others' per-rank results, made beside the
+# parse, stand whatever the other ranks did, so only these run again after the cross-rank stage
+# (detect.detect_findings; tests/test_findings.py checks the others ignore the shift).
+START_SHIFT_FINDINGS = (comm_slowed_by_overlap,)
+
 # Need every rank (the cross-rank report), in this order: detect_cross_rank(report).
 CROSS_RANK_FINDINGS = (late_peer, cross_rank_order_mismatch)
 
