@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 import typer
-from rich.markup import escape
 
 from analyzers.io import report_cache
 from analyzers.timeline.constants import DEFAULT_STEP_PATTERN
@@ -115,7 +114,7 @@ def analyze_cmd(
 
 def _json_document(report: AnalysisReport) -> bytes:
     """What `-f json` prints (without the final newline), as the cache keeps it."""
-    from .render import report_json
+    from .render_json import report_json
 
     return report_json(report)
 
@@ -167,6 +166,8 @@ def undefined_ratio_gate(doc: dict[str, Any], allow: bool) -> bool:
     detail = (f"overlap ratio undefined for rank {ranks}: no communication recognised in the analysed steps, so "
               "--fail-under-overlap measured nothing there"
               + (f" ({hints[0]})" if hints else "; name custom comm kernels with --comm-kernel or --rules"))
+    from rich.markup import escape
+
     err_console.print(f"[{colour}]{verdict}:[/{colour}] {escape(detail)}", highlight=False)
     return not allow
 

@@ -101,7 +101,7 @@ def emit_diff(d: TraceDiff, fmt: DiffFormat, top: int) -> None:
     elif fmt is DiffFormat.md:
         sys.stdout.write(render_diff.to_markdown(d, top=top))
     else:
-        render_diff.print_diff(d, out_console, top=top)
+        render_diff.print_diff(d, out_console.console, top=top)
 
 
 def diff_cmd(

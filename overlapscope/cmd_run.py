@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from analyzers.io.discover import is_trace_name
 
 from .common import EXIT_RUN_FAILED, OutputFormat, UsageFailure, emit, err_console, load_set, out_console
 
 if TYPE_CHECKING:  # the analysis stack is imported where it is used (fast `--help`)
+    from rich.table import Table
+
     from analyzers.report import AnalysisReport
 
 PROFILERS = ("torch", "nsys", "none")
@@ -114,6 +115,8 @@ def _pm(median: float, spread: float) -> str:
 
 def timings_table(results: dict[str, Any]) -> Table:
     """CUDA-event timings of each variant (medians ± spread), with the standalone compute and comm times."""
+    from rich.table import Table
+
     table = Table(title="timings (CUDA events, median ± half the range of its chunk medians)", title_justify="left",
                   header_style="bold")
     for col in ("variant", "time ms", "baseline ms", "speed-up", "compute alone ms", "comm alone ms",
@@ -284,7 +287,7 @@ def emit_sweep(results: dict[str, Any], reports: dict[str, AnalysisReport],
     out_console.print(timings_table(results))
     for workload, base, table in tables:
         if table is not None:
-            print_sweep(table, out_console, f"{workload}, baseline {base}")
+            print_sweep(table, out_console.console, f"{workload}, baseline {base}")
 
 
 def algorithms_cmd() -> None:

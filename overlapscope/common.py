@@ -9,19 +9,20 @@ Data goes to stdout, progress and notes to stderr. Exit codes: 0 ok, 1 a gate fa
 
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from analyzers.io.environment import ENV_SCHEDULER, scheduler_from_env
 
 if TYPE_CHECKING:  # the analysis stack (pandas) is imported where it is used: `--help` and cache hits stay fast
+    from rich.console import Console
+
     from analyzers.overlap.metrics import AnalysisOptions
     from analyzers.report import AnalysisReport
     from analyzers.timeline.model import TraceSet
@@ -39,14 +40,48 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-def _console(stderr: bool) -> Console:
-    """Wide when piped (tables must not wrap into logs); soft-wrapped so errors stay one line."""
-    probe = Console(stderr=stderr)
-    return Console(stderr=stderr, soft_wrap=True, width=None if probe.is_terminal else 200)
+class LazyConsole:
+    """A rich Console made on first use (its attributes are the Console's): a command that prints
+    nothing through rich (`analyze -f json`, a report-cache hit) does not import it, 15 ms of the
+    serial start before the per-rank workers fork (1 % of an 8-rank analysis, benchmarks/RESULTS.md).
+    Wide when piped (tables must not wrap into logs); soft-wrapped so errors stay one line."""
+
+    def __init__(self, stderr: bool) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            probe = Console(stderr=self._stderr)
+            self._console = Console(stderr=self._stderr, soft_wrap=True, width=None if probe.is_terminal else 200)
+        return self._console
+
+    @property
+    def is_terminal(self) -> bool:
+        """Console.is_terminal; False without asking rich where rich would say so: no TTY_COMPATIBLE=1,
+        no FORCE_COLOR, and a stream that is no TTY."""
+        if self._console is None and not _maybe_terminal(sys.stderr if self._stderr else sys.stdout):
+            return False
+        return self.console.is_terminal
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.console, name)
 
 
-out_console = _console(stderr=False)
-err_console = _console(stderr=True)
+def _maybe_terminal(stream: Any) -> bool:
+    if os.environ.get("TTY_COMPATIBLE") == "1" or "FORCE_COLOR" in os.environ:
+        return True
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream: rich says False too
+        return False
+
+
+out_console = LazyConsole(stderr=False)
+err_console = LazyConsole(stderr=True)
 
 
 class OutputFormat(StrEnum):
@@ -66,9 +101,11 @@ def load_progress(enabled: bool):
     if not enabled:
         yield None
         return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
-                  console=err_console, transient=True) as bar:
+                  console=err_console.console, transient=True) as bar:
         task = bar.add_task("loading traces", total=None)
 
         def update(name: str, i: int, total: int) -> None:
@@ -124,16 +161,19 @@ def write_bytes(data: bytes) -> None:
 
 
 def emit(report: AnalysisReport, fmt: OutputFormat, streams: bool = False) -> None:
+    if fmt is OutputFormat.json:
+        from .render_json import report_json
+
+        write_bytes(report_json(report) + b"\n")
+        return
     from . import render
 
-    if fmt is OutputFormat.json:
-        write_bytes(render.report_json(report) + b"\n")
-    elif fmt is OutputFormat.md:
+    if fmt is OutputFormat.md:
         sys.stdout.write(render.to_markdown(report))
     elif fmt is OutputFormat.csv:
         sys.stdout.write(render.to_csv(report))
     else:
-        render.print_table(report, out_console, streams=streams)
+        render.print_table(report, out_console.console, streams=streams)
 
 
 def gate_threshold(value: float) -> float:
@@ -179,8 +219,10 @@ def stage_progress(enabled: bool):
     if not enabled:
         yield None
         return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
-                  TimeElapsedColumn(), console=err_console, transient=True) as bar:
+                  TimeElapsedColumn(), console=err_console.console, transient=True) as bar:
         task = bar.add_task("analyzing", total=None)
 
         def update(stage: str, done: int, total: int) -> None:

@@ -12,7 +12,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from analyzers.io.plain import json_bytes
 from analyzers.io.plain import to_json as plain_json
 from analyzers.report import AnalysisReport
 
@@ -143,9 +142,3 @@ def to_csv(report: AnalysisReport) -> str:
 def to_json(data: Any) -> str:
     """Indented JSON, encoded by msgspec (NaN -> null, numpy values as numbers)."""
     return plain_json(data)
-
-
-def report_json(report: AnalysisReport) -> bytes:
-    """What `-f json` prints for a report (without the final newline): its raw document encoded once,
-    the same bytes as its to_dict() would give."""
-    return json_bytes(report.document())

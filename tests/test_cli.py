@@ -142,3 +142,23 @@ def test_exit_after_command_flushes_runs_atexit_and_keeps_the_code(tmp_path, thr
     assert r.stdout == "x" * 200_000 and r.stderr == "done"
     assert marker.read_text() == "atexit ran"
     assert (tmp_path / "marker.thread").exists() == (thread == "thread")
+
+
+@pytest.mark.parametrize("env", [{}, {"FORCE_COLOR": "1"}, {"FORCE_COLOR": ""}, {"TTY_COMPATIBLE": "1"},
+                                 {"TTY_COMPATIBLE": "0"}, {"TTY_COMPATIBLE": "0", "FORCE_COLOR": "1"}])
+def test_lazy_console_answers_is_terminal_as_rich_does(monkeypatch, env):
+    """The consoles are made on first use; whether they are a terminal (progress bars, table width)
+    is rich's answer, which a piped stream without TTY_COMPATIBLE / FORCE_COLOR gets without rich."""
+    from rich.console import Console
+
+    from overlapscope.common import LazyConsole
+
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    for stderr in (False, True):
+        lazy = LazyConsole(stderr=stderr)
+        assert lazy.is_terminal == Console(stderr=stderr).is_terminal
+        # rich is asked only where the environment could make it say yes (the streams here are no TTY)
+        assert (lazy._console is not None) == ("FORCE_COLOR" in env or env.get("TTY_COMPATIBLE") == "1")

@@ -126,15 +126,18 @@ def test_a_damaged_entry_is_removed_and_rewritten(run_dir, analyses, capsys, dam
 
 
 def test_a_json_hit_does_not_load_the_analysis_stack(run_dir):
+    """Nor does `-f json` import rich, hit or not (its import would delay the per-rank workers' start)."""
     env = {**os.environ, ENV_CACHE_DIR: os.environ[ENV_CACHE_DIR]}
+    env.pop("FORCE_COLOR", None)
+    env.pop("TTY_COMPATIBLE", None)
     code = ("import sys; from overlapscope.cli import main; rc = main(['analyze', sys.argv[1], '-f', 'json']); "
-            "print('pandas' in sys.modules, file=sys.stderr); sys.exit(rc)")
+            "print('pandas' in sys.modules, 'rich' in sys.modules, file=sys.stderr); sys.exit(rc)")
     first = subprocess.run([sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True, env=env,
                            cwd=ROOT, timeout=300)
     hit = subprocess.run([sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True, env=env,
                          cwd=ROOT, timeout=300)
     assert first.returncode == hit.returncode == 0
-    assert first.stderr.split() == ["True"] and hit.stderr.split() == ["False"]
+    assert first.stderr.split() == ["True", "False"] and hit.stderr.split() == ["False", "False"]
     assert hit.stdout == first.stdout
 
 
