@@ -1,5 +1,5 @@
 """`python -m overlapscope` = the `overlapscope` command."""
 
-from .cli import exit_after_command, main
+from .startup import run
 
-exit_after_command(main())
+run()

@@ -1,4 +1,4 @@
-"""The `overlapscope` command line: registers every command on the shared app, and the entry point.
+"""The `overlapscope` command line: registers every command on the shared app; main() runs it.
 
 The one place commands are registered (in `--help` order). Command modules never import this
 module; they take the app's shared options and helpers from common.py.
@@ -50,11 +50,6 @@ def main(argv: list[str] | None = None) -> int:
         err_console.print(f"overlapscope: usage error: {exc}", markup=False, highlight=False)
         return EXIT_USAGE
     return EXIT_OK
-
-
-def run() -> NoReturn:
-    """Console-script entry point (exit with main's code)."""
-    exit_after_command(main())
 
 
 def exit_after_command(code: int) -> NoReturn:

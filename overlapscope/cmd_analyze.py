@@ -35,6 +35,7 @@ from .common import (
     write_bytes,
 )
 from .finding_ids import FINDING_IDS
+from .gc_free_imports import imports_without_gc
 from .render_format import pct
 
 if TYPE_CHECKING:
@@ -93,7 +94,8 @@ def analyze_cmd(
     doc = report_cache.get(key) if key is not None and format is OutputFormat.json else None
     report = None
     if doc is None:
-        from analyzers.report import analyze
+        with imports_without_gc():  # the analysis stack: pandas, pyarrow (overlapscope/gc_free_imports.py)
+            from analyzers.report import analyze
 
         options = options_from(steps, like_hta, step_pattern)
         traces = load_set(paths, rank=rank, rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache,

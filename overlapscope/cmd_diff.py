@@ -31,6 +31,7 @@ from .common import (
     options_from,
     out_console,
 )
+from .gc_free_imports import imports_without_gc
 
 if TYPE_CHECKING:  # the analysis stack is imported where it is used (fast `--help`)
     from analyzers.diff import TraceDiff
@@ -140,8 +141,9 @@ def diff_cmd(
 ) -> None:
     """Compare two trace sets (schedule variants): every metric with deltas, findings on one side only,
     kernel changes, and a verdict."""
-    from analyzers.diff import aligned_timelines, diff_reports
-    from analyzers.report import analyze
+    with imports_without_gc():  # the analysis stack (overlapscope/gc_free_imports.py)
+        from analyzers.diff import aligned_timelines, diff_reports
+        from analyzers.report import analyze
 
     names = parse_labels(labels)
     options = options_from(steps, like_hta, step_pattern)

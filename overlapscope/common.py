@@ -20,6 +20,8 @@ import typer
 
 from analyzers.io.environment import ENV_SCHEDULER, scheduler_from_env
 
+from .gc_free_imports import imports_without_gc
+
 if TYPE_CHECKING:  # the analysis stack (pandas) is imported where it is used: `--help` and cache hits stay fast
     from rich.console import Console
 
@@ -125,9 +127,10 @@ def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = 
     at scheduler / $OVERLAPSCOPE_SCHEDULER), through the parse cache unless cache=False; with
     options, the per-rank analysis runs beside the parse.
     """
-    from analyzers.io.load import load_traces
-    from analyzers.report import RankStage
-    from analyzers.timeline.classify import load_rules
+    with imports_without_gc():
+        from analyzers.io.load import load_traces
+        from analyzers.report import RankStage
+        from analyzers.timeline.classify import load_rules
 
     rule_list = load_rules(rules, comm_kernel)
     many = len(paths) > 1 or any(Path(p).is_dir() or any(c in p for c in "*?[") for p in paths)
@@ -139,8 +142,9 @@ def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = 
 
 
 def options_from(steps: str | None, like_hta: bool, step_pattern: str) -> AnalysisOptions:
-    from analyzers.overlap.metrics import AnalysisOptions
-    from analyzers.timeline.iterations import StepSelection
+    with imports_without_gc():  # the first import of the analysis stack (pandas) in analyze and diff
+        from analyzers.overlap.metrics import AnalysisOptions
+        from analyzers.timeline.iterations import StepSelection
 
     try:
         selection = StepSelection.parse(steps)

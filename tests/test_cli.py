@@ -162,3 +162,26 @@ def test_lazy_console_answers_is_terminal_as_rich_does(monkeypatch, env):
         assert lazy.is_terminal == Console(stderr=stderr).is_terminal
         # rich is asked only where the environment could make it say yes (the streams here are no TTY)
         assert (lazy._console is not None) == ("FORCE_COLOR" in env or env.get("TTY_COMPATIBLE") == "1")
+
+
+def test_imports_without_gc_restores_the_collector_and_freezes_what_was_imported():
+    """The CLI imports its stack with the cyclic GC off (overlapscope/gc_free_imports.py), then freezes it."""
+    import gc
+
+    from overlapscope.gc_free_imports import imports_without_gc
+
+    was_enabled, frozen = gc.isenabled(), gc.get_freeze_count()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            with imports_without_gc():
+                assert not gc.isenabled()
+                made = [[] for _ in range(10)]
+            assert gc.isenabled() is enabled
+            assert gc.get_freeze_count() >= frozen + len(made)  # what existed is in the permanent generation
+        with pytest.raises(ValueError), imports_without_gc():
+            raise ValueError("an import that fails")
+        assert gc.isenabled() is False  # restored as it was (disabled by the loop's last round)
+    finally:
+        gc.unfreeze()
+        (gc.enable if was_enabled else gc.disable)()
