@@ -13,6 +13,7 @@ import pandas as pd
 from analyzers.crossrank import CrossRankParams, CrossRankReport, RankSteps, analyze_cross_rank, rank_steps
 from analyzers.findings import FindingParams, cross_rank_findings, detect_findings, detect_rank
 from analyzers.findings.finding import Finding
+from analyzers.findings.view import windows_of
 from analyzers.io.parallel import PER_RANK_KEY
 from analyzers.io.plain import rows, to_plain
 from analyzers.overlap.metrics import AnalysisOptions, RankMetrics, rank_metrics
@@ -23,7 +24,7 @@ from analyzers.syncs.blocking import (
     syncs_not_judged,
 )
 from analyzers.timeline.iterations import check_step_selection, select_step_rows
-from analyzers.timeline.model import RankTrace, TraceSet
+from analyzers.timeline.model import RankTrace, TraceSet, without_host_tables
 
 
 @dataclass
@@ -89,10 +90,18 @@ class AnalysisReport:
 @dataclass(frozen=True)
 class RankStage:
     """The per-rank part of `analyze`, run beside the parse (analyzers.io.parallel): picklable, so it
-    travels to worker processes and Dask workers."""
+    travels to worker processes and Dask workers.
+
+    send_host_tables=False is for a caller that analyzes with these very options and nothing else
+    (`overlapscope analyze`): all it then reads of a rank is the GPU and sync tables and these
+    results, so the worker keeps the host tables (runtime, host ops) and sends back a third of the
+    bytes (7.7 -> 2.4 MB a rank of 54 MB). A step selection needs them in the caller
+    (select_step_rows), so they are sent then.
+    """
 
     options: AnalysisOptions
     diagnose: bool = True
+    send_host_tables: bool = True
 
     def __call__(self, trace: RankTrace) -> RankResults:
         metrics = rank_metrics(trace, self.options)
@@ -102,8 +111,16 @@ class RankStage:
         if self.diagnose:
             res.syncs = in_selected_steps(blocking_syncs(trace, None), self.options)
             res.sync_notes = sync_totals_beyond_span(trace, res.syncs)
-            res.findings = detect_rank(trace, metrics, FindingParams(), None, res.syncs)
+            params = FindingParams()
+            res.windows = windows_of(trace, metrics, params.step_pattern)
+            res.findings = detect_rank(trace, metrics, params, None, res.syncs, windows=res.windows)
         return res
+
+    def shipped(self, trace: RankTrace) -> RankTrace:
+        """The trace as the caller gets it back, once __call__ has run on it (see send_host_tables)."""
+        if self.send_host_tables or self.options.steps.steps is not None:
+            return trace
+        return without_host_tables(trace)
 
 
 @dataclass
@@ -117,6 +134,7 @@ class RankResults:
     syncs: pd.DataFrame | None = None
     sync_notes: list[str] | None = None  # sync_totals_beyond_span of these syncs
     findings: list[Finding] | None = None  # with default parameters and no cross-rank start shift
+    windows: pd.DataFrame | None = None  # the findings' iteration windows (findings.view.windows_of)
     cross_steps: RankSteps | None = None  # the cross-rank order comparison's steps (default pattern)
 
 
@@ -134,7 +152,7 @@ def table_fingerprint(trace: RankTrace) -> int:
         crc = zlib.crc32(repr(tuple(category.cat.categories)).encode(), crc)
     else:
         crc = zlib.crc32(np.ascontiguousarray(pd.util.hash_array(category.to_numpy(dtype=object))), crc)
-    return hash((crc, len(gpu), len(trace.runtime), len(trace.host_ops), len(trace.sync_events), trace.rank))
+    return hash((crc, len(gpu), *trace.host_row_counts(), len(trace.sync_events), trace.rank))
 
 
 def precomputed_results(traces: TraceSet, options: AnalysisOptions, diagnose: bool) -> dict[int, RankResults]:
@@ -226,6 +244,7 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
         extra = cross_rank_findings(report.cross_rank) if report.cross_rank is not None else []
         report.findings = detect_findings(traces, {m.rank: m for m in metrics}, finding_params,
                                           extra=extra, syncs=report.syncs,
-                                          precomputed={r: pre[r].findings for r in ids} if defaults else None)
+                                          precomputed={r: pre[r].findings for r in ids} if defaults else None,
+                                          windows={r: pre[r].windows for r in ids} if defaults else None)
         tick("findings")
     return report

@@ -99,7 +99,7 @@ def analyze_cmd(
 
         options = options_from(steps, like_hta, step_pattern)
         traces = load_set(paths, rank=rank, rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache,
-                          scheduler=scheduler, options=options, diagnose=not no_diagnose)
+                          scheduler=scheduler, options=options, diagnose=not no_diagnose, host_tables=False)
         with stage_progress(err_console.is_terminal) as progress:
             report = analyze(traces, options, diagnose=not no_diagnose, align=not no_align, progress=progress)
         doc = _json_document(report)

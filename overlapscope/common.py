@@ -120,12 +120,13 @@ def load_progress(enabled: bool):
 def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = None,
              comm_kernel: list[str] | None = None, label: str = "", jobs: int | None = None,
              cache: bool = True, scheduler: str | None = None, options: AnalysisOptions | None = None,
-             diagnose: bool = True, require_gpu: bool = True) -> TraceSet:
+             diagnose: bool = True, require_gpu: bool = True, host_tables: bool = True) -> TraceSet:
     """Load a trace set with progress on stderr (several files) and classification rules.
 
     Files are parsed in parallel (jobs workers, default one per core, or on the Dask cluster
     at scheduler / $OVERLAPSCOPE_SCHEDULER), through the parse cache unless cache=False; with
-    options, the per-rank analysis runs beside the parse.
+    options, the per-rank analysis runs beside the parse. host_tables=False: the caller analyzes
+    with exactly these options and reads no host table itself, so the workers keep them (RankStage).
     """
     with imports_without_gc():
         from analyzers.io.load import load_traces
@@ -137,7 +138,7 @@ def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = 
     with load_progress(many and err_console.is_terminal) as progress:
         return load_traces(paths, rank=rank, rules=rule_list, label=label, progress=progress, jobs=jobs,
                            cache=cache, scheduler=scheduler_from_env(scheduler),
-                           per_rank=RankStage(options, diagnose) if options is not None else None,
+                           per_rank=RankStage(options, diagnose, host_tables) if options is not None else None,
                            require_gpu=require_gpu)
 
 

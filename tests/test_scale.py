@@ -229,3 +229,35 @@ def test_bad_file_in_a_worker_is_one_line_exit_3(tmp_path, cache_dir):
     assert r.stderr.strip() == f"overlapscope: error: {run / 'rank1.json.gz'}: truncated or corrupt gzip data " \
                                "(Compressed file ended before the end-of-stream marker was reached)"
     assert (run / "rank1.json.gz").read_bytes() == before
+
+
+def test_workers_keep_the_host_tables_when_the_caller_only_analyzes(cache_dir):
+    """`overlapscope analyze` loads with RankStage(send_host_tables=False): the workers send back the GPU
+    and sync tables and the per-rank results only, and the report is the same as from the full tables."""
+    from analyzers.timeline.iterations import StepSelection
+    from analyzers.timeline.model import HostTablesLeftInWorker, require_host_tables
+
+    run, options = SETS[0], AnalysisOptions()  # ag-gemm host-sync: collectives match, syncs, findings
+    reference = to_json(analyze(load_traces([run]), options).to_dict())
+    full = load_traces([run], jobs=2, per_rank=RankStage(options))
+    kept = load_traces([run], jobs=2, cache=True, per_rank=RankStage(options, send_host_tables=False))
+    for r, t in kept.ranks.items():
+        assert t.runtime.empty and t.host_ops.empty and list(t.runtime.columns) == list(full.ranks[r].runtime.columns)
+        assert t.host_rows_kept_in_worker == (len(full.ranks[r].runtime), len(full.ranks[r].host_ops)) != (0, 0)
+        with pytest.raises(HostTablesLeftInWorker, match=f"rank {r} .*stayed in the per-rank worker"):
+            require_host_tables(t)
+    assert set(precomputed_results(kept, options, True)) == set(kept.ranks)
+    assert to_json(analyze(kept, options).to_dict()) == reference
+    # the parse cache got the whole tables (written in the worker before they were dropped)
+    cached = load_traces([run], cache=True)
+    for r, t in cached.ranks.items():
+        _tables_equal(t, full.ranks[r])
+    # analyzed otherwise, the missing tables are an error, not an empty host timeline
+    with pytest.raises(HostTablesLeftInWorker):
+        analyze(kept, AnalysisOptions(like_hta=True))
+    with pytest.raises(HostTablesLeftInWorker):
+        parse_cache.put(Path(kept.ranks[0].source), None, [kept.ranks[0]])
+    # a step selection is cut in the caller, from the host tables: they are sent then
+    steps = AnalysisOptions(steps=StepSelection.parse("2"))
+    selected = load_traces([run], jobs=2, per_rank=RankStage(steps, send_host_tables=False))
+    assert all(t.host_rows_kept_in_worker is None and not t.host_ops.empty for t in selected)

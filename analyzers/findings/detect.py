@@ -23,10 +23,12 @@ from analyzers.timeline.model import RankTrace, TraceSet
 
 def detect_rank(trace: RankTrace, metrics: RankMetrics | None = None, params: FindingParams | None = None,
                 eff_start: np.ndarray | None = None, syncs: pd.DataFrame | None = None,
-                detectors: tuple[ModuleType, ...] = RANK_FINDINGS) -> list[Finding]:
-    """Every per-rank detector (or those given) on one rank, in registry order."""
+                detectors: tuple[ModuleType, ...] = RANK_FINDINGS, windows: pd.DataFrame | None = None
+                ) -> list[Finding]:
+    """Every per-rank detector (or those given) on one rank, in registry order; windows: windows_of
+    of this trace, metrics and params.step_pattern, when already made (by the per-rank stage)."""
     params = params or FindingParams()
-    view = RankView(trace, params, windows_of(trace, metrics, params.step_pattern))
+    view = RankView(trace, params, windows if windows is not None else windows_of(trace, metrics, params.step_pattern))
     if trace.gpu.empty or view.windows.empty:
         return []
     syncs = blocking_syncs(trace, params.sync) if syncs is None else syncs
@@ -58,7 +60,8 @@ def cross_rank_findings(report: CrossRankReport) -> list[Finding]:
 def detect_findings(traces: TraceSet, metrics: dict[int, RankMetrics] | None = None,
                     params: FindingParams | None = None, extra: list[Finding] | None = None,
                     syncs: dict[int, pd.DataFrame] | None = None,
-                    precomputed: dict[int, list[Finding] | None] | None = None) -> list[Finding]:
+                    precomputed: dict[int, list[Finding] | None] | None = None,
+                    windows: dict[int, pd.DataFrame | None] | None = None) -> list[Finding]:
     """All findings of a trace set, most severe first.
 
     metrics: the RankMetrics `analyze` computed (their iteration windows honour --steps);
@@ -66,7 +69,8 @@ def detect_findings(traces: TraceSet, metrics: dict[int, RankMetrics] | None = N
     syncs: blocking_syncs per rank when already computed (saves recomputing them);
     precomputed: per-rank findings made beside the parse (analyzers.report.RankStage) with no start
     shift: used as they are when no collective moved a rank's starts, else all but those of the
-    detectors that read the shift (registry.START_SHIFT_FINDINGS), which run again here.
+    detectors that read the shift (registry.START_SHIFT_FINDINGS), which run again here, in the
+    windows made beside them (windows): a rank's host tables need not be here for that.
     """
     params = params or FindingParams()
     eff = transfer_starts(traces, params)
@@ -78,8 +82,8 @@ def detect_findings(traces: TraceSet, metrics: dict[int, RankMetrics] | None = N
         if made is not None and not matched:
             out += made
         elif made is not None:  # only the detectors that read the shift run again (serially, here)
-            out += with_start_shift(made, detect_rank(t, (metrics or {}).get(r), params, eff[r],
-                                                      (syncs or {}).get(r), START_SHIFT_FINDINGS))
+            out += with_start_shift(made, detect_rank(t, (metrics or {}).get(r), params, eff[r], (syncs or {}).get(r),
+                                                      START_SHIFT_FINDINGS, (windows or {}).get(r)))
         else:
             out += detect_rank(t, (metrics or {}).get(r), params, eff[r] if matched else None,
                                (syncs or {}).get(r))

@@ -20,6 +20,7 @@ from analyzers.findings.view import (
 from analyzers.syncs.blocking import api_base_name, blocking_syncs
 from analyzers.syncs.lookups import PerName
 from analyzers.timeline import intervals as iv
+from analyzers.timeline.model import require_host_tables
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ def detect_serialized_streams(view: RankView, syncs: pd.DataFrame | None = None)
     # streams whose communication took time: a comm kernel of start == end hides nothing and loses nothing
     comm_streams = sorted(set(pd.unique(view.stream[view.comm & (view.e > view.s)]).tolist()) & set(streams))
     # the inter-stream waits the host issued inside those iterations (the chain that serializes)
+    require_host_tables(t)
     rt = t.runtime
     waits_per_it: dict[int, int] = {}
     if not rt.empty and any(r["host_lo"] >= 0 for r in hits):

@@ -30,6 +30,7 @@ PER_RANK_KEY = "per_rank_results"  # TraceSet.meta key holding {rank: RankResult
 
 Progress = Callable[[str, int, int], None]
 # What the caller computes per rank beside the parse (a picklable callable; analyzers.report.RankStage).
+# Its optional method shipped(trace) -> RankTrace says what of the trace goes back to the caller.
 PerRank = Callable[[RankTrace], Any]
 # Reads one file into its rank traces (analyzers.io.load.load_file; passed in, so that the loader,
 # which calls this module, is not imported by it).
@@ -62,6 +63,8 @@ def run_rank_stage(path: str, rank: int | None, rules: tuple[Rule, ...], per_ran
     if per_rank is not None:
         for t in traces:
             out.results[t.rank] = per_rank(t)
+        if (shipped := getattr(per_rank, "shipped", None)) is not None:
+            out.traces = [shipped(t) for t in traces]
     return out
 
 

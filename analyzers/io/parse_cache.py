@@ -42,7 +42,7 @@ from analyzers.io.environment import (  # noqa: F401 (ENV_CACHE_DIR: tests set i
     folder_info,
 )
 from analyzers.io.kineto import LOADER_VERSION as KINETO_LOADER_VERSION
-from analyzers.timeline.model import NameTable, RankTrace
+from analyzers.timeline.model import NameTable, RankTrace, require_host_tables
 
 # The nsys reader's table layout version: bump when analyzers' nsys loader changes its output.
 # 2: runtime calls recorded twice are dropped; 3: input limits (rows ending before they start refused)
@@ -129,6 +129,8 @@ def get(path: Path, rank: int | None) -> list[RankTrace] | None:
 
 def put(path: Path, rank: int | None, traces: list[RankTrace]) -> bool:
     """Store the traces of this file; False (and nothing written) when they cannot be stored."""
+    for t in traces:  # never cache a trace whose host tables stayed in its worker as if it had none
+        require_host_tables(t)
     try:
         key = FileKey.of(path, rank)
         folder = key.folder()

@@ -40,7 +40,7 @@ from analyzers.syncs.device_busy import _device_timelines, _sync_devices
 from analyzers.syncs.lookups import Distinct, PerName, as_float, first_by_key
 from analyzers.syncs.nesting import RangeIndex, innermost_enclosing
 from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN, host_steps
-from analyzers.timeline.model import RankTrace
+from analyzers.timeline.model import RankTrace, require_host_tables
 
 # API name (version / per-thread suffixes stripped) -> sync kind.
 DEFAULT_SYNC_APIS: dict[str, str] = {
@@ -158,6 +158,7 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
     params = params or SyncParams()
     if syncs_not_judged(trace):
         return empty_syncs()
+    require_host_tables(trace)
     rt, ops = trace.runtime, trace.host_ops
     step_rx = re.compile(params.step_pattern)
 
@@ -336,6 +337,7 @@ def sync_totals_beyond_span(trace: RankTrace, syncs: pd.DataFrame) -> list[str]:
     adds up to more than the rank's trace span. Neither can happen unless sync records overlap
     (e.g. runtime calls recorded twice); then the sync figures of that rank are not to be trusted.
     """
+    require_host_tables(trace)
     tables = [tab for tab in (trace.gpu, trace.runtime, trace.host_ops) if not tab.empty]
     if syncs.empty or not tables:
         return []

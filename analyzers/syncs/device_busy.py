@@ -113,7 +113,7 @@ def _sync_devices(trace: RankTrace, start: np.ndarray, corr: np.ndarray, pid: np
         found = by_corr.reindex(corr).to_numpy(dtype=np.float64)
         fill = (out < 0) & ~np.isnan(found)
         out[fill] = found[fill].astype(np.int64)
-    launch = launch_times(trace)
+    launch = launch_times(trace)  # checks the host tables are here (require_host_tables)
     rt = trace.runtime
     if (out < 0).any() and (launch >= 0).any() and not rt.empty:
         corr_pid = pd.Series(rt["pid"].to_numpy(), index=rt["correlation"].to_numpy())

@@ -20,7 +20,7 @@ import pandas as pd
 from analyzers.errors import UnknownStepsError
 from analyzers.timeline import intervals as iv
 from analyzers.timeline.constants import DEFAULT_STEP_PATTERN
-from analyzers.timeline.model import RankTrace, TraceSet
+from analyzers.timeline.model import RankTrace, TraceSet, require_host_tables
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,7 @@ def host_steps(trace: RankTrace, pattern: str = DEFAULT_STEP_PATTERN) -> pd.Data
     Duplicate step numbers (e.g. an NVTX range and a profiler op of the same name) keep the
     longest range.
     """
+    require_host_tables(trace)
     return _memoized("host_steps", pattern, (trace.host_ops,), lambda: _host_steps(trace, pattern))
 
 
@@ -159,6 +160,7 @@ def _host_steps(trace: RankTrace, pattern: str) -> pd.DataFrame:
 
 def launch_times(trace: RankTrace) -> np.ndarray:
     """Host start time of the runtime call that launched each GPU activity (-1 if unknown)."""
+    require_host_tables(trace)
     return _memoized("launch_times", "", (trace.runtime, trace.gpu), lambda: _launch_times(trace))
 
 
@@ -202,6 +204,7 @@ def gpu_step_windows(trace: RankTrace, pattern: str = DEFAULT_STEP_PATTERN) -> p
 
     Steps that launched no GPU work are left out (their window would be empty).
     """
+    require_host_tables(trace)
     return _memoized("gpu_step_windows", pattern, (trace.host_ops, trace.runtime, trace.gpu),
                      lambda: _gpu_step_windows(trace, pattern))
 

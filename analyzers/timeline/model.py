@@ -21,11 +21,17 @@ Tables and their columns (a loader may leave optional columns at their fill valu
     (external id linking to runtime calls, -1 unknown).
 ``sync_events`` — GPU-side synchronization records (Kineto ``cuda_sync``, nsys
     SYNCHRONIZATION): start_ns, end_ns, device, stream, name_id, correlation.
+
+A per-rank worker whose caller reads only the GPU and sync tables and the per-rank results
+(`overlapscope analyze`: analyzers.report.RankStage) keeps the host tables, ``runtime`` and
+``host_ops`` (two thirds of a Kineto rank's bytes), and sends the trace back without them
+(``without_host_tables``). Every reader of those tables calls ``require_host_tables`` first, so
+such a trace fails loudly instead of being read as if it had no host activity.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -163,6 +169,9 @@ class RankTrace:
     devices: dict[int, str] = field(default_factory=dict)  # device id -> GPU name
     meta: dict[str, Any] = field(default_factory=dict)  # run ids, tool versions, base time ...
     notes: list[str] = field(default_factory=list)  # degraded analyses, missing tables
+    # (runtime rows, host_ops rows) when a per-rank worker kept those tables (without_host_tables);
+    # the two fields then hold empty tables
+    host_rows_kept_in_worker: tuple[int, int] | None = None
 
     # Views the design names separately.
     @property
@@ -188,6 +197,31 @@ class RankTrace:
     @property
     def label(self) -> str:
         return f"rank {self.rank}"
+
+    def host_row_counts(self) -> tuple[int, int]:
+        """Rows of runtime and host_ops as loaded, whether or not the tables came back from the worker."""
+        return self.host_rows_kept_in_worker or (len(self.runtime), len(self.host_ops))
+
+
+class HostTablesLeftInWorker(RuntimeError):
+    """An analysis needs a rank's host tables, which its per-rank worker kept: a programming error
+    (the set was loaded for `analyze` with one set of options and is analyzed otherwise)."""
+
+
+def require_host_tables(trace: RankTrace) -> None:
+    """Call before reading trace.runtime or trace.host_ops: they must be the tables as loaded."""
+    if trace.host_rows_kept_in_worker is not None:
+        raise HostTablesLeftInWorker(
+            f"{trace.label} ({trace.source}): its runtime and host-op tables stayed in the per-rank worker; "
+            "load the set with the options it is analyzed with, or with RankStage(send_host_tables=True)")
+
+
+def without_host_tables(trace: RankTrace) -> RankTrace:
+    """The trace with empty runtime and host_ops tables, their row counts kept (table_fingerprint)."""
+    if trace.host_rows_kept_in_worker is not None:
+        return trace
+    return replace(trace, runtime=trace.runtime.iloc[:0], host_ops=trace.host_ops.iloc[:0],
+                   host_rows_kept_in_worker=(len(trace.runtime), len(trace.host_ops)))
 
 
 @dataclass
