@@ -20,8 +20,6 @@ import typer
 
 from analyzers.io.environment import ENV_SCHEDULER, scheduler_from_env
 
-from .gc_free_imports import imports_without_gc
-
 if TYPE_CHECKING:  # the analysis stack (pandas) is imported where it is used: `--help` and cache hits stay fast
     from rich.console import Console
 
@@ -128,10 +126,9 @@ def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = 
     options, the per-rank analysis runs beside the parse. host_tables=False: the caller analyzes
     with exactly these options and reads no host table itself, so the workers keep them (RankStage).
     """
-    with imports_without_gc():
-        from analyzers.io.load import load_traces
-        from analyzers.report import RankStage
-        from analyzers.timeline.classify import load_rules
+    from analyzers.io.load import load_traces
+    from analyzers.report import RankStage
+    from analyzers.timeline.classify import load_rules
 
     rule_list = load_rules(rules, comm_kernel)
     many = len(paths) > 1 or any(Path(p).is_dir() or any(c in p for c in "*?[") for p in paths)
@@ -143,9 +140,8 @@ def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = 
 
 
 def options_from(steps: str | None, like_hta: bool, step_pattern: str) -> AnalysisOptions:
-    with imports_without_gc():  # the first import of the analysis stack (pandas) in analyze and diff
-        from analyzers.overlap.metrics import AnalysisOptions
-        from analyzers.timeline.iterations import StepSelection
+    from analyzers.overlap.metrics import AnalysisOptions
+    from analyzers.timeline.iterations import StepSelection
 
     try:
         selection = StepSelection.parse(steps)
