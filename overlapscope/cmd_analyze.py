@@ -35,8 +35,8 @@ from .common import (
     write_bytes,
 )
 from .finding_ids import FINDING_IDS
-from .gc_free_imports import imports_without_gc
 from .render_format import pct
+from .stack_imports import analysis_stack_imports
 
 if TYPE_CHECKING:
     from analyzers.report import AnalysisReport
@@ -94,7 +94,7 @@ def analyze_cmd(
     doc = report_cache.get(key) if key is not None and format is OutputFormat.json else None
     report = None
     if doc is None:
-        with imports_without_gc():  # the analysis stack: pandas, pyarrow (overlapscope/gc_free_imports.py)
+        with analysis_stack_imports():  # pandas, pyarrow, numpy (overlapscope/stack_imports.py)
             from analyzers.report import analyze
 
         options = options_from(steps, like_hta, step_pattern)

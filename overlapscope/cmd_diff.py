@@ -31,7 +31,7 @@ from .common import (
     options_from,
     out_console,
 )
-from .gc_free_imports import imports_without_gc
+from .stack_imports import analysis_stack_imports
 
 if TYPE_CHECKING:  # the analysis stack is imported where it is used (fast `--help`)
     from analyzers.diff import TraceDiff
@@ -141,7 +141,7 @@ def diff_cmd(
 ) -> None:
     """Compare two trace sets (schedule variants): every metric with deltas, findings on one side only,
     kernel changes, and a verdict."""
-    with imports_without_gc():  # the analysis stack (overlapscope/gc_free_imports.py)
+    with analysis_stack_imports():  # pandas, pyarrow, numpy (overlapscope/stack_imports.py)
         from analyzers.diff import aligned_timelines, diff_reports
         from analyzers.report import analyze
 

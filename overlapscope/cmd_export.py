@@ -28,7 +28,7 @@ from .common import (
     options_from,
     stage_progress,
 )
-from .gc_free_imports import imports_without_gc
+from .stack_imports import analysis_stack_imports
 
 if TYPE_CHECKING:  # the analysis stack is imported where it is used (fast `--help`)
     from analyzers.report import AnalysisReport
@@ -121,7 +121,7 @@ def export_cmd(
         raise UsageFailure("give the trace files to export (PATHS) or --diff A B")
     if diff is not None and perfetto is not None:
         raise UsageFailure("--perfetto exports one trace set: run it on A and on B separately")
-    with imports_without_gc():  # the analysis stack (overlapscope/gc_free_imports.py)
+    with analysis_stack_imports():  # pandas, pyarrow, numpy (overlapscope/stack_imports.py)
         from analyzers.diff import diff_reports
         from analyzers.export.perfetto import perfetto_data
         from analyzers.report import analyze

@@ -17,7 +17,7 @@ import typer
 from analyzers.io.discover import is_trace_name
 
 from .common import EXIT_RUN_FAILED, OutputFormat, UsageFailure, emit, err_console, load_set, out_console
-from .gc_free_imports import imports_without_gc
+from .stack_imports import analysis_stack_imports
 
 if TYPE_CHECKING:  # the analysis stack is imported where it is used (fast `--help`)
     from rich.table import Table
@@ -143,7 +143,7 @@ def _analyze_out(out_dir: Path, label: str, cpu: bool = False) -> AnalysisReport
     """
     if not out_dir.is_dir() or not any(p.is_file() and is_trace_name(p) for p in out_dir.iterdir()):
         return None
-    with imports_without_gc():  # the analysis stack (overlapscope/gc_free_imports.py)
+    with analysis_stack_imports():  # pandas, pyarrow, numpy (overlapscope/stack_imports.py)
         from analyzers.report import analyze
 
     return analyze(load_set([str(out_dir)], label=label, require_gpu=not cpu))

@@ -1,6 +1,6 @@
 """The `overlapscope` command's entry point (console script and `python -m overlapscope`).
 
-The CLI is imported with the cyclic GC off, then frozen (gc_free_imports.py says why); the
+The CLI is imported with the cyclic GC off, then frozen (stack_imports.py says why); the
 process ends through cli.exit_after_command, which skips the interpreter's teardown.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NoReturn
 
-from .gc_free_imports import imports_without_gc
+from .stack_imports import imports_without_gc
 
 
 def run() -> NoReturn:

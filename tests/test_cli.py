@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -165,10 +166,10 @@ def test_lazy_console_answers_is_terminal_as_rich_does(monkeypatch, env):
 
 
 def test_imports_without_gc_restores_the_collector_and_freezes_what_was_imported():
-    """The CLI imports its stack with the cyclic GC off (overlapscope/gc_free_imports.py), then freezes it."""
+    """The CLI imports its stack with the cyclic GC off (overlapscope/stack_imports.py), then freezes it."""
     import gc
 
-    from overlapscope.gc_free_imports import imports_without_gc
+    from overlapscope.stack_imports import imports_without_gc
 
     was_enabled, frozen = gc.isenabled(), gc.get_freeze_count()
     try:
@@ -185,3 +186,30 @@ def test_imports_without_gc_restores_the_collector_and_freezes_what_was_imported
     finally:
         gc.unfreeze()
         (gc.enable if was_enabled else gc.disable)()
+
+
+_NUMPY_THREADS = """
+import os, sys
+from overlapscope.stack_imports import single_thread_blas
+before = len(os.listdir("/proc/self/task"))
+with (single_thread_blas() if sys.argv[1] == "pinned" else open(os.devnull)):
+    import numpy
+print(len(os.listdir("/proc/self/task")) - before, os.environ.get("OPENBLAS_NUM_THREADS"))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads are counted in /proc (Linux)")
+def test_numpy_loads_openblas_without_server_threads_unless_the_user_says():
+    """analysis_stack_imports keeps OpenBLAS to one thread (nothing here calls BLAS; its server threads
+    only spin), then restores the environment; a user's own setting stands."""
+    def threads_made(mode: str, **env: str) -> tuple[int, str]:
+        clean = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+        out = subprocess.run([sys.executable, "-c", _NUMPY_THREADS, mode], capture_output=True, text=True,
+                             cwd=ROOT, env={**clean, **env}, check=True).stdout.split()
+        return int(out[0]), out[1]
+
+    made, setting = threads_made("pinned")
+    assert (made, setting) == (0, "None")  # no server thread, and no setting left for child processes
+    if (os.cpu_count() or 1) > 1:
+        assert threads_made("plain")[0] > 0  # what numpy does on its own here: the threads exist to be saved
+    assert threads_made("pinned", OPENBLAS_NUM_THREADS="2") == (1, "2")  # the user's choice, untouched

@@ -182,23 +182,33 @@ def test_bundled_traces_use_the_by_phase_decoder():
         assert DECODER.decode(data).traceEvents, f
 
 
-def test_file_is_read_into_one_buffer(tmp_path):
-    """A buffered read joins its buffered head to the rest: a second copy of the file. One is enough."""
+def test_file_is_read_into_one_buffer_or_none(tmp_path, monkeypatch):
+    """A plain file is mapped: no copy of it is made. Where mapping is refused it is read unbuffered:
+    a buffered read joins its buffered head to the rest, a second copy of the file. One is enough."""
     import gzip
+    import mmap
     import tracemalloc
 
-    from analyzers.io.kineto import read_bytes
+    from analyzers.io.trace_bytes import read_bytes
 
     text = json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k" * 50, "ts": i, "dur": 1}
                                        for i in range(40_000)]}).encode()
     plain, packed = tmp_path / "t.json", tmp_path / "t.json.gz"
     plain.write_bytes(text)
     packed.write_bytes(gzip.compress(text))
-    tracemalloc.start()
-    try:
-        assert read_bytes(plain) == text
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 1.5 * len(text), (peak, len(text))
+
+    def peak_of_reading() -> tuple[object, int]:
+        tracemalloc.start()
+        try:
+            data = read_bytes(plain)
+            return data, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    data, peak = peak_of_reading()
+    assert isinstance(data, mmap.mmap) and data[:] == text
+    assert peak < len(text) / 10, (peak, len(text))  # mapped: nothing the size of the file allocated
+    monkeypatch.setattr(mmap, "mmap", lambda *a, **k: (_ for _ in ()).throw(OSError(19, "No such device")))
+    data, peak = peak_of_reading()
+    assert data == text and peak < 1.5 * len(text), (peak, len(text))
     assert read_bytes(packed) == text

@@ -19,7 +19,6 @@ Category names are matched case-insensitively, and the PyTorch <= 1.8 names (``K
 from __future__ import annotations
 
 import decimal
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.errors import BadInputError
-from analyzers.io.input_limits import InputLimitError, check_file_size, check_us_times, gunzip_into, json_problem
+from analyzers.io.input_limits import check_us_times, json_problem
 from analyzers.io.kineto_schema import (
     ANY_PHASE_DECODER,
     ARG_FIELDS,
@@ -57,6 +56,7 @@ from analyzers.io.kineto_schema import (
     transpose,
     whole_us,
 )
+from analyzers.io.trace_bytes import TraceBytes, blank, read_bytes
 from analyzers.io.worker_memory import hold_arenas
 from analyzers.timeline.collectives import COLLECTIVES, collective_names
 from analyzers.timeline.model import (
@@ -76,30 +76,12 @@ RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 LOADER_VERSION = 4  # 4: input limits (bounded gzip, refused times), out-of-range int args
 
 
-def read_bytes(path: Path) -> bytes | bytearray:
-    """File contents, gunzipped (streaming, by magic, not by name) when gzip. Unbuffered: a buffered
-    reader joins its buffered head to the rest, a second copy of the file (twice the page faults)."""
-    try:
-        with path.open("rb", buffering=0) as fh:
-            size = os.fstat(fh.fileno()).st_size
-            if fh.read(2) != b"\x1f\x8b":
-                check_file_size(size)
-                fh.seek(0)
-                return fh.readall()
-            fh.seek(0)
-            return gunzip_into(fh, size)  # bounded: a gzip bomb is refused, not unpacked
-    except OSError as exc:
-        raise BadInputError(path, f"cannot read file ({exc.strerror or exc})") from None
-    except InputLimitError as exc:
-        raise BadInputError(path, exc.problem) from None
-
-
 def rank_from_filename(path: Path) -> int | None:
     m = RANK_IN_NAME.search(path.name)
     return int(m.group(1)) if m else None
 
 
-def _decode(path: Path, data: bytes | bytearray) -> Trace:
+def _decode(path: Path, data: TraceBytes) -> Trace:
     try:
         return DECODER.decode(data)
     except msgspec.ValidationError:
@@ -158,7 +140,7 @@ class _Rows:
 def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
     """Read one Kineto trace file into a RankTrace (rank: distributedInfo, file name, or given)."""
     data = read_bytes(path)
-    if not data or data.isspace():
+    if blank(data):
         raise BadInputError(path, "empty file")
     with gc_paused():  # what comes and goes below holds no cycles; GC passes would only touch it all again
         doc = _decode(path, data)
@@ -268,7 +250,7 @@ def _select_rows(listed: list[Any], events: np.ndarray) -> tuple[dict[str, _Rows
     return out, runtime_cats
 
 
-def _set_spans(path: Path, data: bytes | bytearray, n_events: int, rows: dict[str, _Rows]) -> None:
+def _set_spans(path: Path, data: TraceBytes, n_events: int, rows: dict[str, _Rows]) -> None:
     """Each table's start and end in ns (and its names), once every used event's time is checked."""
     used = [r for r in rows.values() if len(r)]
     # whole µs as written (what PyTorch writes) are exact as they are: no type scan, no second read
@@ -295,7 +277,7 @@ def _set_spans(path: Path, data: bytes | bytearray, n_events: int, rows: dict[st
         r.sort_by_start()
 
 
-def _double_starts(path: Path, data: bytes | bytearray, n_events: int, used: list[_Rows],
+def _double_starts(path: Path, data: TraceBytes, n_events: int, used: list[_Rows],
                    ts_us: list[np.ndarray]) -> list[np.ndarray]:
     """Start times in ns from µs doubles; epoch-scale µs with a fraction, which a double no longer
     holds to the ns, are read again from their digits (_exact_starts)."""
@@ -307,7 +289,7 @@ def _double_starts(path: Path, data: bytes | bytearray, n_events: int, used: lis
     return [start_all[r.idx] for r in used]
 
 
-def _exact_starts(path: Path, data: bytes | bytearray, n: int) -> np.ndarray:
+def _exact_starts(path: Path, data: TraceBytes, n: int) -> np.ndarray:
     """Start times in ns read from the decimal digits themselves (epoch-scale timestamps)."""
     try:
         exact = EXACT_DECODER.decode(data).traceEvents or []

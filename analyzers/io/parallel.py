@@ -18,10 +18,12 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from analyzers.errors import BadInputError
 from analyzers.io.worker_memory import keep_freed_memory
 from analyzers.timeline.classify import Rule, classify_trace
 from analyzers.timeline.model import RankTrace
@@ -109,16 +111,58 @@ def _execute(paths: list[Path], rank: int | None, stage: tuple[Any, ...], jobs: 
         for i, a in enumerate(args):
             yield i, run_rank_stage(*a)
     else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=_pool_context(),
-                                 initializer=keep_freed_memory) as pool:
-            futures = {pool.submit(run_rank_stage, *a): i for i, a in enumerate(args)}
+        context = _pool_context()
+        progress = context.RawArray("b", len(args))  # per file: NOT_STARTED, STARTED or FINISHED
+        with ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=context,
+                                 initializer=_start_worker, initargs=(progress,)) as pool:
+            futures = {pool.submit(_tracked_rank_stage, i, *a): i for i, a in enumerate(args)}
             try:
                 for fut in as_completed(futures):
                     yield futures[fut], fut.result()
+            except BrokenProcessPool:
+                raise WorkerDiedError(_unfinished(paths, progress)) from None
             except BaseException:
                 for fut in futures:
                     fut.cancel()
                 raise
+
+
+NOT_STARTED, STARTED, FINISHED = 0, 1, 2
+_file_progress: Any = None  # in a pool worker: the pool's shared per-file progress array
+
+
+class WorkerDiedError(BadInputError):
+    """A pool worker was killed while it read a file (out of memory, or the file shrank while mapped:
+    SIGBUS); names the files being read then, as one line (exit code 3), not a traceback."""
+
+    def __init__(self, path: object, problem: str = "") -> None:
+        several = ", " in str(path)
+        super().__init__(path, problem or (
+            f"a worker process died while reading {'one of these files' if several else 'this file'} (out of "
+            "memory, or the file changed while it was read); nothing was analyzed (--jobs 1 uses less memory)"))
+
+
+def _start_worker(progress: Any) -> None:
+    """Pool worker set-up: its allocators tuned for file-after-file work, the progress array kept."""
+    global _file_progress
+    _file_progress = progress
+    keep_freed_memory()
+
+
+def _tracked_rank_stage(index: int, *args: Any) -> FileResult:
+    """run_rank_stage, marking file `index` started and finished in the shared progress array, so
+    that the parent can name the file a killed worker was reading."""
+    _file_progress[index] = STARTED
+    result = run_rank_stage(*args)
+    _file_progress[index] = FINISHED
+    return result
+
+
+def _unfinished(paths: list[Path], progress: Any) -> str:
+    """The files being read when the pool broke (else every file without a result)."""
+    states = list(progress)
+    started = [str(p) for p, s in zip(paths, states, strict=True) if s == STARTED]
+    return ", ".join(started or [str(p) for p, s in zip(paths, states, strict=True) if s != FINISHED])
 
 
 def _execute_dask(args: list[tuple[Any, ...]], scheduler: str) -> Iterator[tuple[int, FileResult]]:

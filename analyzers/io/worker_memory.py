@@ -1,10 +1,10 @@
 """Pool workers keep the memory they free for the next file, instead of giving it back to the OS.
 
-glibc gives every large block (128 KiB and up: a file's bytes, numpy columns) its own mapping
-and unmaps it when freed, and trims the top of the heap; a worker that reads file after file
-then page-faults its way through tens of MB of fresh, zeroed pages per file. Raising both
-thresholds lets the next file reuse what the last one freed (measured on 54 MB Kineto ranks,
-7 loads in one process: 28.5k -> 13.5k minor faults and 0.30 -> 0.27 s CPU per file, peak RSS
+glibc gives every large block (128 KiB and up: a gzip file's unpacked bytes, numpy columns; a
+plain file is mapped instead, analyzers/io/trace_bytes.py) its own mapping and unmaps it when
+freed, and trims the top of the heap; a worker that reads file after file then page-faults its
+way through tens of MB of fresh, zeroed pages per file. Raising both thresholds lets the next
+file reuse what the last one freed (measured on 54 MB Kineto ranks, 7 loads in one process: 28.5k -> 13.5k minor faults and 0.30 -> 0.27 s CPU per file, peak RSS
 +50 MB). Only pool workers do this (analyzers.io.parallel): they exit with the pool, so no
 long-lived process (the app, a --jobs 1 run) holds freed memory.
 

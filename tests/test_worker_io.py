@@ -1,0 +1,83 @@
+"""How the per-rank stage reads files and survives its workers: mapped reads, and a killed worker
+named in one line instead of a traceback."""
+
+from __future__ import annotations
+
+import gzip
+import mmap
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from analyzers.errors import BadInputError
+from analyzers.io.kineto import load_kineto
+from analyzers.io.load import load_file
+from analyzers.io.parallel import WorkerDiedError, run_files
+from analyzers.io.trace_bytes import read_bytes
+from analyzers.timeline.classify import default_rules
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = ROOT / "sample_traces" / "ag-gemm" / "host-sync"
+
+
+def _plain_copy(tmp_path: Path, name: str = "rank0.json") -> Path:
+    out = tmp_path / name
+    out.write_bytes(gzip.decompress((RUN / "rank0.json.gz").read_bytes()))
+    return out
+
+
+def test_a_plain_trace_is_mapped_and_reads_as_its_bytes(tmp_path):
+    plain = _plain_copy(tmp_path)
+    data = read_bytes(plain)
+    assert isinstance(data, mmap.mmap) and data[:] == plain.read_bytes()
+    unpacked = read_bytes(RUN / "rank0.json.gz")  # gzip: unpacked into memory
+    assert not isinstance(unpacked, mmap.mmap) and bytes(unpacked) == plain.read_bytes()
+    # the same tables whichever way the bytes came
+    mapped, packed = load_kineto(plain), load_kineto(RUN / "rank0.json.gz")
+    for table in ("gpu", "runtime", "host_ops", "sync_events"):
+        assert getattr(mapped, table).equals(getattr(packed, table)), table
+
+
+def test_what_cannot_be_mapped_is_read(tmp_path):
+    empty = tmp_path / "empty.json"
+    empty.write_bytes(b"")
+    assert read_bytes(empty) == b""
+    with pytest.raises(BadInputError, match="empty file"):
+        load_kineto(empty)
+    blank = tmp_path / "blank.json"
+    blank.write_bytes(b" \n" * 5000)  # whitespace past the head that is checked first
+    with pytest.raises(BadInputError, match="empty file"):
+        load_kineto(blank)
+
+
+def test_a_file_system_that_refuses_mapping_is_read(tmp_path, monkeypatch):
+    plain = _plain_copy(tmp_path)
+
+    def refuse(*args, **kwargs):
+        raise OSError(19, "No such device")  # what mmap answers on a file system without it
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    data = read_bytes(plain)
+    assert isinstance(data, bytes) and data == plain.read_bytes()
+
+
+def _dies_on_rank1(path: Path, rank: int | None):
+    """A loader whose worker is killed on rank1's file (what the OOM killer or a SIGBUS does)."""
+    if path.name.startswith("rank1"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return load_file(path, rank)
+
+
+def test_a_killed_worker_names_the_file_it_was_reading(tmp_path):
+    paths = sorted(RUN.glob("rank*.json.gz"))
+    rules = default_rules()
+    assert len(run_files(paths, None, rules, load_file, jobs=2)) == 2  # the same files load when no worker dies
+    with pytest.raises(WorkerDiedError) as err:
+        run_files(paths, None, rules, _dies_on_rank1, jobs=2)
+    assert str(paths[1]) in err.value.path
+    assert "worker process died" in str(err.value) and "\n" not in str(err.value)
+    one = WorkerDiedError(str(paths[1]))
+    assert one.problem.startswith("a worker process died while reading this file")
+    assert isinstance(one, BadInputError)  # the CLI's one line and exit code 3
