@@ -214,6 +214,16 @@ def test_hold_arenas_keeps_a_sample_only_in_processes_that_asked(monkeypatch):
     assert worker_memory._held == [0, 256, 512, 768]
     worker_memory.hold_arenas(["next file"])  # the next file's sample replaces the last one's
     assert worker_memory._held == ["next file"]
+    monkeypatch.setattr(worker_memory, "_hold_everything", False)
+    worker_memory.last_file_follows()  # a worker's last file: all of it is left for the exit
+    worker_memory.hold_arenas(list(range(1000)))
+    assert worker_memory._held == list(range(1000))
+    worker_memory.hold_arenas(["one more file after all"])  # still one file's objects at most
+    assert worker_memory._held == ["one more file after all"]
+    monkeypatch.setattr(worker_memory, "_holding", False)
+    monkeypatch.setattr(worker_memory, "_hold_everything", False)
+    worker_memory.last_file_follows()
+    assert worker_memory._hold_everything is False  # not in a pool worker: nothing is held, ever
     code = "from analyzers.io import worker_memory as w; w.keep_freed_memory(); print(w._holding)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "True"
 

@@ -81,3 +81,24 @@ def test_a_killed_worker_names_the_file_it_was_reading(tmp_path):
     one = WorkerDiedError(str(paths[1]))
     assert one.problem.startswith("a worker process died while reading this file")
     assert isinstance(one, BadInputError)  # the CLI's one line and exit code 3
+
+
+def _noting_last_file(path: Path, rank: int | None):
+    """load_file, noting in the trace whether its worker was told this is its last file."""
+    from analyzers.io import worker_memory
+
+    traces = load_file(path, rank)
+    traces[0].notes.append(f"hold everything: {worker_memory._hold_everything}")
+    return traces
+
+
+def test_each_worker_leaves_only_its_last_file_unfreed(tmp_path):
+    """The pool hands out files in order, so the last one per worker is known when it starts: only
+    then are its decoded objects left for the worker's exit (worker_memory.last_file_follows)."""
+    names = []
+    for i in range(5):
+        (tmp_path / f"rank{i}.json.gz").write_bytes((RUN / f"rank{i % 2}.json.gz").read_bytes())
+        names.append(tmp_path / f"rank{i}.json.gz")
+    done = run_files(names, None, default_rules(), _noting_last_file, jobs=2)
+    noted = [d.traces[0].notes[-1] for d in done]
+    assert noted == ["hold everything: False"] * 3 + ["hold everything: True"] * 2

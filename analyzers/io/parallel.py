@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzers.errors import BadInputError
-from analyzers.io.worker_memory import keep_freed_memory
+from analyzers.io.worker_memory import keep_freed_memory, last_file_follows
 from analyzers.timeline.classify import Rule, classify_trace
 from analyzers.timeline.model import RankTrace
 
@@ -113,8 +113,9 @@ def _execute(paths: list[Path], rank: int | None, stage: tuple[Any, ...], jobs: 
     else:
         context = _pool_context()
         progress = context.RawArray("b", len(args))  # per file: NOT_STARTED, STARTED or FINISHED
-        with ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=context,
-                                 initializer=_start_worker, initargs=(progress,)) as pool:
+        workers = min(jobs, len(paths))
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                 initializer=_start_worker, initargs=(progress, workers)) as pool:
             futures = {pool.submit(_tracked_rank_stage, i, *a): i for i, a in enumerate(args)}
             try:
                 for fut in as_completed(futures):
@@ -129,6 +130,7 @@ def _execute(paths: list[Path], rank: int | None, stage: tuple[Any, ...], jobs: 
 
 NOT_STARTED, STARTED, FINISHED = 0, 1, 2
 _file_progress: Any = None  # in a pool worker: the pool's shared per-file progress array
+_pool_workers = 1  # in a pool worker: how many workers its pool has
 
 
 class WorkerDiedError(BadInputError):
@@ -142,10 +144,10 @@ class WorkerDiedError(BadInputError):
             "memory, or the file changed while it was read); nothing was analyzed (--jobs 1 uses less memory)"))
 
 
-def _start_worker(progress: Any) -> None:
+def _start_worker(progress: Any, workers: int) -> None:
     """Pool worker set-up: its allocators tuned for file-after-file work, the progress array kept."""
-    global _file_progress
-    _file_progress = progress
+    global _file_progress, _pool_workers
+    _file_progress, _pool_workers = progress, workers
     keep_freed_memory()
 
 
@@ -153,6 +155,8 @@ def _tracked_rank_stage(index: int, *args: Any) -> FileResult:
     """run_rank_stage, marking file `index` started and finished in the shared progress array, so
     that the parent can name the file a killed worker was reading."""
     _file_progress[index] = STARTED
+    if index >= len(_file_progress) - _pool_workers:  # one of the last files: this worker's last, most likely
+        last_file_follows()
     result = run_rank_stage(*args)
     _file_progress[index] = FINISHED
     return result

@@ -4,9 +4,10 @@ glibc gives every large block (128 KiB and up: a gzip file's unpacked bytes, num
 plain file is mapped instead, analyzers/io/trace_bytes.py) its own mapping and unmaps it when
 freed, and trims the top of the heap; a worker that reads file after file then page-faults its
 way through tens of MB of fresh, zeroed pages per file. Raising both thresholds lets the next
-file reuse what the last one freed (measured on 54 MB Kineto ranks, 7 loads in one process: 28.5k -> 13.5k minor faults and 0.30 -> 0.27 s CPU per file, peak RSS
-+50 MB). Only pool workers do this (analyzers.io.parallel): they exit with the pool, so no
-long-lived process (the app, a --jobs 1 run) holds freed memory.
+file reuse what the last one freed (measured on 54 MB Kineto ranks, 7 loads in one process:
+28.5k -> 13.5k minor faults and 0.30 -> 0.27 s CPU per file, peak RSS +50 MB). Only pool workers
+do this (analyzers.io.parallel): they exit with the pool, so no long-lived process (the app, a
+--jobs 1 run) holds freed memory.
 
 Python's own small-object allocator (pymalloc) is the other half: it returns a 1 MiB arena
 to the OS as soon as its last object dies, so each file's decoded events (tens of MB of
@@ -14,6 +15,11 @@ structs, strings and ints) fault in fresh arenas and unmap them again. ``hold_ar
 sparse sample of the last file's decoded objects alive in a pool worker, which keeps their
 arenas mapped for the next file to fill (measured on 54 MB Kineto ranks, one process, files
 after the first: ~15k -> ~0 minor faults and 73 -> 50 ms per decode, 19 -> 13 ms to free).
+
+A worker's last file is not freed object by object at all (``last_file_follows``): the worker
+exits after it and the OS takes the memory back at once, as the CLI process itself does
+(overlapscope/cli.py: exit_after_command). That is 15-20 ms less before the last results of an
+8-rank set reach the cross-rank stage (-2 % wall, benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ HOLD_STRIDE = 256
 
 _held: list[Any] = []  # the sample hold_arenas keeps (pool workers only)
 _holding = False
+_hold_everything = False  # the worker's last file: its decoded objects are left for the exit
 
 
 def keep_freed_memory() -> bool:
@@ -47,6 +54,16 @@ def keep_freed_memory() -> bool:
 
 def hold_arenas(decoded: list[Any]) -> None:
     """Keep every HOLD_STRIDE-th decoded object alive until the next file's are decoded, so pymalloc
-    keeps their arenas for it. A no-op outside processes that called keep_freed_memory."""
+    keeps their arenas for it (every object, after last_file_follows). A no-op outside processes that
+    called keep_freed_memory."""
     if _holding:
-        _held[:] = decoded[::HOLD_STRIDE]
+        _held[:] = decoded if _hold_everything else decoded[::HOLD_STRIDE]
+
+
+def last_file_follows() -> None:
+    """This pool worker will most likely read no file after the next one (the pool hands out files in
+    order, and the next is among the last, one per worker): hold all of its decoded objects, so that
+    they are never freed one by one. Should another file come after all, holding it replaces them:
+    at most one file's decode is held, as before."""
+    global _hold_everything
+    _hold_everything = _holding
