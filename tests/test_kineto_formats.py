@@ -166,11 +166,11 @@ def test_unknown_or_missing_phase_reads_the_same_complete_events(tmp_path):
 
 
 def test_bundled_traces_use_the_by_phase_decoder():
-    """Every phase in the bundled Kineto traces is one the by-phase decoder knows (else every load
-    would pay for a second, full decode)."""
+    """Every phase and every complete event's category in the bundled Kineto traces is one the first,
+    by-phase, known-category decoder knows (else every load would pay for a second, full decode)."""
     import gzip
 
-    from analyzers.io.kineto_schema import DECODER
+    from analyzers.io.kineto_schema import KNOWN_CATEGORY_DECODER as DECODER
 
     repo = Path(__file__).resolve().parents[1]
     files = [*repo.glob("tests/data/public/hta/*.json.gz"), *repo.glob("sample_traces/*/*/rank*.json*")]
@@ -212,3 +212,40 @@ def test_file_is_read_into_one_buffer_or_none(tmp_path, monkeypatch):
     data, peak = peak_of_reading()
     assert data == text and peak < 1.5 * len(text), (peak, len(text))
     assert read_bytes(packed) == text
+
+
+def test_a_category_kineto_does_not_write_takes_the_plain_decoder_and_reads_the_same(tmp_path):
+    """Categories are decoded as one shared string each when they are Kineto's (KNOWN_CATEGORIES); a
+    file with any other category on a complete event is decoded again with plain strings: the same
+    tables, the foreign event left out as before."""
+    import msgspec
+
+    from analyzers.io.kineto_schema import KNOWN_CATEGORY_DECODER
+
+    known = _old_format_events()
+    foreign = known + [{"ph": "X", "cat": "my_tool_span", "name": "mine", "pid": 0, "tid": 7, "ts": 1, "dur": 1}]
+    known_file, foreign_file = _write(tmp_path / "known.json", known), _write(tmp_path / "foreign.json", foreign)
+    with pytest.raises(msgspec.ValidationError, match="cat"):
+        KNOWN_CATEGORY_DECODER.decode(foreign_file.read_bytes())
+    assert _tables(load_kineto(foreign_file))[:-1] == _tables(load_kineto(known_file))[:-1]
+    events = [e for e in KNOWN_CATEGORY_DECODER.decode(known_file.read_bytes()).traceEvents if e.cat == "Runtime"]
+    assert len(events) == 2 and events[0].cat is events[1].cat  # one string, not one per event
+    assert type(events[0].dur) is int and events[0].dur is events[1].dur  # a small whole duration: shared
+
+
+@pytest.mark.parametrize(("field", "digits", "said"), [
+    ("ts", "9" * 400, "absurd timestamp"), ("ts", "-" + "9" * 400, "absurd timestamp"),
+    ("dur", "9" * 400, "absurd duration"), ("dur", "-" + "9" * 400, "negative duration")])
+def test_integers_past_any_double_are_refused_by_name(tmp_path, field, digits, said):
+    """An integer of hundreds of digits is no double: it reads as the largest one of its sign, which
+    the time checks name (not a conversion error)."""
+    from analyzers.errors import BadInputError
+    from analyzers.io.load import load_file
+
+    event = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 5,
+             "args": {"device": 0, "stream": 7}}
+    text = json.dumps({"traceEvents": [event]}).replace(f'"{field}": {event[field]}', f'"{field}": {digits}')
+    path = tmp_path / "rank0.json"
+    path.write_text(text)
+    with pytest.raises(BadInputError, match=said):
+        load_file(path, None)

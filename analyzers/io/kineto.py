@@ -39,6 +39,7 @@ from analyzers.io.kineto_schema import (
     EXACT_LIMIT_US,
     GET,
     GET_ARG,
+    KNOWN_CATEGORY_DECODER,
     TABLE_OF_CATEGORY,
     Trace,
     column,
@@ -82,12 +83,16 @@ def rank_from_filename(path: Path) -> int | None:
 
 
 def _decode(path: Path, data: TraceBytes) -> Trace:
-    try:
-        return DECODER.decode(data)
-    except msgspec.ValidationError:
-        pass  # an unknown or missing phase, or a real structure problem: the permissive decoder tells
-    except msgspec.DecodeError as exc:
-        raise BadInputError(path, json_problem(data, str(exc))) from None
+    """By phase, the categories Kineto writes first (kineto_schema.KNOWN_CATEGORIES), then any
+    category; an unknown or missing phase, or a real structure problem, goes to the permissive
+    decoder, which says what is wrong."""
+    for decoder in (KNOWN_CATEGORY_DECODER, DECODER):
+        try:
+            return decoder.decode(data)
+        except msgspec.ValidationError:
+            pass
+        except msgspec.DecodeError as exc:
+            raise BadInputError(path, json_problem(data, str(exc))) from None
     try:
         return ANY_PHASE_DECODER.decode(data)
     except msgspec.ValidationError as exc:
