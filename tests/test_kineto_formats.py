@@ -249,3 +249,22 @@ def test_integers_past_any_double_are_refused_by_name(tmp_path, field, digits, s
     path.write_text(text)
     with pytest.raises(BadInputError, match=said):
         load_file(path, None)
+
+
+def test_known_categories_are_numbered_as_hashing_numbers_them():
+    """The known-category decoder's categories are mapped by a table (KNOWN_CODE) and renumbered in
+    first-seen order: the same positions, codes and categories as hashing plain strings gives."""
+    import gzip
+
+    import numpy as np
+
+    from analyzers.io.kineto_schema import DECODER, KNOWN_CATEGORY_DECODER, complete_categories
+
+    repo = Path(__file__).resolve().parents[1]
+    for f in [repo / "tests/data/public/hta/df_index_resolver.json.gz",
+              repo / "sample_traces/fsdp/zero3/rank0.json.gz"]:
+        data = gzip.decompress(f.read_bytes())
+        fast = complete_categories(KNOWN_CATEGORY_DECODER.decode(data).traceEvents, known=True)
+        plain = complete_categories(DECODER.decode(data).traceEvents)
+        assert len(fast[2]) > 3, f
+        assert np.array_equal(fast[0], plain[0]) and np.array_equal(fast[1], plain[1]) and fast[2] == plain[2], f

@@ -41,6 +41,7 @@ from analyzers.io.kineto_schema import (
     GET_ARG,
     KNOWN_CATEGORY_DECODER,
     TABLE_OF_CATEGORY,
+    KnownCategoryTrace,
     Trace,
     column,
     complete_categories,
@@ -154,7 +155,7 @@ def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
         listed, doc.traceEvents = doc.traceEvents, None
         hold_arenas(listed)  # a pool worker's next file reuses these arenas (worker_memory)
         events = np.fromiter(listed, dtype=object, count=len(listed))
-        rows, runtime_cats = _select_rows(listed, events)
+        rows, runtime_cats = _select_rows(listed, events, isinstance(doc, KnownCategoryTrace))
         del listed
         first = rows["runtime"] if len(rows["runtime"]) else rows["host"]
         first_pid = first.events[0].pid if len(first) else -1
@@ -227,14 +228,14 @@ def _last_gpu_step_start(rows: _Rows) -> int | None:
     return int(rows.start[steps].max()) if steps.any() else None
 
 
-def _select_rows(listed: list[Any], events: np.ndarray) -> tuple[dict[str, _Rows], list[str]]:
+def _select_rows(listed: list[Any], events: np.ndarray, known: bool) -> tuple[dict[str, _Rows], list[str]]:
     """Per table, its complete ("X") events; the category decides the table, case-insensitively;
     table order is category order, then file order (what the stable sort by start keeps for ties).
-    Also the distinct categories of the runtime table's events."""
+    Also the distinct categories of the runtime table's events. known: decoded as KnownCategoryEvent."""
     out = {t: _Rows() for t in TABLES}
     if not len(events):
         return out, []
-    complete, cat_codes, cats = complete_categories(listed)
+    complete, cat_codes, cats = complete_categories(listed, known)
     lowered = [c.lower() for c in cats]
     order = np.array([CATEGORY_ORDER.get(c, -1) for c in lowered], dtype=np.int64)
     table = np.array([TABLES.index(t) if (t := TABLE_OF_CATEGORY.get(c, ("", ""))[0]) else -1 for c in lowered],

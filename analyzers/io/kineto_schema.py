@@ -84,6 +84,9 @@ KNOWN_CATEGORIES = (
 )
 
 
+KNOWN_CODE: dict[str | None, int] = {**{c: i for i, c in enumerate(KNOWN_CATEGORIES)}, None: -1}
+
+
 class KnownCategoryEvent(Event, tag="X"):
     """Event, its category one of KNOWN_CATEGORIES (the first decoder tried, load_kineto)."""
 
@@ -308,7 +311,7 @@ def arrow_strings(values: list[Any]) -> pa.Array:
     return array if isinstance(array, pa.Array) else pa.array(values, type=pa.large_string())
 
 
-def complete_categories(events: list[Any]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def complete_categories(events: list[Any], known: bool = False) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(positions of the complete ("X") events, their category codes, the distinct categories in
     first-seen order), from either decoder's events, in C-level passes."""
     if events and isinstance(events[0], AnyPhaseEvent):  # a list holds one decoder's structs only
@@ -316,12 +319,27 @@ def complete_categories(events: list[Any]) -> tuple[np.ndarray, np.ndarray, list
                                               count=len(events)))
         codes, cats = str_codes(list(map(events.__getitem__, complete.tolist())), GET["cat"])
         return complete, codes, cats
+    if known:  # KnownCategoryEvent's: one shared str per category, so a dict maps them (hashed once each)
+        return _known_categories(np.fromiter(map(KNOWN_CODE.__getitem__, map(GET["cat"], events)), dtype=np.int8,
+                                             count=len(events)))
     # by-phase structs: a skipped event's category is None (SKIPPED), an X event's always a str
     encoded = pc.dictionary_encode(arrow_strings(pluck(events, GET["cat"])))
     indices = encoded.indices
     complete = np.flatnonzero(indices.is_valid().to_numpy(zero_copy_only=False))
     codes = indices.drop_null().to_numpy()
     return complete, codes, encoded.dictionary.to_pylist()
+
+
+def _known_categories(fixed: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """complete_categories from each event's index in KNOWN_CATEGORIES (-1: skipped), the codes
+    renumbered in first-seen order, as hashing them in file order numbers them."""
+    complete = np.flatnonzero(fixed >= 0)
+    present = fixed[complete]
+    seen, first = np.unique(present, return_index=True)
+    in_order = seen[np.argsort(first)]
+    renumber = np.zeros(len(KNOWN_CATEGORIES), dtype=np.int64)
+    renumber[in_order] = np.arange(len(in_order))
+    return complete, renumber[present], [KNOWN_CATEGORIES[int(i)] for i in in_order]
 
 
 def intern(names: NameTable, codes: np.ndarray, uniques: list[Any]) -> np.ndarray:
