@@ -46,7 +46,7 @@ def _mapped(fd: int, size: int) -> mmap.mmap | None:
         return None
     try:
         return mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ)
-    except (OSError, ValueError):
+    except (OSError, ValueError, OverflowError):  # OverflowError: past a 32-bit address space
         return None
 
 
