@@ -16,6 +16,18 @@ class BadInputError(Exception):
         return type(self), (self.path, self.problem)
 
 
+class WorkerDiedError(BadInputError):
+    """A pool worker was killed while it read a file (out of memory, or the file shrank while mapped:
+    SIGBUS); names the files being read then (analyzers/io/parallel.py), as one line (exit code 3),
+    not a traceback."""
+
+    def __init__(self, path: object, problem: str = "") -> None:
+        several = ", " in str(path)
+        super().__init__(path, problem or (
+            f"a worker process died while reading {'one of these files' if several else 'this file'} (out of "
+            "memory, or the file changed while it was read); nothing was analyzed (--jobs 1 uses less memory)"))
+
+
 class MixedRunsError(BadInputError):
     """Files from different runs (world sizes, run ids, duplicate ranks) given together."""
 

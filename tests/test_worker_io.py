@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from analyzers.errors import BadInputError
+from analyzers.errors import BadInputError, WorkerDiedError
 from analyzers.io.kineto import load_kineto
 from analyzers.io.load import load_file
-from analyzers.io.parallel import WorkerDiedError, run_files
+from analyzers.io.parallel import run_files
 from analyzers.io.trace_bytes import read_bytes
 from analyzers.timeline.classify import default_rules
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analyzers.errors import BadInputError
+from analyzers.errors import BadInputError, WorkerDiedError
 from analyzers.io.worker_memory import keep_freed_memory, last_file_follows
 from analyzers.timeline.classify import Rule, classify_trace
 from analyzers.timeline.model import RankTrace
@@ -133,17 +133,6 @@ _file_progress: Any = None  # in a pool worker: the pool's shared per-file progr
 _pool_workers = 1  # in a pool worker: how many workers its pool has
 
 
-class WorkerDiedError(BadInputError):
-    """A pool worker was killed while it read a file (out of memory, or the file shrank while mapped:
-    SIGBUS); names the files being read then, as one line (exit code 3), not a traceback."""
-
-    def __init__(self, path: object, problem: str = "") -> None:
-        several = ", " in str(path)
-        super().__init__(path, problem or (
-            f"a worker process died while reading {'one of these files' if several else 'this file'} (out of "
-            "memory, or the file changed while it was read); nothing was analyzed (--jobs 1 uses less memory)"))
-
-
 def _start_worker(progress: Any, workers: int) -> None:
     """Pool worker set-up: its allocators tuned for file-after-file work, the progress array kept."""
     global _file_progress, _pool_workers
@@ -173,8 +162,6 @@ def _execute_dask(args: list[tuple[Any, ...]], scheduler: str) -> Iterator[tuple
     """Each file a task on an existing dask.distributed cluster; results gathered here."""
     from distributed import Client
     from distributed import as_completed as dask_completed
-
-    from analyzers.errors import BadInputError
 
     try:
         client = Client(scheduler, timeout="20s", set_as_default=False)

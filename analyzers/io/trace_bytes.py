@@ -41,7 +41,7 @@ def _mapped(fd: int, size: int) -> mmap.mmap | None:
     """The file read-only in memory, its pages mapped in one call (MAP_POPULATE, Linux); None where
     it cannot be (size 0: empty or not a regular file; no POSIX mmap; a file system that refuses).
     A file cut shorter by another program while mapped kills the worker reading it (SIGBUS); the
-    per-rank stage then names that file (analyzers/io/parallel.py: WorkerDiedError)."""
+    per-rank stage then names that file (analyzers.errors.WorkerDiedError)."""
     if size <= 0 or os.name != "posix":
         return None
     try:
