@@ -75,7 +75,7 @@ from analyzers.timeline.model import (
 
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 # Bumped whenever the tables this loader produces change (the parse cache keys on it).
-LOADER_VERSION = 4  # 4: input limits (bounded gzip, refused times), out-of-range int args
+LOADER_VERSION = 5  # 4: input limits (bounded gzip, refused times), out-of-range int args; 5: Out msg nelems, Group size
 
 
 def rank_from_filename(path: Path) -> int | None:
@@ -336,6 +336,8 @@ def _gpu_table(rows: _Rows, names: NameTable) -> pd.DataFrame:
         dst_device=to_ints(args["dst_device"], -1),
         seq=to_ints(args["seq"], -1),
         msg_nelems=to_ints(args["in_nelems"], -1),
+        out_nelems=to_ints(args["out_nelems"], -1),
+        group_size=to_ints(args["group_size"], -1),
         coll_name=_collective_column(column(rows.name_uniques), rows.name_codes, strings(args["collective_name"])),
         pg=strings(args["pg_name"]),
         dtype=strings(args["dtype"]),

@@ -42,6 +42,8 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     pg_name: Any = msgspec.field(name="Process Group Name", default="")
     seq: Any = msgspec.field(name="Seq", default=-1)
     in_nelems: Any = msgspec.field(name="In msg nelems", default=-1)
+    out_nelems: Any = msgspec.field(name="Out msg nelems", default=-1)
+    group_size: Any = msgspec.field(name="Group size", default=-1)
     dtype: Any = ""
     src_device: Any = msgspec.field(name="src device", default=-1)
     dst_device: Any = msgspec.field(name="dst device", default=-1)

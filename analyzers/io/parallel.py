@@ -26,6 +26,7 @@ from typing import Any
 from analyzers.errors import BadInputError, WorkerDiedError
 from analyzers.io.worker_memory import keep_freed_memory, last_file_follows
 from analyzers.timeline.classify import Rule, classify_trace
+from analyzers.timeline.graphs import mark_graph_launches
 from analyzers.timeline.model import RankTrace
 
 PER_RANK_KEY = "per_rank_results"  # TraceSet.meta key holding {rank: RankResults}
@@ -62,6 +63,7 @@ def run_rank_stage(path: str, rank: int | None, rules: tuple[Rule, ...], per_ran
     out = FileResult(path, traces)
     for t in traces:
         classify_trace(t, list(rules))
+        mark_graph_launches(t)  # while the host tables are here (they may stay in the worker)
     if per_rank is not None:
         for t in traces:
             out.results[t.rank] = per_rank(t)

@@ -101,8 +101,11 @@ def classify_set(traces: TraceSet, rules: list[Rule] | None = None) -> TraceSet:
 
 # Names that suggest communication. Never used to classify (a guess is no rule): only to tell the
 # user which kernel to name with --comm-kernel when rules did not recognise it.
+# dispatch / combine count only inside an expert-parallel namespace (ep::, deep_ep::, dpsk::ep::, x_ep::):
+# elsewhere they name attention split-KV combines and dispatch policies; token-layout kernels never count.
 COMM_LOOKALIKE = re.compile(
-    r"(?i)all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|dispatch|combine|nvshmem|ibgda|rdma"
+    r"(?i)all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|nvshmem|ibgda|rdma"
+    r"|(?:^|::|\s)(?:\w*_)?(?:deep_?)?ep::(?:\w+::)*(?!\w*layout)\w*(?:dispatch|combine)"
     r"|(?<![a-z])(?:send|recv|p2p|comm)(?![a-z])")
 _NAME_HEAD = re.compile(r"[(<]")
 

@@ -12,7 +12,8 @@ Tables and their columns (a loader may leave optional columns at their fill valu
     "copy" | "memset" | "other", categorical; filled by classify), correlation (int64,
     -1 unknown), bytes (int64, -1 unknown), src_device / dst_device (int32, -1 unknown),
     coll_name (str, "" unknown), pg (process-group name, str), seq (int64, -1 unknown),
-    msg_nelems (int64, -1), dtype (str).
+    msg_nelems / out_nelems (int64, -1: the profiler's "In msg nelems" / "Out msg nelems"),
+    group_size (int64, -1: the process group's size), dtype (str).
     Kernels, copies and sets share one table because overlap is a property of the GPU
     timeline, whatever kind of activity fills it; ``kernels``/``copies``/``sets`` are views.
 ``runtime`` — host CUDA API calls: start_ns, end_ns, name_id, pid, tid, correlation.
@@ -52,6 +53,8 @@ GPU_COLUMNS: dict[str, Any] = {
     "dst_device": np.int32,
     "seq": np.int64,
     "msg_nelems": np.int64,
+    "out_nelems": np.int64,
+    "group_size": np.int64,
 }
 GPU_STRING_COLUMNS = ("coll_name", "pg", "dtype")
 RUNTIME_COLUMNS: dict[str, Any] = {
@@ -120,7 +123,7 @@ def _empty_frame(columns: dict[str, Any], extra: dict[str, Any] | None = None) -
 def make_gpu_table(n: int = 0, **cols: Any) -> pd.DataFrame:
     """Build a `gpu` table with every column present and typed; missing columns get fills."""
     fills = {"correlation": -1, "bytes": -1, "src_device": -1, "dst_device": -1, "seq": -1,
-             "msg_nelems": -1, "device": 0, "stream": 0}
+             "msg_nelems": -1, "out_nelems": -1, "group_size": -1, "device": 0, "stream": 0}
     data: dict[str, Any] = {}
     for c, t in GPU_COLUMNS.items():
         if c in cols:
