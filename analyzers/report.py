@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.crossrank import CrossRankParams, CrossRankReport, RankSteps, analyze_cross_rank, rank_steps
+from analyzers.crossrank.collective_table import CollectiveParams, CollectiveTable, collective_table
 from analyzers.findings import FindingParams, cross_rank_findings, detect_findings, detect_rank
 from analyzers.findings.finding import Finding
 from analyzers.findings.view import windows_of
@@ -39,6 +40,7 @@ class AnalysisReport:
     cross_rank: CrossRankReport | None = None  # two ranks or more
     syncs: dict[int, pd.DataFrame] = field(default_factory=dict)  # blocking host syncs per rank
     findings: list[Finding] | None = None  # None: not diagnosed (--no-diagnose)
+    collectives: CollectiveTable | None = None  # sizes, wait / transfer, bandwidth per collective
     extra: dict[str, Any] = field(default_factory=dict)  # further sections (e.g. a run's timings)
 
     @property
@@ -83,6 +85,7 @@ class AnalysisReport:
                 "per_rank": {str(r): rows(df) for r, df in self.syncs.items()},
             } if self.diagnosed else None,
             "findings": [f.to_dict() for f in self.findings] if self.findings is not None else None,
+            "collectives": self.collectives.document() if self.collectives is not None else None,
             **self.extra,
         }
 
@@ -191,7 +194,7 @@ def in_selected_steps(syncs: pd.DataFrame, options: AnalysisOptions) -> pd.DataF
 def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
             diagnose: bool = True, cross_rank: bool = True, align: bool = True,
             cross_rank_params: CrossRankParams | None = None, finding_params: FindingParams | None = None,
-            sync_params: SyncParams | None = None,
+            sync_params: SyncParams | None = None, collective_params: CollectiveParams | None = None,
             progress: Callable[[str, int, int], None] | None = None) -> AnalysisReport:
     """The one place every analysis runs, so the CLI, diff, sweep and the app agree.
 
@@ -224,14 +227,17 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
         notes=list(traces.notes),
         clock_offsets_ns=dict(traces.clock_offsets_ns),
     )
+    selected = selected_steps_only(traces, options)
     if cross_rank and len(ids) > 1:
         steps = {r: pre[r].cross_steps for r in ids} if pre and options.steps.steps is None else None
-        report.cross_rank = analyze_cross_rank(selected_steps_only(traces, options), align=align,
+        report.cross_rank = analyze_cross_rank(selected, align=align,
                                                params=cross_rank_params,
                                                steps=steps if steps and None not in steps.values() else None)
         if report.cross_rank.clock is not None:
             report.clock_offsets_ns = dict(report.cross_rank.clock.offsets_ns)
         tick("cross-rank")
+    # the cross-rank members index the selected steps' GPU rows: the table reads the same rows
+    report.collectives = collective_table(selected, report.cross_rank, collective_params)
     if diagnose:
         defaults = bool(pre) and sync_params is None and finding_params is None
         report.syncs = {r: pre[r].syncs if defaults else

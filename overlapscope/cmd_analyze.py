@@ -18,6 +18,7 @@ from .common import (
     FormatOpt,
     JobsOpt,
     LikeHtaOpt,
+    LinkGbpsOpt,
     NoCacheOpt,
     OutputFormat,
     PathsArg,
@@ -49,6 +50,7 @@ def analyze_cmd(
     rules: RulesOpt = None,
     comm_kernel: CommKernelOpt = None,
     like_hta: LikeHtaOpt = False,
+    link_gbps: LinkGbpsOpt = None,
     step_pattern: StepPatternOpt = DEFAULT_STEP_PATTERN,
     rank: Annotated[int | None, typer.Option(
         "--rank", help="Rank of a single trace file that names none (no distributedInfo, no rankN in its name).")
@@ -88,20 +90,22 @@ def analyze_cmd(
     key = None if no_cache else report_cache.ReportKey.of(paths, {
         "command": "analyze", "rank": rank, "rules": _file_digest(rules), "comm_kernel": comm_kernel or [],
         "steps": steps, "like_hta": like_hta, "step_pattern": step_pattern, "align": not no_align,
-        "diagnose": not no_diagnose})
+        "diagnose": not no_diagnose, "link_gbps": link_gbps})
     # The cache keeps the JSON document (no pickle): it answers -f json and the gates; the other
     # formats render the report object, so they analyze (with the parse cache) and refresh it.
     doc = report_cache.get(key) if key is not None and format is OutputFormat.json else None
     report = None
     if doc is None:
         with analysis_stack_imports():  # pandas, pyarrow, numpy (overlapscope/stack_imports.py)
+            from analyzers.crossrank.collective_table import CollectiveParams
             from analyzers.report import analyze
 
         options = options_from(steps, like_hta, step_pattern)
         traces = load_set(paths, rank=rank, rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache,
                           scheduler=scheduler, options=options, diagnose=not no_diagnose, host_tables=False)
         with stage_progress(err_console.is_terminal) as progress:
-            report = analyze(traces, options, diagnose=not no_diagnose, align=not no_align, progress=progress)
+            report = analyze(traces, options, diagnose=not no_diagnose, align=not no_align, progress=progress,
+                             collective_params=CollectiveParams(link_gbps=link_gbps))
         doc = _json_document(report)
         if key is not None:
             report_cache.put(key, doc)

@@ -196,6 +196,11 @@ RulesOpt = Annotated[Path | None, typer.Option(
     "--rules", help="TOML file of (pattern -> category) rules tried before the defaults.")]
 CommKernelOpt = Annotated[list[str] | None, typer.Option(
     "--comm-kernel", help="A custom communication kernel name (substring); repeatable.")]
+LinkGbpsOpt = Annotated[float | None, typer.Option(
+    "--link-gbps", min=0.001, metavar="GBPS",
+    help="Peak link bandwidth of one GPU, per direction, in GB/s: the collectives table gives bus bandwidth as a "
+         "fraction of it (default: from the GPU model the trace names, e.g. H100/H200 450, A100 300, B200 900, "
+         "MI300X 448; none for an unknown model).")]
 LikeHtaOpt = Annotated[bool, typer.Option(
     "--like-hta", help="Drop kernels launched in the last profiler step (and round to µs), as "
                        "HolisticTraceAnalysis 0.5.0 does, to reproduce its overlap figure.")]

@@ -15,6 +15,7 @@ from rich.table import Table
 from analyzers.io.plain import to_json as plain_json
 from analyzers.report import AnalysisReport
 
+from .render_collectives import collectives_markdown, collectives_table
 from .render_crossrank import cross_rank_markdown, cross_rank_table
 from .render_findings import findings_markdown, findings_table, syncs_table
 from .render_format import UNDEFINED, ms, pct  # noqa: F401  (render.pct is the formatter commands use)
@@ -94,6 +95,11 @@ def print_table(report: AnalysisReport, console: Console, streams: bool = False)
     elif report.cross_rank is not None:
         for note in report.cross_rank.notes:
             console.print(f"[dim]cross-rank: {note}[/dim]")
+    if report.collectives is not None:
+        for t in collectives_table(report.collectives):
+            console.print(t)
+        for note in report.collectives.notes:
+            console.print(f"[dim]collectives: {note}[/dim]")
     syncs = _all_syncs(report)
     if syncs is not None:
         console.print(syncs_table(syncs))
@@ -117,6 +123,8 @@ def to_markdown(report: AnalysisReport) -> str:
         lines += [""] + [f"- {n}" for n in notes]
     if report.cross_rank is not None:
         lines += ["", cross_rank_markdown(report.cross_rank)]
+    if report.collectives is not None and (section := collectives_markdown(report.collectives)):
+        lines += ["", section]
     if report.findings is not None:
         lines += ["", findings_markdown(report.findings)]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,277 @@
+"""The collectives table: every communication kernel with its size, wait / transfer split and bandwidth.
+
+One row per communication activity on each rank (kernels and peer copies): its operation, process
+group and group size, message bytes (the profiler's "In msg nelems" / "Out msg nelems" × the dtype's
+size; a peer copy's own bytes), its time split into waiting for the last peer and transfer (the
+cross-rank analysis' peer wait, when the collective was matched; otherwise the whole kernel counts as
+transfer and ``wait_known`` is False), NCCL's algorithm and bus bandwidth on the transfer time
+(analyzers.crossrank.link_peaks), and how much of the transfer compute ran beside
+(``overlap_share``; ``overlapped`` from ``CollectiveParams.overlapped_min_share`` on).
+
+Rows are grouped by (operation, size bucket: powers of two) with medians, over all ranks and per rank,
+and compared with the link's peak: ``--link-gbps`` or the GPU model's entry in LINK_PEAKS.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyzers.crossrank.link_peaks import bus_factor, dtype_bytes, link_peak_gbps
+from analyzers.crossrank.peer_wait import _covered, _covered_before
+from analyzers.crossrank.report import CrossRankReport
+from analyzers.io.plain import rows
+from analyzers.timeline import intervals as iv
+from analyzers.timeline.kernel_names import normalize_kernel_name
+from analyzers.timeline.model import TraceSet
+
+
+@dataclass(frozen=True)
+class CollectiveParams:
+    """Options of the collectives table; every default says why."""
+
+    # Peak link bandwidth per GPU and direction (GB/s) to compare bus bandwidth with; None: from the
+    # GPU model the trace names (link_peaks.LINK_PEAKS), else no comparison.
+    link_gbps: float | None = None
+    # A collective is "overlapped" when compute ran beside at least this share of its transfer time
+    # (half: most of its bandwidth was measured while sharing the GPU).
+    overlapped_min_share: float = 0.5
+    # JSON lists at most this many rows (every row counts in the groups).
+    max_listed: int = 2000
+
+
+# Operation of a communication kernel whose name carries no NCCL collective: first match wins.
+_OPS: tuple[tuple[str, str], ...] = (
+    (r"^Memcpy PtoP", "PeerCopy"),
+    (r"(?i)(?:^|::|\s)(?:\w*_)?(?:deep_?)?ep::(?:\w+::)*\w*dispatch|EpDispatch", "EpDispatch"),
+    (r"(?i)(?:^|::|\s)(?:\w*_)?(?:deep_?)?ep::(?:\w+::)*\w*combine|EpCombine", "EpCombine"),
+    (r"(?i)all_?reduce|cross_device_reduce|ar_fusion|rdxn", "AllReduce"),
+    (r"(?i)reduce_?scatter", "ReduceScatter"),
+    (r"(?i)all_?gather|fcollect", "AllGather"),
+    (r"(?i)all_?to_?all", "AllToAll"),
+    (r"(?i)broadcast", "Broadcast"),
+    (r"(?i)barrier|sync_all|notify", "Barrier"),
+)
+# Which library a communication kernel comes from (for the table; classification is the rules').
+_LIBRARIES: tuple[tuple[str, str], ...] = (
+    (r"^Memcpy PtoP", "peer copy"),
+    (r"(?i)^(?:void\s+)?rccl|ncclKernel|ncclDevKernel|^(?:void\s+)?nccl", "NCCL/RCCL"),
+    (r"(?<![\w])(?:deep_ep|dpsk::ep|uccl)::|\bEp(?:Dispatch|Combine)", "DeepEP"),
+    (r"tensorrt_llm::|\bar_fusion::|allreduce_fusion_kernel", "TensorRT-LLM"),
+    (r"cross_device_reduce|(?i:custom_all_?reduce)", "custom all-reduce"),
+    (r"(?<![\w])nvshmem|_on_stream_kernel", "NVSHMEM"),
+    (r"symmetric_memory|symm_mem|multimem|one_shot_all_reduce|two_shot_all_reduce", "symmetric memory"),
+    (r"(?<![\w])oneccl_|allreduce_execution_", "oneCCL"),
+    (r"^(?:void )?mscclpp::", "MSCCL++"),
+)
+
+
+@lru_cache(maxsize=4096)
+def comm_op(name: str, coll_name: str = "") -> str:
+    """The operation of a communication activity: its NCCL collective, else from its name."""
+    if coll_name:
+        return coll_name
+    for pattern, op in _OPS:
+        if re.search(pattern, name):
+            return op
+    return "Other"
+
+
+@lru_cache(maxsize=4096)
+def comm_library(name: str) -> str:
+    """The library a communication kernel comes from ("other" when none is recognised)."""
+    for pattern, lib in _LIBRARIES:
+        if re.search(pattern, name):
+            return lib
+    return "other"
+
+
+def size_bucket(nbytes: float) -> str:
+    """Power-of-two bucket of a message size ("1-2 MiB"); "unknown" without a size."""
+    if not np.isfinite(nbytes) or nbytes <= 0:
+        return "unknown"
+    lo = 2 ** int(np.floor(np.log2(nbytes)))
+    return f"{_bytes(lo)}-{_bytes(2 * lo)}"
+
+
+def bucket_floor(label: str) -> float:
+    """The lower bound of a size_bucket label in bytes, for sorting (-1 for "unknown")."""
+    m = re.match(r"(\d+) (B|KiB|MiB|GiB|TiB)-", label)
+    if not m:
+        return -1.0
+    return float(m.group(1)) * 1024 ** ("B", "KiB", "MiB", "GiB", "TiB").index(m.group(2))
+
+
+def _bytes(n: int) -> str:
+    for i, unit in enumerate(("B", "KiB", "MiB", "GiB", "TiB")):
+        if n < 1024 ** (i + 1) or unit == "TiB":
+            return f"{n // 1024 ** i} {unit}"
+    return f"{n} B"
+
+
+@dataclass
+class CollectiveTable:
+    """The collectives table of a trace set (see module docstring); plain data through document()."""
+
+    params: CollectiveParams
+    rows: pd.DataFrame  # one row per communication activity per rank
+    groups: pd.DataFrame  # per (op, size bucket), all ranks
+    rank_groups: pd.DataFrame  # per (rank, op, size bucket)
+    link_gbps: float | None
+    link_source: str
+    notes: list[str]
+
+    def document(self) -> dict[str, Any]:
+        cap = self.params.max_listed
+        return {
+            "link_gbps": self.link_gbps,
+            "link_source": self.link_source,
+            "n_rows": int(len(self.rows)),
+            "groups": rows(self.groups),
+            "per_rank": rows(self.rank_groups),
+            "rows": rows(self.rows.head(cap)),
+            "params": asdict(self.params),
+            "notes": list(self.notes),
+        }
+
+
+ROW_COLUMNS = ["rank", "row", "start_ns", "end_ns", "stream", "name", "library", "op", "pg", "group_size", "dtype",
+               "bytes", "dur_ns", "wait_ns", "transfer_ns", "wait_known", "algbw_gbps", "busbw_gbps",
+               "overlap_share", "overlapped", "size_bucket", "link_fraction"]
+
+
+def collective_table(traces: TraceSet, cross: CrossRankReport | None = None,
+                     params: CollectiveParams | None = None) -> CollectiveTable:
+    """The collectives table of a classified trace set; cross: its cross-rank report (peer wait), if any.
+
+    cross.members' rows index the GPU tables of the traces given here, so pass the report made from the
+    same traces (with a step selection, the selected rows)."""
+    params = params or CollectiveParams()
+    notes: list[str] = []
+    wait = _member_waits(cross)
+    parts = [_rank_rows(t, wait.get(t.rank), params) for t in traces]
+    table = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else \
+        pd.DataFrame({c: [] for c in ROW_COLUMNS})
+    link, source = _link(traces, params)
+    table["link_fraction"] = table["busbw_gbps"] / link if link else np.nan
+    table = table[ROW_COLUMNS]
+    if len(table):
+        no_size = int((table["bytes"] <= 0).sum())
+        if no_size:
+            ops = ", ".join(sorted(set(table.loc[table["bytes"] <= 0, "op"]))[:5])
+            notes.append(f"{no_size} of {len(table)} communication activities carry no message size ({ops}): "
+                         "no bandwidth for them")
+        if not table["wait_known"].all():
+            notes.append(f"{int((~table['wait_known']).sum())} communication activities were not matched across "
+                         "ranks: their bandwidth is on the whole kernel time, peer wait included")
+    return CollectiveTable(params, table, _groups(table, [], link), _groups(table, ["rank"], link),
+                           link, source, notes)
+
+
+def _member_waits(cross: CrossRankReport | None) -> dict[int, pd.Series]:
+    """Per rank: wait_ns of each matched GPU row (indexed by row), from the peer-wait members."""
+    if cross is None or cross.members.empty or "wait_ns" not in cross.members:
+        return {}
+    m = cross.members
+    pos = np.searchsorted(cross.collectives["coll_id"].to_numpy(), m["coll_id"].to_numpy())
+    known = cross.collectives["peers_known"].to_numpy(dtype=bool)[pos] if len(cross.collectives) else \
+        np.zeros(len(m), dtype=bool)
+    m = m[known]
+    return {int(r): pd.Series(g["wait_ns"].to_numpy(np.int64), index=g["row"].to_numpy(np.int64))
+            for r, g in m.groupby("rank")}
+
+
+def _rank_rows(t, waits: pd.Series | None, params: CollectiveParams) -> pd.DataFrame:
+    gpu = t.gpu
+    sel = np.flatnonzero((gpu["category"] == "comm").to_numpy(dtype=bool) & (gpu["kind"] != "memset").to_numpy())
+    if not sel.size:
+        return pd.DataFrame()
+    g = gpu.iloc[sel]
+    raw = t.names_of(g["name_id"].to_numpy())
+    coll = g["coll_name"].to_numpy(dtype=object).astype(str)
+    s, e = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)
+    dur = np.maximum(e - s, 0)
+    wait_known = np.zeros(sel.size, dtype=bool)
+    wait = np.zeros(sel.size, dtype=np.int64)
+    if waits is not None and len(waits):
+        w = waits.reindex(sel)
+        wait_known = w.notna().to_numpy()
+        wait = np.clip(np.nan_to_num(w.to_numpy(dtype=float)).astype(np.int64), 0, dur)
+    transfer = dur - wait
+    op = np.array([comm_op(str(n), c) for n, c in zip(raw, coll, strict=True)], dtype=object)
+    nbytes = _message_bytes(g)
+    n = g["group_size"].to_numpy(np.int64) if "group_size" in g else np.full(sel.size, -1, np.int64)
+    factor = np.array([np.nan if (f := bus_factor(o, int(k) if k > 0 else None)) is None else f
+                       for o, k in zip(op, n, strict=True)], dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where((nbytes > 0) & (transfer > 0), nbytes / np.maximum(transfer, 1), np.nan)  # bytes/ns = GB/s
+    comp = (gpu["category"] == "compute").to_numpy(dtype=bool)
+    busy = _covered_before(iv.union(gpu["start_ns"].to_numpy()[comp], gpu["end_ns"].to_numpy()[comp]))
+    t0 = s + wait
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(transfer > 0, (_covered(busy, e) - _covered(busy, t0)) / np.maximum(transfer, 1), np.nan)
+    return pd.DataFrame({
+        "rank": np.full(sel.size, t.rank, dtype=np.int64), "row": sel.astype(np.int64), "start_ns": s, "end_ns": e,
+        "stream": g["stream"].to_numpy(np.int64),
+        "name": np.array([normalize_kernel_name(str(x)) for x in raw], dtype=object),
+        "library": np.array([comm_library(str(x)) for x in raw], dtype=object), "op": op,
+        "pg": g["pg"].to_numpy(dtype=object).astype(str), "group_size": n, "dtype": g["dtype"].to_numpy(dtype=object),
+        "bytes": nbytes, "dur_ns": dur, "wait_ns": np.where(wait_known, wait, np.nan), "transfer_ns": transfer,
+        "wait_known": wait_known, "algbw_gbps": algbw, "busbw_gbps": algbw * factor, "overlap_share": share,
+        "overlapped": np.nan_to_num(share) >= params.overlapped_min_share,
+        "size_bucket": np.array([size_bucket(float(b)) for b in nbytes], dtype=object),
+    })
+
+
+def _message_bytes(g: pd.DataFrame) -> np.ndarray:
+    """S of NCCL's formulas per row: the larger of in and out messages × element size (the whole
+    buffer: all-gather's output, reduce-scatter's input); a copy's own bytes; 0 when unknown."""
+    size = np.array([dtype_bytes(d) or 0 for d in g["dtype"].to_numpy(dtype=object)], dtype=np.int64)
+    n_in = g["msg_nelems"].to_numpy(np.int64)
+    n_out = g["out_nelems"].to_numpy(np.int64) if "out_nelems" in g else np.full(len(g), -1, np.int64)
+    msg = np.maximum(np.maximum(n_in, n_out), 0) * size
+    copy = (g["kind"] == "memcpy").to_numpy(dtype=bool)
+    return np.where(copy, np.maximum(g["bytes"].to_numpy(np.int64), 0), msg).astype(np.int64)
+
+
+def _link(traces: TraceSet, params: CollectiveParams) -> tuple[float | None, str]:
+    if params.link_gbps is not None:
+        return float(params.link_gbps), "--link-gbps"
+    names = sorted({n for t in traces for n in t.devices.values() if n})
+    found = {n: link_peak_gbps(n) for n in names}
+    known = {n: v for n, v in found.items() if v is not None}
+    if not known:
+        return None, "unknown GPU model: give --link-gbps" if names else "no GPU model in the trace: give --link-gbps"
+    gbps = min(v[0] for v in known.values())  # mixed models: the slowest link bounds a collective
+    name = next(n for n, v in known.items() if v[0] == gbps)
+    return gbps, f"{name}: {known[name][1]}"
+
+
+GROUP_COLUMNS = ["op", "size_bucket", "n", "n_overlapped", "bytes_median", "dur_median_ns", "wait_median_ns",
+                 "transfer_median_ns", "algbw_median_gbps", "busbw_median_gbps", "busbw_alone_median_gbps",
+                 "busbw_overlapped_median_gbps", "link_fraction"]
+
+
+def _groups(table: pd.DataFrame, keys: list[str], link: float | None) -> pd.DataFrame:
+    """Medians per (keys..., op, size bucket); alone and overlapped bus bandwidth apart."""
+    by = [*keys, "op", "size_bucket"]
+    if table.empty:
+        return pd.DataFrame({c: [] for c in [*keys, *GROUP_COLUMNS]})
+    grouped = table.groupby(by, sort=False, dropna=False)
+    out = grouped.agg(n=("op", "size"), n_overlapped=("overlapped", "sum"), bytes_median=("bytes", "median"),
+                      dur_median_ns=("dur_ns", "median"), wait_median_ns=("wait_ns", "median"),
+                      transfer_median_ns=("transfer_ns", "median"), algbw_median_gbps=("algbw_gbps", "median"),
+                      busbw_median_gbps=("busbw_gbps", "median")).reset_index()
+    for flag, col in ((False, "busbw_alone_median_gbps"), (True, "busbw_overlapped_median_gbps")):
+        part = table[table["overlapped"] == flag].groupby(by, sort=False, dropna=False)["busbw_gbps"].median()
+        out[col] = out.set_index(by).index.map(part.to_dict()).to_numpy(dtype=float) if len(part) else np.nan
+    out["link_fraction"] = out["busbw_median_gbps"] / link if link else np.nan
+    out["_floor"] = out["size_bucket"].map(bucket_floor)
+    out = out.sort_values([*keys, "op", "_floor"], kind="stable").drop(columns="_floor").reset_index(drop=True)
+    out["n_overlapped"] = out["n_overlapped"].astype(np.int64)
+    return out[[*keys, *GROUP_COLUMNS]]
