@@ -20,6 +20,7 @@ from analyzers.findings.view import (
 )
 from analyzers.syncs.blocking import blocking_syncs
 from analyzers.timeline import intervals as iv
+from analyzers.timeline.graphs import graph_launch_of
 from analyzers.timeline.iterations import launch_times
 from analyzers.timeline.kernel_names import normalize_kernel_name
 
@@ -111,12 +112,17 @@ def launch_bound_gaps(view: RankView, syncs: pd.DataFrame | None = None) -> pd.D
     Gaps during which a blocking host sync that caused GPU idle returned are left out:
     host-blocking-sync owns them. A sync that found the GPU already drained claimed nothing
     (syncs.blocking_syncs charges it no idle): the gap after it stays a launch gap.
-    Columns: device, start_ns, end_ns, gap_ns, next_launch_ns, next_name.
+    A CUDA-graph replay is one launch (timeline.graphs): its kernels all carry the graph launch's time,
+    so a gap between two of them is never launch-bound; a gap before a replay names it
+    ("graph replay: <its first kernel>"; next_graph_launch: the launch's correlation id, -1 for none).
+    Columns: device, start_ns, end_ns, gap_ns, next_launch_ns, next_name, next_graph_launch.
     """
-    cols = ["device", "start_ns", "end_ns", "gap_ns", "next_launch_ns", "next_name"]
+    cols = ["device", "start_ns", "end_ns", "gap_ns", "next_launch_ns", "next_name", "next_graph_launch"]
+    graph = graph_launch_of(view.trace)
     parts = [pd.DataFrame({"device": g.device, "start_ns": g.start_ns, "end_ns": g.end_ns, "gap_ns": g.gap_ns,
                            "next_launch_ns": g.next_launch_ns,
-                           "next_name": per_name(view, g.next, normalize_kernel_name)})
+                           "next_name": _next_names(view, g.next, graph),
+                           "next_graph_launch": graph[g.next]})
              for g in _launch_gaps(view, syncs)]
     if not parts:
         return pd.DataFrame({c: [] for c in cols})
@@ -166,6 +172,16 @@ def detect_launch_bound(view: RankView, syncs: pd.DataFrame | None = None) -> li
     return [Finding(id="launch-bound-gaps", severity=severity_of(total, span, p), ranks=[t.rank], title=title,
                     explanation=explanation, start_ns=int(start.min()), end_ns=int(end.max()),
                     evidence=plain(evidence))]
+
+
+def _next_names(view: RankView, rows: np.ndarray, graph: np.ndarray) -> np.ndarray:
+    """Normalized names of the rows that end gaps; a graph replay's first kernel as "graph replay: <name>"."""
+    names = per_name(view, rows, normalize_kernel_name)
+    replay = graph[rows] >= 0
+    if replay.any():
+        names = names.copy()
+        names[replay] = ["graph replay: " + str(n) for n in names[replay]]
+    return names
 
 
 def _sum_by(code: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
