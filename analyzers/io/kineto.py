@@ -75,7 +75,8 @@ from analyzers.timeline.model import (
 
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 # Bumped whenever the tables this loader produces change (the parse cache keys on it).
-LOADER_VERSION = 5  # 4: input limits (bounded gzip, refused times), out-of-range int args; 5: Out msg nelems, Group size
+# 4: input limits (bounded gzip, refused times), out-of-range int args; 5: Out msg nelems, Group size
+LOADER_VERSION = 5
 
 
 def rank_from_filename(path: Path) -> int | None:
