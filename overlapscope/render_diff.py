@@ -224,6 +224,16 @@ def print_diff(d: TraceDiff, console: Console, top: int = 15) -> None:
     for line in _sections_text(d):
         console.print(escape(line))
 
+    header, rows = collective_rows(d)
+    if rows:
+        ct = Table(title="collectives: median bus bandwidth per operation and size", title_justify="left",
+                   header_style="bold")
+        for i, c in enumerate(header):
+            ct.add_column(escape(c), justify="left" if i < 2 else "right")
+        for row in rows:
+            ct.add_row(*[escape(x) for x in row])
+        console.print(ct)
+
     changed = _changed_kernels(d)
     if changed.empty:
         console.print(f"kernels ({d.kernel_names} names): no change in count or total time "
@@ -238,6 +248,22 @@ def print_diff(d: TraceDiff, console: Console, top: int = 15) -> None:
     for row in rows:
         kt.add_row(*[escape(x) for x in row])
     console.print(kt)
+
+
+def collective_rows(d: TraceDiff) -> tuple[list[str], list[list[str]]]:
+    """Bus bandwidth per (operation, size bucket), A vs B (empty when neither side has communication)."""
+    header = ["operation", "size", "n A", "n B", "busbw A GB/s", "busbw B GB/s", "Δ GB/s", "Δ%", "of link A",
+              "of link B"]
+    rows = []
+    for r in d.collectives.itertuples(index=False):
+        rows.append([str(r.op), str(r.size_bucket), str(r.n_a), str(r.n_b), _gbps(r.busbw_median_gbps_a),
+                     _gbps(r.busbw_median_gbps_b), _gbps(r.busbw_delta_gbps, signed=True), rel(r.busbw_rel),
+                     value(r.link_fraction_a, "ratio"), value(r.link_fraction_b, "ratio")])
+    return header, rows
+
+
+def _gbps(v: Any, signed: bool = False) -> str:
+    return UNDEFINED if _nan(v) else (f"{float(v):+,.1f}" if signed else f"{float(v):,.1f}")
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -260,6 +286,9 @@ def to_markdown(d: TraceDiff, top: int = 15) -> str:
     header, rows = rank_rows(d, markup=False)
     lines += _md_table(header, rows)
     lines += [""] + [f"- {s}" for s in _sections_text(d)]
+    header, rows = collective_rows(d)
+    if rows:
+        lines += ["", "#### collectives: median bus bandwidth per operation and size", ""] + _md_table(header, rows)
     changed = _changed_kernels(d)
     if changed.empty:
         lines += ["", f"kernels ({d.kernel_names} names): no change in count or total time ({len(d.kernels)} names)"]

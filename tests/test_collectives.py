@@ -143,3 +143,39 @@ def test_public_nccl_trace_link_from_the_gpu_model():
     assert set(table.groups["op"]) == {"AllReduce", "Broadcast"}
     assert int(table.groups["n"].sum()) == 21
     assert np.isfinite(table.rows["busbw_gbps"]).all()
+
+
+def test_diff_compares_bandwidth_per_operation_and_size(tmp_path):
+    from analyzers.diff import diff_reports
+
+    a_paths = _two_ranks(tmp_path)
+    b_dir = tmp_path / "b"
+    b_dir.mkdir()
+    # B: the same all-reduces, each half as long on both ranks (the compute unchanged): busbw doubles
+    for p in a_paths:
+        doc = json.loads(p.read_text())
+        for e in doc["traceEvents"]:
+            if e["name"] == NCCL_ALLREDUCE:
+                e["dur"] = e["dur"] / 2
+        (b_dir / p.name).write_text(json.dumps(doc))
+    ta, tb = load_traces(a_paths), load_traces(sorted(b_dir.iterdir()))
+    ra, rb = analyze(ta), analyze(tb)
+    d = diff_reports(ra, rb, ta, tb)
+    row = d.collectives.iloc[0]
+    assert (row["op"], row["size_bucket"], row["n_a"], row["n_b"]) == ("AllReduce", "4 MiB-8 MiB", 6, 6)
+    assert row["busbw_median_gbps_a"] == pytest.approx(ra.collectives.groups.iloc[0]["busbw_median_gbps"])
+    assert row["busbw_median_gbps_b"] == pytest.approx(rb.collectives.groups.iloc[0]["busbw_median_gbps"])
+    assert row["busbw_delta_gbps"] == pytest.approx(row["busbw_median_gbps_b"] - row["busbw_median_gbps_a"])
+    assert row["busbw_rel"] > 0.5  # halved kernels (waits halve too): the bandwidth more than 1.5x
+    assert d.to_dict()["collectives"][0]["op"] == "AllReduce"
+
+
+def test_diff_keeps_groups_found_on_one_side_only():
+    from analyzers.diff.collectives import collective_deltas
+
+    a = analyze(load_traces([ROOT / "tests/data/public/hta/nccl_data.json.gz"])).collectives
+    b = analyze(load_traces([ROOT / "sample_traces/ag-gemm/baseline"])).collectives
+    d = collective_deltas(a, b)
+    assert len(d) == len(a.groups) + len(b.groups)  # no (op, size) in common
+    gathered = d[d["op"] == "AllGather"].iloc[0]
+    assert gathered["n_a"] == 0 and np.isnan(gathered["busbw_median_gbps_a"]) and np.isnan(gathered["busbw_rel"])

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyzers.diff.collectives import collective_deltas
 from analyzers.diff.rank_metrics import (
     _aggregate_values,
     _ranges,
@@ -100,7 +101,7 @@ def diff_reports(a: AnalysisReport, b: AnalysisReport, traces_a: TraceSet, trace
         aggregation="mean per rank" if per_rank_mean else "sum over ranks", aggregate=aggregate,
         iterations={labels[0]: ia, labels[1]: ib}, kernels=kernels, kernel_names=kernel_names,
         findings=findings, not_analyzed=not_analyzed, alignment=alignment, notes=notes, verdict=line,
-        identical=identical,
+        identical=identical, collectives=collective_deltas(a.collectives, b.collectives),
     )
 
 

@@ -53,6 +53,8 @@ class TraceDiff:
     notes: list[str]
     verdict: str
     identical: bool
+    # per (operation, size bucket): bus bandwidth and sizes of A and B (analyzers.diff.collectives)
+    collectives: pd.DataFrame = field(default_factory=pd.DataFrame)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,6 +74,7 @@ class TraceDiff:
             "findings": self.findings,
             "not_analyzed": self.not_analyzed,
             "alignment": self.alignment,
+            "collectives": _records(self.collectives),
             **self.extra,
         })
 
