@@ -27,6 +27,7 @@ PAGES = [
     st.Page(ui.PAGE_FILES["timeline"], title="Timeline"),
     st.Page(ui.PAGE_FILES["crossrank"], title="Cross-rank"),
     st.Page(ui.PAGE_FILES["syncs"], title="Syncs"),
+    st.Page(ui.PAGE_FILES["collectives"], title="Collectives"),
     st.Page(ui.PAGE_FILES["diff"], title="Diff"),
     st.Page(ui.PAGE_FILES["run"], title="Run"),
 ]

@@ -30,6 +30,7 @@ PAGE_FILES = {
     "timeline": "views/timeline.py",
     "crossrank": "views/crossrank.py",
     "syncs": "views/syncs.py",
+    "collectives": "views/collectives.py",
     "diff": "views/diff.py",
     "run": "views/run.py",
 }

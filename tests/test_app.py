@@ -672,6 +672,37 @@ def test_opens_on_the_bundled_sample_traces(monkeypatch: pytest.MonkeyPatch) -> 
     ratios = [m.overlap_ratio for m in analyze(first).ranks if m.overlap_ratio is not None]
     shown = [m.value for m in at.metric if m.label == "Overlap ratio (worst rank)"][0]
     assert shown == (f"{100 * min(ratios):.1f} %" if ratios else "–")
-    for page in ("timeline", "crossrank", "syncs", "diff", "run"):
+    for page in ("timeline", "crossrank", "syncs", "collectives", "diff", "run"):
         at.switch_page(f"views/{page}.py").run()
         _no_errors(at)
+
+
+def test_collectives_page(app_env: Path, sample_sets) -> None:
+    from app.figures_collectives import busbw_figure, plottable
+
+    at = _app()
+    at.switch_page("views/collectives.py").run()
+    _no_errors(at)
+    kin = sample_sets[0]
+    table = analyze(kin).collectives
+    assert [m.value for m in at.metric if m.label == "Communication activities"][0] == f"{len(table.rows):,}"
+    # HTA's trace_filter pair: 10 SendRecv kernels per rank without message-size args, so nothing to plot
+    assert plottable(table.rows).empty and not _charts(at)
+    assert any("No activity carries a message size" in c.value for c in at.caption)
+
+
+def test_collectives_figure_points_are_rows() -> None:
+    """One point per sized activity (2 x H200 all-gathers), coloured by overlap state; a point's customdata
+    is its row in the table, which the page's timeline jump reads."""
+    from app.figures_collectives import busbw_figure, plottable
+
+    table = analyze(load_traces([ROOT / "sample_traces" / "fsdp" / "zero3"])).collectives
+    fig = busbw_figure(table.rows, table.link_gbps)
+    assert sum(len(t.x) for t in fig.data) == len(plottable(table.rows)) == len(table.rows)
+    assert {t.name for t in fig.data} == {"alone", "overlapped with compute"}
+    for trace in fig.data:
+        idx = np.asarray(trace.customdata)[:, 0].astype(int)
+        assert (table.rows.loc[idx, "bytes"].to_numpy() == np.asarray(trace.x)).all()
+        assert (table.rows.loc[idx, "busbw_gbps"].to_numpy() == pytest.approx(np.asarray(trace.y)))
+        assert set(table.rows.loc[idx, "overlapped"]) == {trace.name != "alone"}
+    assert fig.layout.shapes[0].y0 == 450  # the H200 link peak line

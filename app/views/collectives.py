@@ -1,0 +1,63 @@
+"""Collectives: bus bandwidth against message size, alone or overlapped with compute, per run.
+
+Each point is one communication activity of the collectives table (analyzers.crossrank.collective_table):
+NCCL's bus bandwidth on its transfer time (peer wait excluded where the collective was matched across
+ranks). Click a point to see that collective on the Timeline; the table below gives the medians per
+operation and size.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app import ui
+from app.figures_collectives import busbw_figure, plottable
+
+st.title("Collectives")
+runs = ui.load_selected()
+if not runs:
+    st.stop()
+
+for run in runs:
+    st.header(run.label)
+    report = run.report()
+    table = report.collectives
+    if table is None or table.rows.empty:
+        st.info("No communication recognised in this run (name custom kernels with --comm-kernel or --rules).")
+        continue
+    rows = table.rows
+    c = st.columns(4)
+    c[0].metric("Communication activities", f"{len(rows):,}")
+    c[1].metric("Overlapped with compute", f"{int(rows['overlapped'].sum()):,}")
+    c[2].metric("Median bus bandwidth", "–" if rows["busbw_gbps"].isna().all()
+                else f"{rows['busbw_gbps'].median():,.1f} GB/s")
+    c[3].metric("Link peak", f"{table.link_gbps:,.0f} GB/s" if table.link_gbps else "unknown",
+                help=table.link_source)
+    key = f"coll-fig-{run.source.key}"
+    if plottable(rows).empty:
+        st.caption("No activity carries a message size: no bandwidth to plot.")
+    else:
+        st.plotly_chart(busbw_figure(rows, table.link_gbps), theme=None, key=key, on_select="rerun",
+                        selection_mode="points")
+        state = st.session_state.get(key)
+        points = (state or {}).get("selection", {}).get("points", []) if state else []
+        picked = [p for p in points if p.get("customdata") is not None]
+        if picked:
+            r = rows.loc[int(picked[0]["customdata"][0])]
+            offset = int(report.clock_offsets_ns.get(int(r["rank"]), 0))  # the Timeline draws aligned clocks
+            ui.timeline_button(f"Show this {r['op']} (rank {int(r['rank'])}) in the timeline", run.source.key,
+                               int(r["start_ns"]) + offset, int(r["end_ns"]) + offset, key=f"coll-go-{run.source.key}",
+                               pad=2.0)
+        else:
+            st.caption("Click a point to see that collective in the timeline.")
+    g = table.groups
+    st.dataframe(pd.DataFrame({
+        "operation": g["op"], "size": g["size_bucket"], "n": g["n"], "overlapped": g["n_overlapped"],
+        "median size (MiB)": g["bytes_median"] / 2**20, "median transfer (ms)": g["transfer_median_ns"] / 1e6,
+        "median wait (ms)": g["wait_median_ns"] / 1e6, "busbw GB/s": g["busbw_median_gbps"],
+        "alone": g["busbw_alone_median_gbps"], "overlapped ": g["busbw_overlapped_median_gbps"],
+        "of link": g["link_fraction"]}), hide_index=True,
+        column_config={"of link": st.column_config.NumberColumn("of link", format="percent")})
+    for note in table.notes:
+        st.caption(note)
