@@ -678,7 +678,7 @@ def test_opens_on_the_bundled_sample_traces(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_collectives_page(app_env: Path, sample_sets) -> None:
-    from app.figures_collectives import busbw_figure, plottable
+    from app.figures_collectives import plottable
 
     at = _app()
     at.switch_page("views/collectives.py").run()
