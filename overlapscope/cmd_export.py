@@ -19,6 +19,7 @@ from .cmd_diff import default_labels, parse_labels, set_inputs
 from .common import (
     EXIT_RUN_FAILED,
     CommKernelOpt,
+    LinkGbpsOpt,
     RulesOpt,
     StepPatternOpt,
     StepsOpt,
@@ -60,7 +61,7 @@ def _check_out(path: Path | None, option: str, suffixes: tuple[str, ...], overwr
 
 def write_images(fig, png: Path | None, svg: Path | None, width: int, height: int | None) -> None:
     """PNG / SVG of a timeline figure through kaleido and the system Chromium; one line on failure."""
-    from .export_html import ImageExportError, figure_image, image_browser
+    from viz.export_html import ImageExportError, figure_image, image_browser
 
     try:
         with image_browser():
@@ -87,6 +88,11 @@ def export_cmd(
         None, "--html", help="Write a self-contained HTML report (opens with no network access)."),
     png: OutOpt = typer.Option(None, "--png", help="Write the timeline as a PNG image (system Chromium via kaleido)."),
     svg: OutOpt = typer.Option(None, "--svg", help="Write the timeline as an SVG image."),
+    collectives_csv: OutOpt = typer.Option(
+        None, "--collectives-csv", help="Write the collectives table as CSV: one row per communication activity "
+                                        "(rank, operation, process group, bytes, wait / transfer ns, algbw / busbw "
+                                        "GB/s, share of the transfer with compute beside, fraction of the link)."),
+    link_gbps: LinkGbpsOpt = None,
     diff: Annotated[tuple[str, str] | None, typer.Option(
         "--diff", metavar="A B", help="Compare two trace sets instead of PATHS (HTML and images show the diff).",
         show_default=False)] = None,
@@ -108,20 +114,23 @@ def export_cmd(
         "--overwrite", help="Replace output files that exist (otherwise they are refused before any work).")
     ] = False,
 ) -> None:
-    """Export a trace set for sharing: Perfetto JSON, a self-contained HTML report, a PNG/SVG timeline."""
-    if not any((perfetto, html_out, png, svg)):
-        raise UsageFailure("nothing to write: give --perfetto, --html, --png and/or --svg")
+    """Export a trace set for sharing: Perfetto JSON, a self-contained HTML report, a PNG/SVG timeline, the
+    collectives table as CSV."""
+    if not any((perfetto, html_out, png, svg, collectives_csv)):
+        raise UsageFailure("nothing to write: give --perfetto, --html, --png, --svg and/or --collectives-csv")
     _check_out(perfetto, "--perfetto", (".json", ".json.gz"), overwrite)
     _check_out(html_out, "--html", (".html", ".htm"), overwrite)
     _check_out(png, "--png", (".png",), overwrite)
     _check_out(svg, "--svg", (".svg",), overwrite)
+    _check_out(collectives_csv, "--collectives-csv", (".csv",), overwrite)
     if diff is not None and paths:
         raise UsageFailure("give either PATHS or --diff A B, not both")
     if diff is None and not paths:
         raise UsageFailure("give the trace files to export (PATHS) or --diff A B")
-    if diff is not None and perfetto is not None:
-        raise UsageFailure("--perfetto exports one trace set: run it on A and on B separately")
+    if diff is not None and (perfetto is not None or collectives_csv is not None):
+        raise UsageFailure("--perfetto and --collectives-csv export one trace set: run them on A and on B separately")
     with analysis_stack_imports():  # pandas, pyarrow, numpy (overlapscope/stack_imports.py)
+        from analyzers.crossrank.collective_table import CollectiveParams
         from analyzers.diff import diff_reports
         from analyzers.export.perfetto import perfetto_data
         from analyzers.report import analyze
@@ -131,12 +140,13 @@ def export_cmd(
     def analyzed(inputs: list[str], label: str = "") -> tuple[TraceSet, AnalysisReport]:
         traces = load_set(inputs, rank=rank, rules=rules, comm_kernel=comm_kernel, label=label)
         with stage_progress(err_console.is_terminal) as progress:
-            report = analyze(traces, options, diagnose=not no_diagnose, align=not no_align, progress=progress)
+            report = analyze(traces, options, diagnose=not no_diagnose, align=not no_align, progress=progress,
+                             collective_params=CollectiveParams(link_gbps=link_gbps))
         return traces, report
 
     if any((html_out, png, svg)):
         try:
-            from . import export_html
+            from viz import export_html
         except ImportError as exc:
             raise UsageFailure(f"--html, --png and --svg need the app extras ({exc.name} is missing): "
                                "pip install -e '.[app]'") from None
@@ -159,10 +169,13 @@ def export_cmd(
         return
 
     traces, report = analyzed(list(paths or []))
+    if collectives_csv is not None and report.collectives is not None:
+        report.collectives.rows.to_csv(collectives_csv, index=False)
+        _note(f"collectives table written to {collectives_csv} ({len(report.collectives.rows):,} rows)")
     if perfetto is not None:
         t0 = time.perf_counter()
         data = perfetto_data(traces, report)
-        from .perfetto_json import write_perfetto
+        from viz.perfetto_json import write_perfetto
 
         write_perfetto(data, perfetto)
         _note(f"Perfetto trace written to {perfetto} ({len(data.gpu):,} GPU activities, {len(data.spans):,} "

@@ -179,3 +179,27 @@ def test_diff_keeps_groups_found_on_one_side_only():
     assert len(d) == len(a.groups) + len(b.groups)  # no (op, size) in common
     gathered = d[d["op"] == "AllGather"].iloc[0]
     assert gathered["n_a"] == 0 and np.isnan(gathered["busbw_median_gbps_a"]) and np.isnan(gathered["busbw_rel"])
+
+
+def test_export_collectives_csv_and_html(tmp_path):
+    import csv
+    import subprocess
+    import sys
+
+    folder = ROOT / "sample_traces" / "ag-gemm" / "baseline"
+    out_csv, out_html = tmp_path / "c.csv", tmp_path / "r.html"
+    res = subprocess.run([sys.executable, "-m", "overlapscope", "export", str(folder), "--collectives-csv",
+                          str(out_csv), "--html", str(out_html), "--link-gbps", "300"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert res.returncode == 0, res.stderr
+    rows = list(csv.DictReader(out_csv.open()))
+    table = analyze(load_traces([folder]), collective_params=CollectiveParams(link_gbps=300)).collectives
+    assert len(rows) == len(table.rows) == 6
+    assert [int(r["bytes"]) for r in rows] == list(table.rows["bytes"])
+    assert [float(r["link_fraction"]) for r in rows] == pytest.approx(list(table.rows["busbw_gbps"] / 300))
+    page = out_html.read_text()
+    assert "Collectives: size and bandwidth" in page and "link peak 300 GB/s per direction (--link-gbps)" in page
+    # refused before any work: the same file again without --overwrite
+    again = subprocess.run([sys.executable, "-m", "overlapscope", "export", str(folder), "--collectives-csv",
+                            str(out_csv)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert again.returncode == 2 and "exists" in again.stderr

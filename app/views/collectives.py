@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from app import ui
-from app.figures_collectives import busbw_figure, plottable
+from viz.collectives_figure import busbw_figure, plottable
 
 st.title("Collectives")
 runs = ui.load_selected()
