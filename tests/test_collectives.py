@@ -203,3 +203,21 @@ def test_export_collectives_csv_and_html(tmp_path):
     again = subprocess.run([sys.executable, "-m", "overlapscope", "export", str(folder), "--collectives-csv",
                             str(out_csv)], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert again.returncode == 2 and "exists" in again.stderr
+
+
+def test_perfetto_bandwidth_track():
+    from analyzers.export.perfetto import perfetto_data, pid_of
+
+    traces = load_traces([ROOT / "sample_traces" / "ag-gemm" / "baseline"])
+    report = analyze(traces)
+    data = perfetto_data(traces, report)
+    tracks = data.tracks[data.tracks["name"].str.startswith("collective bandwidth")]
+    spans = data.spans[data.spans["cat"] == "bandwidth"]
+    assert len(spans) == len(report.collectives.rows) == 6
+    for rank in (0, 1):
+        mine = spans[spans["pid"] == pid_of(rank)]
+        rows = report.collectives.rows[report.collectives.rows["rank"] == rank]
+        assert set(mine["tid"]) <= set(tracks.loc[tracks["pid"] == pid_of(rank), "tid"])
+        assert sorted(mine["end_ns"] - mine["start_ns"]) == sorted(rows["transfer_ns"])
+        assert sorted(a["bytes"] for a in mine["args"]) == sorted(rows["bytes"])
+        assert all(n.startswith("AllGather 256 MiB-512 MiB: ") for n in mine["name"])

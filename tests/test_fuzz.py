@@ -148,7 +148,7 @@ BASE_DOC = json.loads(KINETO_BASE)
 X_EVENTS = [i for i, e in enumerate(BASE_DOC["traceEvents"]) if e.get("ph") == "X"]
 FIELDS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "args"]
 ARGS = ["device", "stream", "correlation", "External id", "Collective name", "Process Group Name", "Seq",
-        "In msg nelems", "dtype", "src device", "dst device"]
+        "In msg nelems", "Out msg nelems", "Group size", "dtype", "src device", "dst device"]
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=12) | st.sampled_from(["kernel", "cuda_runtime", "cpu_op", "X", "ProfilerStep#1", ""]),

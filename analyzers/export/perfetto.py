@@ -2,8 +2,9 @@
 
 Every rank becomes a process ``rank N``; every (device, stream) a thread; the analysis adds
 per-rank tracks: hidden communication (busy(comm) ∩ busy(compute)), exposed communication
-(busy(comm) − busy(compute)), peer wait per collective, blocking host syncs, and one marker
-per finding. Times are on the cross-rank analysis' common clock (its offsets applied) and
+(busy(comm) − busy(compute)), peer wait per collective, each sized collective's transfer named by its
+bus bandwidth (the collectives table: bytes, algbw, busbw, link fraction as arguments), blocking host
+syncs, and one marker per finding. Times are on the cross-rank analysis' common clock (its offsets applied) and
 relative to one origin, so the viewer shows every rank on one axis.
 
 Perfetto drops complete events that overlap on one track without nesting, so activities that
@@ -111,6 +112,27 @@ def _spans(pid: int, s: np.ndarray, e: np.ndarray, name: Any, cat: str, args: li
                          "args": pd.Series(args if args is not None else [None] * n, dtype=object)})
 
 
+def _bandwidth_spans(report: AnalysisReport, rank: int, offset: int) -> pd.DataFrame:
+    """The transfer part of each sized collective on this rank (collectives table), on the aligned clock,
+    named by operation and bus bandwidth; its sizes and bandwidths are the span's arguments."""
+    table = report.collectives
+    rows = table.rows if table is not None else None
+    if rows is None or rows.empty:
+        return _spans(pid_of(rank), np.zeros(0), np.zeros(0), "", "bandwidth")
+    r = rows[(rows["rank"] == rank) & np.isfinite(rows["busbw_gbps"].to_numpy(dtype=float))]
+    end = r["end_ns"].to_numpy(dtype=np.int64) + offset
+    start = end - r["transfer_ns"].to_numpy(dtype=np.int64)
+    names = np.asarray([f"{op} {b}: {bw:,.1f} GB/s" for op, b, bw in
+                        zip(r["op"], r["size_bucket"], r["busbw_gbps"], strict=True)], dtype=object)
+    args = [{"bytes": int(b), "busbw_gbps": float(bus), "algbw_gbps": float(alg),
+             "link_fraction": None if not np.isfinite(lf) else float(lf), "overlapped": bool(ov),
+             "process_group": str(pg), "group_size": int(n)}
+            for b, bus, alg, lf, ov, pg, n in zip(r["bytes"], r["busbw_gbps"], r["algbw_gbps"],
+                                                  r["link_fraction"].to_numpy(dtype=float), r["overlapped"], r["pg"],
+                                                  r["group_size"], strict=True)]
+    return _spans(pid_of(rank), start, end, names, "bandwidth", args)
+
+
 def _wait_spans(report: AnalysisReport, rank: int) -> pd.DataFrame:
     """Peer wait of each collective on this rank: [start, start + wait) on the aligned clock."""
     cross = report.cross_rank
@@ -188,6 +210,7 @@ def perfetto_data(traces: TraceSet, report: AnalysisReport) -> PerfettoData:
             ("hidden comm: comm ∩ compute", _spans(pid, *hidden, "hidden comm", "hidden")),
             ("exposed comm", _spans(pid, *exposed, "exposed comm", "exposed")),
             ("peer wait", _wait_spans(report, t.rank)),
+            ("collective bandwidth", _bandwidth_spans(report, t.rank, offsets.get(t.rank, 0))),
             ("blocking host syncs", _sync_spans(report, t.rank, offsets.get(t.rank, 0))),
         ]
         next_tid = 1
