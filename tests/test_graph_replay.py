@@ -90,3 +90,18 @@ def test_a_sync_on_a_replay_charges_the_idle_after_the_whole_replay(tmp_path):
     # starts its kernel at 405: the GPU idled from the sync's end, 312 -> 405 = 93 µs, because of it.
     assert s["host_blocked_ns"] == 192_000
     assert s["gpu_idle_ns"] == 93_000
+
+
+def test_nsys_graph_replay_is_attributed(tmp_path):
+    """Nsight Systems names the call cudaGraphLaunch_v10000; the replayed kernels carry its correlationId."""
+    from tests.trace_files import Nsys, gpid
+
+    n = Nsys()
+    graph = n.call("cudaGraphLaunch_v10000", 100_000, 115_000)
+    for s, e in ((130_000, 150_000), (240_000, 260_000)):
+        n.kernels.append((s, e, 0, 1, 7, graph, gpid(n.pid), GEMM, GEMM))
+    n.kernel(405_000, 425_000, launch=400_000)
+    t = load_traces([n.write(tmp_path / "graph.sqlite")]).ranks[0]
+    g = t.gpu.sort_values("start_ns")
+    assert list(g[GRAPH_LAUNCH_COLUMN]) == [graph, graph, -1]
+    assert graph_replay_summary(t) == {"n_graph_launches": 1, "n_graph_kernels": 2}

@@ -84,7 +84,7 @@ def test_gates_give_the_same_verdict_on_a_hit(run_dir, analyses, capsys):
 
 
 @pytest.mark.parametrize("change", ["file contents", "mtime", "steps", "no-align", "comm-kernel", "rules file",
-                                    "no-diagnose", "code"])
+                                    "no-diagnose", "link-gbps", "code"])
 def test_anything_that_changes_the_answer_misses(run_dir, analyses, capsys, monkeypatch, tmp_path, change):
     rules = tmp_path / "rules.toml"
     rules.write_text('[[rule]]\npattern = "no_such_kernel_a"\ncategory = "comm"\n')
@@ -105,11 +105,13 @@ def test_anything_that_changes_the_answer_misses(run_dir, analyses, capsys, monk
         rules.write_text('[[rule]]\npattern = "no_such_kernel_c"\ncategory = "comm"\n')
     elif change == "no-diagnose":
         extra = ["--no-diagnose"]
+    elif change == "link-gbps":
+        extra = ["--link-gbps", "123"]
     elif change == "code":
         monkeypatch.setattr(report_cache, "code_fingerprint", lambda: "another release")
     rc, out, _ = run_cli(capsys, *base, *extra)
     assert rc == 0 and len(analyses) == 2, "a changed input or option must be analyzed again"
-    if change == "file contents":
+    if change in ("file contents", "link-gbps"):
         assert out != first
 
 
