@@ -20,6 +20,7 @@ from .common import (
     CommKernelOpt,
     JobsOpt,
     LikeHtaOpt,
+    LinkGbpsOpt,
     NoCacheOpt,
     RulesOpt,
     SchedulerOpt,
@@ -116,6 +117,7 @@ def diff_cmd(
     rules: RulesOpt = None,
     comm_kernel: CommKernelOpt = None,
     like_hta: LikeHtaOpt = False,
+    link_gbps: LinkGbpsOpt = None,
     step_pattern: StepPatternOpt = DEFAULT_STEP_PATTERN,
     kernel_names: Annotated[KernelNames, typer.Option(
         "--kernel-names", help="How kernels are matched across the two sides: normalized (template "
@@ -142,6 +144,7 @@ def diff_cmd(
     """Compare two trace sets (schedule variants): every metric with deltas, findings on one side only,
     kernel changes, and a verdict."""
     with analysis_stack_imports():  # pandas, pyarrow, numpy (overlapscope/stack_imports.py)
+        from analyzers.crossrank.collective_table import CollectiveParams
         from analyzers.diff import aligned_timelines, diff_reports
         from analyzers.report import analyze
 
@@ -156,8 +159,9 @@ def diff_cmd(
     ta = load_set(set_inputs(a), **common)
     tb = load_set(set_inputs(b), **common)
     names = names or default_labels(ta, tb)
-    ra = analyze(ta, options, diagnose=not no_diagnose, align=not no_align)
-    rb = analyze(tb, options, diagnose=not no_diagnose, align=not no_align)
+    collective_params = CollectiveParams(link_gbps=link_gbps)
+    ra = analyze(ta, options, diagnose=not no_diagnose, align=not no_align, collective_params=collective_params)
+    rb = analyze(tb, options, diagnose=not no_diagnose, align=not no_align, collective_params=collective_params)
     ra.label, rb.label = names
     d = diff_reports(ra, rb, ta, tb, names, options=options, kernel_names=str(kernel_names))
     emit_diff(d, format, top)
