@@ -42,7 +42,7 @@ class CollectiveParams:
     # (half: most of its bandwidth was measured while sharing the GPU).
     overlapped_min_share: float = 0.5
     # JSON lists at most this many rows (every row counts in the groups).
-    max_listed: int = 2000
+    max_listed: int = 1000
 
 
 # Operation of a communication kernel whose name carries no NCCL collective: first match wins.
@@ -203,11 +203,10 @@ def _rank_rows(t, waits: pd.Series | None, params: CollectiveParams) -> pd.DataF
         wait_known = w.notna().to_numpy()
         wait = np.clip(np.nan_to_num(w.to_numpy(dtype=float)).astype(np.int64), 0, dur)
     transfer = dur - wait
-    op = np.array([comm_op(str(n), c) for n, c in zip(raw, coll, strict=True)], dtype=object)
+    op = _per_distinct(_pairs(raw, coll), lambda k: comm_op(str(k[0]), str(k[1])))
     nbytes = _message_bytes(g)
     n = g["group_size"].to_numpy(np.int64) if "group_size" in g else np.full(sel.size, -1, np.int64)
-    factor = np.array([np.nan if (f := bus_factor(o, int(k) if k > 0 else None)) is None else f
-                       for o, k in zip(op, n, strict=True)], dtype=float)
+    factor = _per_distinct(_pairs(op, n), lambda k: _factor(str(k[0]), int(k[1]))).astype(float)
     with np.errstate(divide="ignore", invalid="ignore"):
         algbw = np.where((nbytes > 0) & (transfer > 0), nbytes / np.maximum(transfer, 1), np.nan)  # bytes/ns = GB/s
     comp = (gpu["category"] == "compute").to_numpy(dtype=bool)
@@ -218,14 +217,29 @@ def _rank_rows(t, waits: pd.Series | None, params: CollectiveParams) -> pd.DataF
     return pd.DataFrame({
         "rank": np.full(sel.size, t.rank, dtype=np.int64), "row": sel.astype(np.int64), "start_ns": s, "end_ns": e,
         "stream": g["stream"].to_numpy(np.int64),
-        "name": np.array([normalize_kernel_name(str(x)) for x in raw], dtype=object),
-        "library": np.array([comm_library(str(x)) for x in raw], dtype=object), "op": op,
+        "name": _per_distinct(pd.Series(raw, dtype=object), lambda n: normalize_kernel_name(str(n))),
+        "library": _per_distinct(pd.Series(raw, dtype=object), lambda n: comm_library(str(n))), "op": op,
         "pg": g["pg"].to_numpy(dtype=object).astype(str), "group_size": n, "dtype": g["dtype"].to_numpy(dtype=object),
         "bytes": nbytes, "dur_ns": dur, "wait_ns": np.where(wait_known, wait, np.nan), "transfer_ns": transfer,
         "wait_known": wait_known, "algbw_gbps": algbw, "busbw_gbps": algbw * factor, "overlap_share": share,
         "overlapped": np.nan_to_num(share) >= params.overlapped_min_share,
-        "size_bucket": np.array([size_bucket(float(b)) for b in nbytes], dtype=object),
+        "size_bucket": _per_distinct(pd.Series(nbytes), lambda b: size_bucket(float(b))),
     })
+
+
+def _pairs(a: np.ndarray, b: np.ndarray) -> pd.Series:
+    return pd.Series(list(zip(a.tolist(), b.tolist(), strict=True)), dtype=object)
+
+
+def _factor(op: str, n: int) -> float:
+    f = bus_factor(op, n if n > 0 else None)
+    return np.nan if f is None else f
+
+
+def _per_distinct(values: pd.Series, fn) -> np.ndarray:
+    """fn of each value, computed once per distinct value (object array in the values' order)."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    return np.asarray([fn(u) for u in uniques], dtype=object)[codes] if len(values) else np.zeros(0, dtype=object)
 
 
 def _message_bytes(g: pd.DataFrame) -> np.ndarray:
