@@ -105,7 +105,7 @@ def test_unmatched_collectives_keep_the_whole_kernel_as_transfer(tmp_path):
     table = analyze(traces).collectives
     assert not table.rows["wait_known"].any()
     assert list(table.rows.sort_values("start_ns")["transfer_ns"]) == [200_000, 100_000, 100_000]
-    assert any("not matched across ranks" in n for n in table.notes)
+    assert any("no peer wait (not matched across ranks" in n for n in table.notes)
 
 
 def _raw_allgathers(path: Path) -> list[dict]:

@@ -29,7 +29,7 @@ from analyzers.crossrank.report import CrossRankReport
 from analyzers.io.plain import rows
 from analyzers.timeline import intervals as iv
 from analyzers.timeline.kernel_names import normalize_kernel_name
-from analyzers.timeline.model import TraceSet
+from analyzers.timeline.model import RankTrace, TraceSet
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,7 @@ def _member_waits(cross: CrossRankReport | None) -> dict[int, pd.Series]:
             for r, g in m.groupby("rank")}
 
 
-def _rank_rows(t, waits: pd.Series | None, params: CollectiveParams) -> pd.DataFrame:
+def _rank_rows(t: RankTrace, waits: pd.Series | None, params: CollectiveParams) -> pd.DataFrame:
     gpu = t.gpu
     sel = np.flatnonzero((gpu["category"] == "comm").to_numpy(dtype=bool) & (gpu["kind"] != "memset").to_numpy())
     if not sel.size:
