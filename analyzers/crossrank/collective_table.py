@@ -168,8 +168,9 @@ def collective_table(traces: TraceSet, cross: CrossRankReport | None = None,
             notes.append(f"{no_size} of {len(table)} communication activities carry no message size ({ops}): "
                          "no bandwidth for them")
         if not table["wait_known"].all():
-            notes.append(f"{int((~table['wait_known']).sum())} communication activities were not matched across "
-                         "ranks: their bandwidth is on the whole kernel time, peer wait included")
+            notes.append(f"{int((~table['wait_known']).sum())} communication activities have no peer wait (not "
+                         "matched across ranks, or their peers are unknown): their bandwidth is on the whole kernel "
+                         "time, any wait included")
     return CollectiveTable(params, table, _groups(table, [], link), _groups(table, ["rank"], link),
                            link, source, notes)
 
