@@ -18,25 +18,11 @@ from typing import Any
 from rich.console import Console, RenderableType
 from rich.table import Table
 
+from viz.formats import UNDEFINED, ms, pct  # noqa: F401  (render.pct is the formatter commands use)
+from viz.tables import RANK_COLUMNS, Doc, rank_rows, sync_rows
+
 from .render_crossrank import cross_rank_markdown, cross_rank_table
-from .render_findings import findings_markdown, findings_table, sync_rows, syncs_table
-from .render_format import UNDEFINED, ms, pct  # noqa: F401  (render.pct is the formatter commands use)
-
-Doc = dict[str, Any]
-
-RANK_COLUMNS: list[tuple[str, str]] = [
-    ("rank", "rank"),
-    ("comm ms", "comm"),
-    ("compute ms", "compute"),
-    ("overlap ms", "overlap"),
-    ("overlap", "ratio"),
-    ("exposed ms", "exposed"),
-    ("hidden/min", "hidden"),
-    ("span ms", "span"),
-    ("idle ms", "idle"),
-    ("steps", "steps"),
-    ("step median/worst", "iters"),
-]
+from .render_findings import findings_markdown, findings_table, syncs_table
 
 
 @dataclass(frozen=True)
@@ -57,21 +43,6 @@ class DocSection:
     key: str
     table: Callable[[Doc, RenderOptions], list[RenderableType]] | None
     markdown: Callable[[Doc], str] | None
-
-
-def rank_rows(doc: Doc) -> list[list[str]]:
-    """One text row per rank of the document's ``ranks`` (RANK_COLUMNS)."""
-    rows = []
-    for m in doc["ranks"]:
-        s = m["iteration_summary"]
-        iters = (f"{pct(s.get('overlap_ratio_median'))}/{pct(s.get('overlap_ratio_worst'))}"
-                 if s.get("n") else UNDEFINED)
-        rows.append([
-            str(m["rank"]), ms(m["comm_ns"]), ms(m["compute_ns"]), ms(m["overlap_ns"]), pct(m["overlap_ratio"]),
-            ms(m["exposed_comm_ns"]), pct(m["hidden_fraction_of_min"]), ms(m["span_ns"]), ms(m["idle_ns"]),
-            str(s.get("n", 0)), iters,
-        ])
-    return rows
 
 
 def report_table(doc: Doc) -> Table:

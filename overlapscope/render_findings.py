@@ -7,18 +7,17 @@ Both read the analysis document (the JSON `analyze -f json` prints): its ``findi
 from __future__ import annotations
 
 import json
-import statistics
 from typing import Any
 
 from rich.table import Table
+
+from viz.tables import Doc, syncs_summary
 
 # Severity order as analyzers.findings.finding.SEVERITY_ORDER has it (importing that package loads the
 # detectors and pandas; tests/test_findings.py checks the two agree).
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 SYNC_GROUP_LIMIT = 20  # rows of the grouped sync table; the JSON output has every sync
-
-Doc = dict[str, Any]
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -51,36 +50,6 @@ def findings_table(findings: list[Doc], title: str = "findings") -> Table:
         sev = f"[{style}]{f['severity']}[/{style}]" if style else str(f["severity"])
         table.add_row(sev, f["id"], _ranks(f["ranks"]), f["title"], f["fix"])
     return table
-
-
-def sync_rows(doc: Doc) -> list[Doc]:
-    """Every blocking sync of the document, rank after rank (its ``syncs.per_rank`` rows)."""
-    syncs = doc.get("syncs") or {}
-    return [row for rows in (syncs.get("per_rank") or {}).values() for row in rows]
-
-
-def _who(row: Doc) -> str:
-    """What a sync is filed under: the sync-implying op, else its caller, annotation or frame."""
-    for key in ("sync_op", "caller", "annotation", "frame"):
-        if row.get(key):
-            return row[key]
-    return "-"
-
-
-def syncs_summary(rows: list[Doc]) -> list[Doc]:
-    """Blocking syncs grouped by rank, API and caller (in order of appearance): count, host blocked and
-    GPU idle (ns), the GPU idle median and the steps they fell in; by rank, most GPU idle first."""
-    groups: dict[tuple[Any, str, str], list[Doc]] = {}
-    for row in rows:
-        groups.setdefault((row["rank"], row["api"], _who(row)), []).append(row)
-    out = []
-    for (rank, api, who), members in groups.items():
-        idle = [m["gpu_idle_ns"] for m in members if m["gpu_idle_ns"] is not None]
-        out.append({"rank": rank, "api": api, "caller": who, "n": len(members),
-                    "host_blocked_ns": sum(m["host_blocked_ns"] or 0 for m in members),
-                    "gpu_idle_ns": sum(idle), "gpu_idle_ns_median": statistics.median(idle) if idle else None,
-                    "steps": len({m["step"] for m in members if m["step"] is not None and m["step"] >= 0})})
-    return sorted(out, key=lambda g: (g["rank"], -g["gpu_idle_ns"]))
 
 
 def syncs_table(rows: list[Doc], title: str = "blocking host syncs", limit: int = SYNC_GROUP_LIMIT) -> Table:

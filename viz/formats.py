@@ -1,8 +1,8 @@
 """Number formatting shared by every renderer (ms, percent, durations, the "n/a" of an undefined value).
 
-Its own module so the section renderers (render_crossrank, render_findings) and the report
-renderer (render.py) all use it without importing each other in a circle. Values come from the
-analysis document (JSON), so an undefined figure arrives as None.
+Shared by the terminal and Markdown output (overlapscope/render*.py), the HTML report
+(viz/export_html.py) and the table rows below them, so a figure reads the same everywhere. Values come from
+the analysis document (JSON), so an undefined figure arrives as None.
 """
 
 from __future__ import annotations
