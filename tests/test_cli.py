@@ -48,6 +48,28 @@ def test_table_md_csv(hta_dir):
     assert len(rows) == 1 and abs(float(rows[0]["overlap_ratio"]) - 0.1561) < 0.001
 
 
+def test_collectives_section_in_every_format_and_from_the_cache(hta_dir, tmp_path):
+    """nccl_data (A100, 21 sized NCCL kernels): the section in the table, Markdown and JSON, the same from a
+    report-cache hit; --link-gbps changes the fraction of the link."""
+    f = str(hta_dir / "nccl_data.json.gz")
+    env_cache = {"OVERLAPSCOPE_CACHE_DIR": str(tmp_path / "cache")}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "overlapscope", "analyze", f, *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300, env={**os.environ, **env_cache})
+
+    doc = json.loads(run("-f", "json").stdout)["collectives"]
+    assert doc["n_rows"] == 21 and doc["link_gbps"] == 300.0 and {g["op"] for g in doc["groups"]} == {
+        "AllReduce", "Broadcast"}
+    table, hit = run(), run()
+    assert "Collectives: size and bandwidth" in table.stdout and "link peak 300 GB/s" in table.stdout
+    assert hit.stdout == table.stdout
+    md = run("-f", "md", "--link-gbps", "150")
+    assert "#### Collectives: size and bandwidth" in md.stdout and "(--link-gbps)" in md.stdout
+    big = max(doc["groups"], key=lambda g: g["n"])
+    assert f"{100 * big['busbw_median_gbps'] / 150:.1f}%" in md.stdout
+
+
 def test_gate_exit_codes(hta_dir):
     f = str(hta_dir / "trace_diff_test.json.gz")  # 70.8 %
     assert cli("analyze", f, "--fail-under-overlap", "0.5", "-f", "csv").returncode == 0
