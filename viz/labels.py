@@ -128,6 +128,8 @@ _ALL = [
     _m("share_of_late_collectives", "share of late collectives", "ratio"),
     _m("wait_caused_ns", "wait caused", better=-1),
     _m("n_late", "times last", "count"),
+    _m("worst_coll_id", "worst collective", "id"),
+    _m("worst_wait_ns", "worst wait", better=-1),
     _m("kernel_x", "kernel X", "text"),
     _m("kernel_y", "kernel Y", "text"),
     _m("stream_x", "stream X", "id"),

@@ -62,7 +62,8 @@ def _per_rank(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 st.subheader(f"Metrics ({d.aggregation})")
-st.dataframe(pd.DataFrame(metric_rows(d.aggregate, markup=False, every=True), columns=COMPARE_HEADER), hide_index=True)
+agg = pd.DataFrame(metric_rows(d.aggregate, markup=False, every=True), columns=COMPARE_HEADER)
+st.dataframe(agg, hide_index=True, height=36 * (len(agg) + 1) + 2)  # every metric at once, no inner scroll
 with st.expander("Per rank"):
     st.dataframe(_per_rank(d.ranks), hide_index=True)
 
