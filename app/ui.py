@@ -24,7 +24,7 @@ from viz import labels
 from viz.timeline import SYNC_COLUMNS, TimelineData, normalize_syncs, prepare_timeline
 
 from . import data
-from .tables import readable
+from .tables import readable, show
 
 MAIN_SCRIPT = Path(__file__).resolve().parent / "main.py"
 PAGE_FILES = {
@@ -373,7 +373,7 @@ def show_evidence(evidence: dict[str, Any], key: str) -> None:
         elif isinstance(v, (list, tuple)) and v:
             st.caption(labels.label(k))
             if all(isinstance(x, dict) for x in v):
-                st.dataframe(readable(list(v)), hide_index=True, key=f"{key}-{k}")
+                show(readable(list(v)), key=f"{key}-{k}")
             else:
                 st.write(", ".join(map(str, v[:50])) + (f", … ({len(v)} in all)" if len(v) > 50 else ""))
 

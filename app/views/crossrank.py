@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from app import ui
-from app.tables import readable
+from app.tables import readable, show
 from viz.figures import peer_wait_bars, skew_heatmap
 
 st.title("Cross-rank")
@@ -27,7 +27,7 @@ except ImportError:
 
 def _pick_row(frame: pd.DataFrame, key: str, caption: str) -> int | None:
     """A selectable table; the position of the selected row (or None) so the page can offer a jump."""
-    st.dataframe(frame, hide_index=True, key=key, on_select="rerun", selection_mode="single-row")
+    show(frame, key=key, on_select="rerun", selection_mode="single-row")
     state = st.session_state.get(key)
     rows = state["selection"]["rows"] if state else []
     if not rows or rows[0] >= len(frame):
@@ -77,13 +77,12 @@ for run in runs:
         st.caption("No peer wait measured (no collective whose peers are all in these traces).")
     else:
         st.plotly_chart(peer_wait_bars(pw), theme=None, key=f"xr-pw-{run.source.key}")
-        st.dataframe(readable(pw, ["rank", "n_collectives", "wait_ns", "transfer_ns", "wait_fraction", "overlap_ratio",
-                                   "effective_overlap_ratio", "n_late"]), hide_index=True)
+        show(readable(pw, ["rank", "n_collectives", "wait_ns", "transfer_ns", "wait_fraction", "overlap_ratio",
+                           "effective_overlap_ratio", "n_late"]))
     if rep.late_ranks:
         st.markdown("**Late ranks** (the last to arrive, and the wait they caused)")
-        st.dataframe(readable(rep.late_ranks, [k for k in rep.late_ranks[0] if not isinstance(rep.late_ranks[0][k],
-                                                                                              (dict, list))]),
-                     hide_index=True)
+        show(readable(rep.late_ranks, [k for k in rep.late_ranks[0] if not isinstance(rep.late_ranks[0][k],
+                                                                                      (dict, list))]))
 
     st.subheader("Scheduling-order mismatches")
     mm = rep.mismatches

@@ -11,7 +11,7 @@ import streamlit as st
 
 from app import ui
 from app.downloads import diff_downloads
-from app.tables import readable
+from app.tables import readable, show
 from viz import labels
 from viz.diff_tables import metric_rows
 from viz.figures import timeline_figure
@@ -101,11 +101,10 @@ else:
 
 st.subheader("Kernels (by normalized name, per rank)")
 k = d.kernels.head(40)
-st.dataframe(readable(k, ["name", "category", "presence", "count_a", "count_b", "total_ns_a", "total_ns_b",
-                          "total_ns_delta", "total_rel"],
-                      headers={"count_a": f"count {names[0]}", "count_b": f"count {names[1]}",
-                               "total_ns_a": f"total {names[0]} (ms)", "total_ns_b": f"total {names[1]} (ms)"}),
-             hide_index=True)
+show(readable(k, ["name", "category", "presence", "count_a", "count_b", "total_ns_a", "total_ns_b",
+                  "total_ns_delta", "total_rel"],
+              headers={"count_a": f"count {names[0]}", "count_b": f"count {names[1]}",
+                       "total_ns_a": f"total {names[0]} (ms)", "total_ns_b": f"total {names[1]} (ms)"}))
 st.caption(f"The {len(k)} kernels whose total time changed most, of {len(d.kernels)} ({d.kernel_names} names).")
 
 st.subheader("Both timelines, aligned at one iteration")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import ui
-from app.tables import readable
+from app.tables import readable, show
 from viz import labels
 from viz.figures import iteration_figure, overview_bars
 
@@ -42,9 +42,8 @@ for label, rep in reports:
     for m in rep.ranks:
         rows.append({"run": label, "rank": m.rank, **m.whole.to_dict(), "n": m.iteration_summary.get("n", 0),
                      "overlap_ratio_worst": m.iteration_summary.get("overlap_ratio_worst")})
-st.dataframe(readable(rows, ["run", "rank", "overlap_ratio", "comm_ns", "compute_ns", "overlap_ns", "exposed_comm_ns",
-                             "idle_ns", "span_ns", "n", "overlap_ratio_worst"], headers={"n": "steps"}),
-             hide_index=True)
+show(readable(rows, ["run", "rank", "overlap_ratio", "comm_ns", "compute_ns", "overlap_ns", "exposed_comm_ns",
+                     "idle_ns", "span_ns", "n", "overlap_ratio_worst"], headers={"n": "steps"}))
 
 if any(not m.iterations.empty for _, rep in reports for m in rep.ranks):
     st.subheader("Overlap per iteration")

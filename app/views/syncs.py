@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import ui
-from app.tables import readable
+from app.tables import readable, show
 from viz.figures import sync_figure
 
 st.title("Syncs")
@@ -34,8 +34,8 @@ for run in runs:
                                                                           na_position="last")
     shown = [c for c in ("rank", "name", "kind", "caller", "sync_op", "annotation", "step", "start_ns", "blocked_ns",
                          "gpu_idle_ns") if c in table.columns]
-    st.dataframe(readable(table, shown, headers={"start_ns": "start (ms from the trace start)"}), hide_index=True,
-                 key=f"syncs-table-{run.source.key}", on_select="rerun", selection_mode="single-row")
+    show(readable(table, shown, headers={"start_ns": "start (ms from the trace start)"}),
+         key=f"syncs-table-{run.source.key}", on_select="rerun", selection_mode="single-row")
     table = table.assign(start_ns=table["start_ns"] + data.t_min)
     picked = st.session_state.get(f"syncs-table-{run.source.key}")
     rows = picked["selection"]["rows"] if picked else []

@@ -11,7 +11,7 @@ import streamlit as st
 
 from app import ui
 from app.downloads import run_downloads
-from app.tables import readable
+from app.tables import readable, show
 from viz.figures import figure_payload_bytes, timeline_figure
 from viz.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
 from viz.timeline import lod_for_windows
@@ -101,5 +101,5 @@ rows = []
 for run, (_, lo, hi) in zip(runs, windows, strict=True):
     for rank in run.traces().rank_ids():
         rows.append({"run": run.label, "rank": rank, **run.window_metrics(rank, lo, hi).to_dict()})
-st.dataframe(readable(rows, ["run", "rank", "overlap_ratio", "comm_ns", "compute_ns", "overlap_ns", "exposed_comm_ns",
-                             "idle_ns", "n_gpu"]), hide_index=True)
+show(readable(rows, ["run", "rank", "overlap_ratio", "comm_ns", "compute_ns", "overlap_ns", "exposed_comm_ns",
+                     "idle_ns", "n_gpu"]))
