@@ -20,9 +20,11 @@ from analyzers.errors import BadInputError
 from analyzers.overlap.metrics import AnalysisOptions, OverlapMetrics, window_metrics
 from analyzers.report import AnalysisReport, analyze
 from analyzers.timeline.model import TraceSet
+from viz import labels
 from viz.timeline import SYNC_COLUMNS, TimelineData, normalize_syncs, prepare_timeline
 
 from . import data
+from .tables import readable, show
 
 MAIN_SCRIPT = Path(__file__).resolve().parent / "main.py"
 PAGE_FILES = {
@@ -350,44 +352,31 @@ def pop_focus() -> dict[str, int | str] | None:
 
 
 def ms(ns: float | int | None) -> str:
-    """A duration for people: 4 significant digits, in s above 10 s."""
-    if ns is None or pd.isna(ns):
-        return "–"
-    v = float(ns) / 1e6
-    if abs(v) >= 10_000:
-        return f"{v / 1e3:,.2f} s"
-    digits = 1 if abs(v) >= 100 else 2 if abs(v) >= 10 else 3
-    return f"{v:,.{digits}f} ms"
+    """A duration for people, as the metric registry writes it (viz/labels.py): 12.345 ms, n/a."""
+    return labels.value("time", ns)
 
 
 def pct(x: float | None) -> str:
-    return "–" if x is None or pd.isna(x) else f"{100 * x:.1f} %"
+    return labels.value("ratio", x)
 
 
 def show_evidence(evidence: dict[str, Any], key: str) -> None:
     """A finding's evidence: scalars in one table (times in ms), lists of records as tables."""
     scalars = {k: v for k, v in evidence.items() if not isinstance(v, (list, tuple, dict))}
     if scalars:
-        st.dataframe(pd.DataFrame({"evidence": list(scalars), "value": [_fmt(k, v) for k, v in scalars.items()]}),
+        st.dataframe(pd.DataFrame({"evidence": [labels.label(k) for k in scalars],
+                                   "value": [labels.show(k, v) for k, v in scalars.items()]}),
                      hide_index=True, key=f"{key}-scalars")
     for k, v in evidence.items():
         if isinstance(v, dict):
-            st.caption(k)
+            st.caption(labels.label(k))
             st.json(v, expanded=False)
         elif isinstance(v, (list, tuple)) and v:
-            st.caption(k)
+            st.caption(labels.label(k))
             if all(isinstance(x, dict) for x in v):
-                st.dataframe(pd.DataFrame(list(v)), hide_index=True, key=f"{key}-{k}")
+                show(readable(list(v)), key=f"{key}-{k}")
             else:
                 st.write(", ".join(map(str, v[:50])) + (f", … ({len(v)} in all)" if len(v) > 50 else ""))
-
-
-def _fmt(k: str, v: Any) -> str:
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and k.endswith("_ns"):
-        return ms(v)
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
 
 
 def not_available(what: str, module: str) -> None:

@@ -5,8 +5,11 @@ Chromium (Playwright with executable_path; never a downloaded browser), waits un
 page's charts have drawn, and saves a palette PNG of the whole page.
 
 usage: python docs/take_screenshots.py [--runs LABEL,LABEL] [--out docs/screenshots] [PATH...]
-  no PATH: the bundled sample traces (what `overlapscope app` opens on);
+  no PATH: the bundled sample traces (what `overlapscope app` opens on), with the runs of
+  docs/app.md's screenshots selected: a loop with a host sync in it and its fix (SAMPLE_RUNS),
+  the Syncs page on the run with the most blocking syncs (SAMPLE_PAGE_RUNS);
   --runs: which runs to select, by label (e.g. ag-gemm/sync-in-loop,ag-gemm/sync-before-loop).
+A page that shows an error fails the script (exit 1), so a broken page is never pictured.
 """
 
 from __future__ import annotations
@@ -21,11 +24,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+USER_ENV = dict(os.environ)  # before the tests' conftest points the cache at a temporary folder
 
 from tests.test_app_browser import free_port, launch_browser, start_app, stop_app  # noqa: E402
 
 PAGES = (("overview", "", "Overview"), ("timeline", "timeline", "Timeline"), ("crossrank", "crossrank", "Cross-rank"),
          ("syncs", "syncs", "Syncs"), ("diff", "diff", "Diff"), ("run", "run", "Run"))
+SAMPLE_RUNS = "ag-gemm/sync-in-loop,ag-gemm/sync-before-loop"
+SAMPLE_PAGE_RUNS = ["syncs=ag-gemm/host-sync"]
 WIDTH = 1440
 MAX_HEIGHT = 4200
 
@@ -62,11 +68,13 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     ap.add_argument("--pages", default=",".join(p[0] for p in PAGES))
     args = ap.parse_args()
+    if not args.paths and not args.runs:
+        args.runs, args.page_runs = SAMPLE_RUNS, args.page_runs or SAMPLE_PAGE_RUNS
 
     from playwright.sync_api import sync_playwright
 
     args.out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
+    env = dict(USER_ENV)  # the app as a user starts it: their cache and runs folders
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     port = free_port()
     log = Path(tempfile.gettempdir()) / "overlapscope-screenshots-streamlit.log"
@@ -76,6 +84,7 @@ def main() -> int:
 
     per_page = dict(item.split("=", 1) for item in args.page_runs)
     wanted = set(args.pages.split(","))
+    failed = 0
     try:
         with sync_playwright() as p:
             browser = launch_browser(p)
@@ -99,6 +108,7 @@ def main() -> int:
                     errors = page.locator('[data-testid="stException"], [data-testid="stAlertContentError"]')
                     if errors.count():
                         print(f"{name}: error on the page: {errors.first.inner_text()[:300]}", file=sys.stderr)
+                        failed += 1
                     size = save_png(page.screenshot(), args.out / f"{name}.png")
                     print(f"{args.out / f'{name}.png'}: {size / 1024:.0f} KiB")
                     page.close()
@@ -106,7 +116,7 @@ def main() -> int:
                 browser.close()
     finally:
         stop_app(proc)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

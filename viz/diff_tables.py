@@ -7,78 +7,43 @@ by whether they help overlap. The CLI draws these rows as rich tables and Markdo
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pandas as pd
 
 from analyzers.diff import TraceDiff
 
-UNDEFINED = "n/a"
+from . import labels
+from .labels import UNDEFINED
 
-# metric -> (label, kind, better): kind "ratio" | "time" | "count"; better +1 higher is better,
-# -1 lower is better, 0 neither (colour only says which way helps overlap or speed).
+# The metrics a diff shows, in display order; label, kind and which way is better come from the
+# metric registry (viz/labels.py), as in every other table.
+DIFF_METRICS = (
+    "overlap_ratio", "overlap_ratio_rank_mean", "overlap_ratio_rank_median", "hidden_fraction_of_min",
+    "iteration_ns_median", "iteration_ns_worst", "spread_ns", "exposed_comm_ns_per_step_median",
+    "exposed_comm_ns_median", "exposed_comm_ns", "comm_ns", "compute_ns", "overlap_ns", "compute_compute_overlap_ns",
+    "busy_ns", "span_ns", "idle_ns", "peer_wait_ns", "blocking_sync_ns", "n_comm", "n_compute", "n_gpu",
+)
+# metric -> (label, kind, better)
 METRICS: dict[str, tuple[str, str, int]] = {
-    "overlap_ratio": ("overlap ratio (overlap/comm)", "ratio", +1),
-    "overlap_ratio_rank_mean": ("overlap ratio, mean of ranks", "ratio", +1),
-    "overlap_ratio_rank_median": ("overlap ratio, median rank", "ratio", +1),
-    "hidden_fraction_of_min": ("hidden / min(comm, compute)", "ratio", +1),
-    "iteration_ns_median": ("iteration time, median", "time", -1),
-    "iteration_ns_worst": ("iteration time, worst", "time", -1),
-    "spread_ns": ("iteration spread (± half IQR)", "time", -1),
-    "exposed_comm_ns_per_step_median": ("exposed comm per iteration, median", "time", -1),
-    "exposed_comm_ns_median": ("exposed comm per iteration, median", "time", -1),
-    "exposed_comm_ns": ("exposed communication", "time", -1),
-    "comm_ns": ("communication", "time", 0),
-    "compute_ns": ("compute", "time", 0),
-    "overlap_ns": ("overlap", "time", +1),
-    "compute_compute_overlap_ns": ("compute/compute overlap", "time", 0),
-    "busy_ns": ("GPU busy", "time", 0),
-    "span_ns": ("GPU span", "time", -1),
-    "idle_ns": ("GPU idle", "time", -1),
-    "peer_wait_ns": ("peer wait", "time", -1),
-    "blocking_sync_ns": ("blocking-sync time", "time", -1),
-    "n_comm": ("comm activities", "count", 0),
-    "n_compute": ("compute activities", "count", 0),
-    "n_gpu": ("GPU activities", "count", 0),
-}
-# per-rank table: metric -> short column label
-RANK_TABLE_METRICS = {"overlap_ratio": "overlap", "exposed_comm_ns": "exposed comm",
-                      "iteration_ns_median": "iteration median", "span_ns": "GPU span"}
+    k: (labels.metric(k).label, labels.metric(k).kind, labels.metric(k).better) for k in DIFF_METRICS}
+# per-rank table (A, B and Δ of each in narrow columns): metric -> its short label
+RANK_TABLE_METRICS = {k: labels.metric(k).short_label for k in
+                      ("overlap_ratio", "exposed_comm_ns", "iteration_ns_median", "span_ns")}
 KERNEL_NAME_WIDTH = 72
-
-
-def missing(v: Any) -> bool:
-    """None or NaN: a value the diff could not measure (shown as n/a)."""
-    return v is None or (isinstance(v, float) and math.isnan(v))
+missing = labels.missing
 
 
 def value(v: Any, kind: str) -> str:
-    if missing(v):
-        return UNDEFINED
-    if kind == "ratio":
-        return f"{100 * v:.1f}%"
-    if kind == "time":
-        return f"{v / 1e6:.3f} ms"
-    return f"{v:,.0f}" if float(v).is_integer() else f"{v:,.1f}"
+    return labels.value(kind, v)
 
 
 def delta(v: Any, kind: str) -> str:
-    if missing(v):
-        return UNDEFINED
-    if v == 0:
-        return "0"
-    if kind == "ratio":
-        return f"{100 * v:+.1f} pt"
-    if kind == "time":
-        return f"{v / 1e6:+.3f} ms"
-    return f"{v:+,.0f}" if float(v).is_integer() else f"{v:+,.1f}"
+    return labels.delta(kind, v)
 
 
 def rel(v: Any) -> str:
-    if missing(v):
-        return UNDEFINED
-    return "0" if v == 0 else f"{100 * v:+.1f}%"
+    return labels.relative(v)
 
 
 def _style(d: Any, better: int) -> str | None:
@@ -91,15 +56,17 @@ def _styled(text: str, style: str | None, markup: bool) -> str:
     return f"[{style}]{text}[/{style}]" if style and markup else text
 
 
-def metric_rows(frame: pd.DataFrame, markup: bool = True) -> list[list[str]]:
-    """(metric, a, b, delta, rel) rows in the METRICS order, formatted."""
-    known = frame[frame["metric"].isin(list(METRICS))].copy()
-    known["_order"] = known["metric"].map({m: i for i, m in enumerate(METRICS)})
+def metric_rows(frame: pd.DataFrame, markup: bool = True, every: bool = False) -> list[list[str]]:
+    """(metric, a, b, delta, rel) rows in the METRICS order, formatted; with every, the frame's other
+    metrics follow in its order (labelled and formatted by the registry), so none is left out."""
+    order = list(METRICS) + ([m for m in dict.fromkeys(frame["metric"]) if m not in METRICS] if every else [])
+    known = frame[frame["metric"].isin(order)].copy()
+    known["_order"] = known["metric"].map({m: i for i, m in enumerate(order)})
     rows = []
-    for r in known.sort_values("_order").itertuples(index=False):
-        label, kind, better = METRICS[r.metric]
-        style = _style(r.delta, better)
-        rows.append([label, value(r.a, kind), value(r.b, kind), _styled(delta(r.delta, kind), style, markup),
+    for r in known.sort_values("_order", kind="stable").itertuples(index=False):
+        m = labels.metric(r.metric)
+        style = _style(r.delta, m.better)
+        rows.append([m.label, value(r.a, m.kind), value(r.b, m.kind), _styled(delta(r.delta, m.kind), style, markup),
                      _styled(rel(r.rel), style, markup)])
     return rows
 

@@ -37,6 +37,7 @@ from .collectives_tables import collectives_section
 from .crossrank_tables import sections as cross_rank_sections
 from .figures import iteration_figure, overview_bars, peer_wait_bars, skew_heatmap, timeline_figure
 from .formats import ms
+from .labels import header
 from .lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
 from .tables import RANK_COLUMNS, rank_rows, sync_rows, syncs_summary
 from .timeline import SYNC_COLUMNS, TimelineData, lod_for_windows, normalize_syncs, prepare_timeline
@@ -198,7 +199,8 @@ def _syncs_html(doc: dict) -> str:
         return '<p class="muted">No blocking host syncs.</p>' if doc["findings"] is not None else ""
     rows = [[g["rank"], g["api"], str(g["caller"])[:80], g["n"], ms(g["host_blocked_ns"]), ms(g["gpu_idle_ns"]),
              g["steps"]] for g in syncs_summary(syncs)[:30]]
-    return html_table(["rank", "api", "caller", "syncs", "host blocked ms", "GPU idle ms", "steps"], rows,
+    return html_table([header(k) for k in ("rank", "api", "caller")] + ["syncs"]
+                      + [header(k) for k in ("host_blocked_ns", "gpu_idle_ns")] + ["steps"], rows,
                       text_cols=(1, 2))
 
 

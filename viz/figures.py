@@ -24,6 +24,7 @@ from plotly.subplots import make_subplots
 
 from analyzers.report import AnalysisReport
 
+from . import labels
 from .timeline import CODES, N_CODES, LaneSegments
 
 COLORS: dict[str, str] = {
@@ -109,7 +110,7 @@ def iteration_figure(reports: Sequence[tuple[str, AnalysisReport]]) -> go.Figure
     steps = sorted({int(s) for _, rep in reports for m in rep.ranks for s in m.iterations.get("step", [])})
     ticks = dict(tickmode="array", tickvals=steps) if len(steps) <= 30 else dict(tickformat="d")
     fig.update_layout(template=TEMPLATE, height=300, xaxis=dict(title="step", **ticks),
-                      yaxis_title="overlap ratio (%)",
+                      yaxis_title=f"{labels.label('overlap_ratio')}, %",
                       yaxis=dict(range=[0, 105]), margin=dict(l=10, r=10, t=30, b=40))
     return fig
 

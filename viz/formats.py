@@ -2,26 +2,24 @@
 
 Shared by the terminal and Markdown output (overlapscope/render*.py), the HTML report
 (viz/export_html.py) and the table rows below them, so a figure reads the same everywhere. Values come from
-the analysis document (JSON), so an undefined figure arrives as None.
+the analysis document (JSON), so an undefined figure arrives as None. Times and ratios read as the
+metric registry (viz/labels.py) formats them.
 """
 
 from __future__ import annotations
 
-import math
-
-UNDEFINED = "n/a"
-
-
-def _missing(x: float | int | None) -> bool:
-    return x is None or (isinstance(x, float) and not math.isfinite(x))
+from .labels import UNDEFINED, number
+from .labels import missing as _missing
 
 
 def ms(ns: float | int | None) -> str:
-    return UNDEFINED if _missing(ns) else f"{ns / 1e6:.3f}"
+    """A time in ms without its unit (the column header carries it), as the registry formats it: 12.345."""
+    return number("time", ns)
 
 
 def pct(ratio: float | None) -> str:
-    return UNDEFINED if _missing(ratio) else f"{100 * ratio:.1f}%"
+    """A ratio in percent, as the registry formats it: 51.1%."""
+    return number("ratio", ratio)
 
 
 def dur(ns: float | int | None) -> str:

@@ -13,7 +13,8 @@ project's rule: no pickle where user data flows). It is written to a temporary f
 renamed into place; anything that does not match on reading makes it a miss: it is removed and
 rewritten, never trusted.
 
-Light to import (no pandas): a hit answers `analyze -f json` without loading the analysis stack.
+Light to import (no pandas): a hit answers `analyze` in any format (every format is drawn from the
+document) without loading the analysis stack.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from app import ui
+from app.tables import readable, show
 from viz.figures import peer_wait_bars, skew_heatmap
 
 st.title("Cross-rank")
@@ -26,7 +27,7 @@ except ImportError:
 
 def _pick_row(frame: pd.DataFrame, key: str, caption: str) -> int | None:
     """A selectable table; the position of the selected row (or None) so the page can offer a jump."""
-    st.dataframe(frame, hide_index=True, key=key, on_select="rerun", selection_mode="single-row")
+    show(frame, key=key, on_select="rerun", selection_mode="single-row")
     state = st.session_state.get(key)
     rows = state["selection"]["rows"] if state else []
     if not rows or rows[0] >= len(frame):
@@ -60,18 +61,13 @@ for run in runs:
     if not colls.empty:
         end_cols = [c for c in colls.columns if c.startswith("end_ns_r")]
         ends = colls[end_cols].max(axis=1).astype("int64") if end_cols else colls["arrival_ns"]
-        view = pd.DataFrame({
-            "collective": colls["coll_id"], "group": colls.get("group", ""), "name": colls.get("coll_name", ""),
-            "ranks": colls.get("n_ranks", 0), "skew (ms)": colls["skew_ns"] / 1e6,
-            "late rank": colls["late_rank"], "max wait (ms)": colls["max_wait_ns"] / 1e6,
-            "total wait (ms)": colls["total_wait_ns"] / 1e6,
-            "start_ns": colls["first_start_ns"], "end_ns": ends,
-        })
-        pos = _pick_row(view.drop(columns=["start_ns", "end_ns"]), f"xr-colls-{run.source.key}",
-                        "Select a collective to see it in the timeline.")
+        view = colls.assign(start_ns=colls["first_start_ns"], end_ns=ends)
+        pos = _pick_row(readable(view, ["coll_id", "group", "coll_name", "n_ranks", "skew_ns", "late_rank",
+                                        "max_wait_ns", "total_wait_ns"], headers={"coll_name": "kernel"}),
+                        f"xr-colls-{run.source.key}", "Select a collective to see it in the timeline.")
         if pos is not None:
             row = view.iloc[pos]
-            ui.timeline_button(f"Show collective #{int(row['collective'])} in the timeline", run.source.key,
+            ui.timeline_button(f"Show collective #{int(row['coll_id'])} in the timeline", run.source.key,
                                int(row["start_ns"]), int(row["end_ns"]), key=f"xr-go-c-{run.source.key}", pad=0.5)
 
     st.subheader("Peer wait per rank")
@@ -81,16 +77,12 @@ for run in runs:
         st.caption("No peer wait measured (no collective whose peers are all in these traces).")
     else:
         st.plotly_chart(peer_wait_bars(pw), theme=None, key=f"xr-pw-{run.source.key}")
-        st.dataframe(pw.assign(**{"wait (ms)": pw["wait_ns"] / 1e6, "transfer (ms)": pw["transfer_ns"] / 1e6})[
-            ["rank", "n_collectives", "wait (ms)", "transfer (ms)", "wait_fraction", "overlap_ratio",
-             "effective_overlap_ratio", "n_late"]], hide_index=True, column_config={
-            "wait_fraction": st.column_config.NumberColumn("waiting share", format="percent"),
-            "overlap_ratio": st.column_config.NumberColumn("overlap ratio", format="percent"),
-            "effective_overlap_ratio": st.column_config.NumberColumn(
-                "effective overlap (transfer only)", format="percent")})
+        show(readable(pw, ["rank", "n_collectives", "wait_ns", "transfer_ns", "wait_fraction", "overlap_ratio",
+                           "effective_overlap_ratio", "n_late"]))
     if rep.late_ranks:
         st.markdown("**Late ranks** (the last to arrive, and the wait they caused)")
-        st.dataframe(pd.DataFrame(rep.late_ranks), hide_index=True)
+        show(readable(rep.late_ranks, [k for k in rep.late_ranks[0] if not isinstance(rep.late_ranks[0][k],
+                                                                                      (dict, list))]))
 
     st.subheader("Scheduling-order mismatches")
     mm = rep.mismatches
@@ -101,9 +93,9 @@ for run in runs:
     else:
         starts = mm[["x_start_ns_a", "y_start_ns_a", "x_start_ns_b", "y_start_ns_b"]].min(axis=1)
         ends = mm["dependency_start_ns"].astype("int64") + mm["max_wait_ns"].fillna(0).astype("int64")
-        view = mm.assign(**{"wait caused (ms)": mm["wait_caused_ns"] / 1e6})
-        shown = view[["rank_a", "rank_b", "step", "coll_name", "kernel_x", "stream_x", "kernel_y", "stream_y",
-                      "first_on_a", "first_on_b", "waiting_rank", "late_rank", "wait caused (ms)"]]
+        shown = readable(mm, ["rank_a", "rank_b", "step", "coll_name", "kernel_x", "stream_x", "kernel_y", "stream_y",
+                              "first_on_a", "first_on_b", "waiting_rank", "late_rank", "wait_caused_ns"],
+                         headers={"coll_name": "next collective"})
         pos = _pick_row(shown, f"xr-mm-{run.source.key}", "Select a mismatch to see it in the timeline.")
         if pos is not None:
             ui.timeline_button("Show this mismatch in the timeline", run.source.key, int(starts.iloc[pos]),

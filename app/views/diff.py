@@ -11,6 +11,9 @@ import streamlit as st
 
 from app import ui
 from app.downloads import diff_downloads
+from app.tables import readable, show
+from viz import labels
+from viz.diff_tables import metric_rows
 from viz.figures import timeline_figure
 from viz.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
 from viz.timeline import lod_for_windows
@@ -46,36 +49,40 @@ d = ui.diff(run_a, run_b, names)
 
 (st.info if d.identical else st.success)(d.verdict)
 
-TIME_MARK = r"_ns(?=_|$)"  # iteration_ns_median, comm_ns, ...
+COMPARE_HEADER = ["metric", names[0], names[1], "change", "change (%)"]
 
 
-def _readable(df: pd.DataFrame) -> pd.DataFrame:
-    """Nanosecond metrics (names with _ns) in ms, ratios as they are; missing values blank."""
-    out = df.copy()
-    metric = out["metric"].astype(str)
-    is_time = metric.str.contains(TIME_MARK, regex=True)
-    for col in ("a", "b", "delta", "rel"):
-        if col in out:
-            vals = pd.to_numeric(out[col], errors="coerce").astype(float)
-            out[col] = vals.where(~is_time, vals / 1e6) if col != "rel" else vals
-    out["metric"] = metric.where(~is_time, metric.str.replace(TIME_MARK, "", regex=True) + " (ms)")
-    return out.rename(columns={"a": names[0], "b": names[1]})
+def _per_rank(frame: pd.DataFrame) -> pd.DataFrame:
+    """The per-rank comparison as the CLI writes it, one block of metric rows per rank pair."""
+    rows = []
+    for (ra, rb), g in frame.groupby(["rank_a", "rank_b"], sort=True):
+        rank = str(ra) if ra == rb else f"{ra}↔{rb}"
+        rows += [[rank, *r] for r in metric_rows(g, markup=False, every=True)]
+    return pd.DataFrame(rows, columns=["rank", *COMPARE_HEADER])
 
 
 st.subheader(f"Metrics ({d.aggregation})")
-st.dataframe(_readable(d.aggregate), hide_index=True,
-             column_config={"rel": st.column_config.NumberColumn("change", format="percent")})
+agg = pd.DataFrame(metric_rows(d.aggregate, markup=False, every=True), columns=COMPARE_HEADER)
+st.dataframe(agg, hide_index=True, height=36 * (len(agg) + 1) + 2)  # every metric at once, no inner scroll
 with st.expander("Per rank"):
-    st.dataframe(_readable(d.ranks), hide_index=True,
-                 column_config={"rel": st.column_config.NumberColumn("change", format="percent")})
+    st.dataframe(_per_rank(d.ranks), hide_index=True)
 
 st.subheader("Iterations")
-its = pd.DataFrame({side: {k: v for k, v in stats.items() if not isinstance(v, list)}
-                    for side, stats in d.iterations.items()})
-if not its.empty:
-    its = its.rename_axis("metric").reset_index()
-    its.insert(3, "delta", its.iloc[:, 2].astype(float) - its.iloc[:, 1].astype(float))
-    st.dataframe(_readable(its.rename(columns={its.columns[1]: "a", its.columns[2]: "b"})), hide_index=True)
+sides = list(d.iterations.values())
+keys = [k for k in dict.fromkeys(k for side in sides for k in side) if not any(
+    isinstance(side.get(k), list) for side in sides)]
+if any(side.get("n") for side in sides):
+    rows = []
+    for k in keys:
+        kind = labels.metric(k).kind
+        a, b = (side.get(k) for side in sides)
+        both = a is not None and b is not None
+        rows.append([labels.label(k), labels.show(k, a) if k in sides[0] else labels.ABSENT,
+                     labels.show(k, b) if k in sides[1] else labels.ABSENT,
+                     labels.delta(kind, b - a) if both else labels.ABSENT])
+    st.dataframe(pd.DataFrame(rows, columns=COMPARE_HEADER[:4]), hide_index=True)
+else:
+    st.caption("Neither run has profiler steps (ProfilerStep#N) to compare.")
 
 st.subheader("Findings on one side only")
 if d.findings.get("status") == "not analyzed":
@@ -94,11 +101,10 @@ else:
 
 st.subheader("Kernels (by normalized name, per rank)")
 k = d.kernels.head(40)
-st.dataframe(k.assign(**{"total A (ms)": k["total_ns_a"] / 1e6, "total B (ms)": k["total_ns_b"] / 1e6,
-                         "total delta (ms)": k["total_ns_delta"] / 1e6})[
-    ["name", "category", "presence", "count_a", "count_b", "total A (ms)", "total B (ms)", "total delta (ms)",
-     "total_rel"]], hide_index=True,
-    column_config={"total_rel": st.column_config.NumberColumn("change", format="percent")})
+show(readable(k, ["name", "category", "presence", "count_a", "count_b", "total_ns_a", "total_ns_b",
+                  "total_ns_delta", "total_rel"],
+              headers={"count_a": f"count {names[0]}", "count_b": f"count {names[1]}",
+                       "total_ns_a": f"total {names[0]} (ms)", "total_ns_b": f"total {names[1]} (ms)"}))
 st.caption(f"The {len(k)} kernels whose total time changed most, of {len(d.kernels)} ({d.kernel_names} names).")
 
 st.subheader("Both timelines, aligned at one iteration")

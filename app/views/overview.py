@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from app import ui
+from app.tables import readable, show
+from viz import labels
 from viz.figures import iteration_figure, overview_bars
 
 st.title("Overview")
@@ -22,15 +23,15 @@ for label, rep in reports:
     st.markdown(f"**{label}** · {len(rep.ranks)} rank(s) · {rep.fmt}"
                 + (f" · world size {rep.world_size}" if rep.world_size else ""))
     c = st.columns(5)
-    c[0].metric("Overlap ratio (worst rank)", ui.pct(min(ratios)) if ratios else "–",
-                help="overlap / comm: the share of communication time hidden behind compute")
+    c[0].metric("Overlap ratio (worst rank)", ui.pct(min(ratios) if ratios else None),
+                help=labels.metric("overlap_ratio").help)
     c[1].metric("Exposed comm (max)", ui.ms(max(m.whole.exposed_comm_ns for m in rep.ranks)),
-                help="comm − overlap: communication time nothing hid")
-    c[2].metric("Hidden / min", ui.pct(min(hidden)) if hidden else "–",
-                help="overlap / min(comm, compute): 100 % = the shorter side is fully hidden")
-    c[3].metric("GPU span (max)", ui.ms(max(m.whole.span_ns for m in rep.ranks)))
+                help=labels.metric("exposed_comm_ns").help)
+    c[2].metric("Hidden / min", ui.pct(min(hidden) if hidden else None),
+                help=labels.metric("hidden_fraction_of_min").help)
+    c[3].metric("GPU span (max)", ui.ms(max(m.whole.span_ns for m in rep.ranks)), help=labels.metric("span_ns").help)
     med = [m.iteration_summary.get("iteration_ns_median") for m in rep.ranks if m.iteration_summary.get("n")]
-    c[4].metric("Iteration (median)", ui.ms(max(med)) if med else "–",
+    c[4].metric("Iteration (median)", ui.ms(max(med)) if med else labels.ABSENT,
                 help="median iteration time of the slowest rank")
 
 st.subheader("Where each rank's time goes")
@@ -39,17 +40,10 @@ st.plotly_chart(overview_bars(reports), theme=None, key="overview_bars")
 rows = []
 for label, rep in reports:
     for m in rep.ranks:
-        w = m.whole
-        rows.append({"run": label, "rank": m.rank, "overlap ratio": w.overlap_ratio,
-                     "comm (ms)": w.comm_ns / 1e6, "compute (ms)": w.compute_ns / 1e6,
-                     "overlap (ms)": w.overlap_ns / 1e6, "exposed comm (ms)": w.exposed_comm_ns / 1e6,
-                     "idle (ms)": w.idle_ns / 1e6, "span (ms)": w.span_ns / 1e6,
-                     "steps": m.iteration_summary.get("n", 0),
-                     "worst step overlap": m.iteration_summary.get("overlap_ratio_worst")})
-st.dataframe(pd.DataFrame(rows), hide_index=True, column_config={
-    "overlap ratio": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="percent"),
-    "worst step overlap": st.column_config.NumberColumn(format="percent"),
-})
+        rows.append({"run": label, "rank": m.rank, **m.whole.to_dict(), "n": m.iteration_summary.get("n", 0),
+                     "overlap_ratio_worst": m.iteration_summary.get("overlap_ratio_worst")})
+show(readable(rows, ["run", "rank", "overlap_ratio", "comm_ns", "compute_ns", "overlap_ns", "exposed_comm_ns",
+                     "idle_ns", "span_ns", "n", "overlap_ratio_worst"], headers={"n": "steps"}))
 
 if any(not m.iterations.empty for _, rep in reports for m in rep.ranks):
     st.subheader("Overlap per iteration")

@@ -12,6 +12,7 @@ from pathlib import Path
 import streamlit as st
 
 from app import data, ui
+from viz import labels
 
 st.title("Run")
 with_manifest = {k: s for k, s in ui.sources().items() if s.manifest_path}
@@ -37,7 +38,7 @@ if manifest.get("variant_help"):
 timings = manifest.get("timings_ms") or {}
 if isinstance(timings, dict) and timings:
     st.markdown("**Recorded timings (ms, median of the slowest rank):** "
-                + " · ".join(f"{k.removesuffix('_ms')} {float(v):.3f}" for k, v in timings.items()
+                + " · ".join(f"{labels.label(k.removesuffix('_ms'))} {float(v):.3f}" for k, v in timings.items()
                              if isinstance(v, (int, float))))
 gpus = manifest.get("gpus") or []
 if gpus:

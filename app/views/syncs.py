@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import ui
+from app.tables import readable, show
 from viz.figures import sync_figure
 
 st.title("Syncs")
@@ -29,13 +30,13 @@ for run in runs:
     c[1].metric("Host blocked", ui.ms(float(sy["blocked_ns"].sum())))
     c[2].metric("GPU idle caused", ui.ms(float(sy["gpu_idle_ns"].fillna(0).sum())))
     st.plotly_chart(sync_figure(sy, t0_ns=data.t_min), theme=None, key=f"syncs-fig-{run.source.key}")
-    table = sy.assign(start_ms=(sy["start_ns"] - data.t_min) / 1e6, blocked_ms=sy["blocked_ns"] / 1e6,
-                      gpu_idle_ms=sy["gpu_idle_ns"] / 1e6)
-    table = table.sort_values("gpu_idle_ms", ascending=False, na_position="last")
-    shown = [c for c in ("rank", "name", "kind", "caller", "sync_op", "annotation", "step", "start_ms", "blocked_ms",
-                         "gpu_idle_ms") if c in table.columns]
-    st.dataframe(table[shown], hide_index=True,
-                 key=f"syncs-table-{run.source.key}", on_select="rerun", selection_mode="single-row")
+    table = sy.assign(start_ns=sy["start_ns"] - data.t_min).sort_values("gpu_idle_ns", ascending=False,
+                                                                          na_position="last")
+    shown = [c for c in ("rank", "name", "kind", "caller", "sync_op", "annotation", "step", "start_ns", "blocked_ns",
+                         "gpu_idle_ns") if c in table.columns]
+    show(readable(table, shown, headers={"start_ns": "start (ms from the trace start)"}),
+         key=f"syncs-table-{run.source.key}", on_select="rerun", selection_mode="single-row")
+    table = table.assign(start_ns=table["start_ns"] + data.t_min)
     picked = st.session_state.get(f"syncs-table-{run.source.key}")
     rows = picked["selection"]["rows"] if picked else []
     if rows:

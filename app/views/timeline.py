@@ -7,11 +7,11 @@ the trace. Box-selecting a range on the chart makes it the new window, at full d
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from app import ui
 from app.downloads import run_downloads
+from app.tables import readable, show
 from viz.figures import figure_payload_bytes, timeline_figure
 from viz.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
 from viz.timeline import lod_for_windows
@@ -100,10 +100,6 @@ st.subheader("Metrics in this window")
 rows = []
 for run, (_, lo, hi) in zip(runs, windows, strict=True):
     for rank in run.traces().rank_ids():
-        m = run.window_metrics(rank, lo, hi)
-        rows.append({"run": run.label, "rank": rank, "overlap ratio": m.overlap_ratio,
-                     "comm (ms)": m.comm_ns / 1e6, "compute (ms)": m.compute_ns / 1e6,
-                     "overlap (ms)": m.overlap_ns / 1e6, "exposed comm (ms)": m.exposed_comm_ns / 1e6,
-                     "idle (ms)": m.idle_ns / 1e6, "activities": m.n_gpu})
-st.dataframe(pd.DataFrame(rows), hide_index=True, column_config={
-    "overlap ratio": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="percent")})
+        rows.append({"run": run.label, "rank": rank, **run.window_metrics(rank, lo, hi).to_dict()})
+show(readable(rows, ["run", "rank", "overlap_ratio", "comm_ns", "compute_ns", "overlap_ns", "exposed_comm_ns",
+                     "idle_ns", "n_gpu"]))

@@ -1,0 +1,52 @@
+"""Tables as people read them: every app table goes through ``readable`` (and ``show``).
+
+Columns are named by the data's keys (``gpu_idle_ns``, ``overlap_ratio``); the metric registry
+(viz/labels.py, shared with the CLI and the HTML report) gives each its header ("GPU idle caused (ms)")
+and how its values read: ratios in percent, times in ms, n/a where a figure is undefined, — where
+there is none (no step, an id of -1). The frames shown are text, so no cell reads None or nan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from viz import labels
+
+
+def cell(key: str, v: Any) -> str:
+    """One value of metric key as its column shows it (the header carries a time's unit)."""
+    return labels.number(labels.metric(key).kind, v)
+
+
+def readable(frame: pd.DataFrame | Iterable[Mapping[str, Any]], columns: Iterable[str] | None = None,
+             headers: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """frame's columns (all, or these keys in this order) as text under their registry headers.
+
+    headers overrides a header (e.g. a run's name for its side of a diff); a key the frame lacks
+    shows as — in every row.
+    """
+    df = frame if isinstance(frame, pd.DataFrame) else pd.DataFrame(list(frame))
+    keys = list(columns) if columns is not None else [str(c) for c in df.columns]
+    out: dict[str, list[str]] = {}
+    helps: dict[str, str] = {}
+    for key in keys:
+        title = (headers or {}).get(key) or labels.header(key)
+        while title in out:  # two keys with one label (a registry gap) must not merge columns
+            title += " "
+        out[title] = ([cell(key, v) for v in df[key].tolist()] if key in df.columns
+                      else [labels.ABSENT] * len(df))
+        if help_text := labels.metric(key).help:
+            helps[title] = help_text
+    table = pd.DataFrame(out, index=range(len(df)))
+    table.attrs["help"] = helps
+    return table
+
+
+def show(table: pd.DataFrame, **kwargs: Any) -> Any:
+    """st.dataframe of a readable() table, each column's registry help as its header's tooltip."""
+    config = {c: st.column_config.Column(help=h) for c, h in table.attrs.get("help", {}).items()}
+    return st.dataframe(table, hide_index=True, column_config=config, **kwargs)
