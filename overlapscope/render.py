@@ -38,8 +38,11 @@ def report_table(report: AnalysisReport) -> Table:
 
 
 def stream_tables(report: AnalysisReport) -> list[Table]:
+    """Per-stream busy time, one table per rank that has GPU activity on a stream."""
     out = []
     for m in report.ranks:
+        if m.streams.empty:
+            continue
         t = Table(title=f"rank {m.rank} streams", title_justify="left", header_style="bold")
         for c in ("device", "stream", "kernels", "busy ms", "comm ms", "compute ms"):
             t.add_column(c, justify="right")
