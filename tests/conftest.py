@@ -38,6 +38,9 @@ NSYS_TRACES = _unpack_nsys(NSYS_PACKED)
 # CLI runs in tests parse through the parse cache: keep it private to the test session.
 os.environ.setdefault("OVERLAPSCOPE_CACHE_DIR", tempfile.mkdtemp(prefix="overlapscope-test-cache-"))
 SAMPLES = ROOT / "sample_traces"
+# Tests marked `hta` compare with HolisticTraceAnalysis, which only the bench extra installs.
+HTA_MISSING = ("HolisticTraceAnalysis is not installed: pip install -e '.[bench]' runs the comparisons "
+               "(CI runs them in a step of their own)")
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,7 @@ import pytest
 
 from analyzers.io.load import load_traces
 
+from .conftest import HTA_MISSING
 from .trace_files import GEMM, NCCL_ALLREDUCE, Kineto, Nsys
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -284,20 +285,30 @@ def hta_cut_trace(path: Path, *, gpu_annotations: bool) -> Path:
     return k.write(path)
 
 
-@pytest.mark.filterwarnings("ignore:The inplace keyword")  # HTA 0.5.0's own pandas calls
-@pytest.mark.parametrize("gpu_annotations,expected", [(True, 0.5), (False, 3 / 7)])
+CUT_CASES = [(True, 0.5), (False, 3 / 7)]  # (GPU-side ProfilerStep annotations, expected overlap ratio)
+
+
+@pytest.mark.parametrize("gpu_annotations,expected", CUT_CASES)
 def test_like_hta_cuts_where_hta_does(tmp_path: Path, gpu_annotations: bool, expected: float) -> None:
     d = tmp_path / "run"
     d.mkdir()
     p = hta_cut_trace(d / "rank-0.json", gpu_annotations=gpu_annotations)
     doc = analyze_json(p, "--like-hta")
     assert doc["ranks"][0]["overlap_ratio"] == pytest.approx(expected, abs=1e-9)
-    # and HolisticTraceAnalysis 0.5.0 itself, on the same file
-    from hta.trace_analysis import TraceAnalysis
 
+
+@pytest.mark.hta
+@pytest.mark.filterwarnings("ignore:The inplace keyword")  # HTA 0.5.0's own pandas calls
+@pytest.mark.parametrize("gpu_annotations,expected", CUT_CASES)
+def test_hta_itself_cuts_there(tmp_path: Path, gpu_annotations: bool, expected: float) -> None:
+    """HolisticTraceAnalysis 0.5.0 on the same file gives the figure --like-hta reproduces."""
+    trace_analysis = pytest.importorskip("hta.trace_analysis", reason=HTA_MISSING)
+    d = tmp_path / "run"
+    d.mkdir()
+    hta_cut_trace(d / "rank-0.json", gpu_annotations=gpu_annotations)
     logging.disable(logging.WARNING)
     try:
-        hta = TraceAnalysis(trace_dir=str(d)).get_comm_comp_overlap(visualize=False)
+        hta = trace_analysis.TraceAnalysis(trace_dir=str(d)).get_comm_comp_overlap(visualize=False)
     finally:
         logging.disable(logging.NOTSET)
     assert float(hta["comp_comm_overlap_pctg"].iloc[0]) == pytest.approx(round(100 * expected, 2))
