@@ -65,7 +65,7 @@ def tree_digest(*roots: Path) -> dict[str, tuple[str, int]]:
     return out
 
 
-# Inputs every test reads: nothing the suite runs may change them (issue 16: inputs are never modified).
+# Inputs every test reads: nothing the suite runs may change them (inputs are never modified).
 WATCHED_INPUTS = (PUBLIC, ROOT / "sample_traces")
 
 

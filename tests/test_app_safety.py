@@ -1,4 +1,4 @@
-"""The dashboard as an attack surface (issue 16): where it listens, which paths a browser can make it
+"""The dashboard as an attack surface: where it listens, which paths a browser can make it
 read, what it does with uploads, what it never shows, and what one session can see of another's.
 Each attack is a test, under Streamlit's AppTest (the browser checks are in test_app_browser.py).
 """
