@@ -37,6 +37,9 @@ DEFAULT_MAX_UPLOAD_MB = 200
 UPLOAD_SUFFIXES = (".json", ".json.gz", ".sqlite")
 # Environment variables can hold secrets; manifests keep the runner's, the app never shows them.
 PRIVATE_MANIFEST_KEYS = ("env",)
+# The bundled samples the app opens on: a broken schedule (a host sync per step: no overlap, a critical
+# host-blocking-sync finding) and its fix (comm hidden behind the GEMM, nothing critical found).
+OPENING_SAMPLES = ("ag-gemm/host-sync", "ag-gemm/tuned")
 
 Fingerprint = tuple[tuple[str, int, int], ...]
 
@@ -117,6 +120,16 @@ def discover_samples(root: Path | None = None) -> list[Source]:
         out.append(Source(key=f"sample:{rel}", label=label, kind="sample",
                           paths=tuple(str(p) for p in files), manifest_path=str(mpath), group=algo))
     return out
+
+
+def opening_samples(samples: Sequence[Source], n: int = 2) -> list[str]:
+    """Keys of the samples selected when the app opens with no paths: OPENING_SAMPLES when they are all
+    there, else the first n of the first group (another samples folder, OVERLAPSCOPE_SAMPLES)."""
+    by_label = {s.label: s.key for s in samples}
+    if all(label in by_label for label in OPENING_SAMPLES):
+        return [by_label[label] for label in OPENING_SAMPLES]
+    first_group = [s for s in samples if s.group == samples[0].group] if samples else []
+    return [s.key for s in (first_group or list(samples))[:n]]
 
 
 # --------------------------------------------------------------------------- command-line paths

@@ -180,9 +180,7 @@ def init_state() -> None:
     elif cli_sources:
         default = [s.key for s in cli_sources[:MAX_DEFAULT_SELECTED]]
     else:
-        samples = [s for s in sources.values() if s.kind == "sample"]
-        first_group = [s for s in samples if s.group == samples[0].group] if samples else []
-        default = [s.key for s in (first_group or samples)[:DEFAULT_SELECTED]]
+        default = data.opening_samples([s for s in sources.values() if s.kind == "sample"], DEFAULT_SELECTED)
     st.session_state[K_SELECTED] = default
 
 

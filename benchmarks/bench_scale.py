@@ -245,7 +245,7 @@ def compile_sources() -> None:
     recompiles ~70 modules in every overlapscope process (about 0.08 s), which no user pays."""
     import compileall
 
-    for package in ("analyzers", "overlapscope"):
+    for package in ("analyzers", "viz", "overlapscope"):
         compileall.compile_dir(ROOT / package, quiet=1)
 
 

@@ -33,6 +33,7 @@ def streamlit_command(paths: list[Path], *, port: int, address: str, max_upload_
         "--server.maxUploadSize", str(max_upload_mb),
         "--server.enableXsrfProtection", "true",  # uploads need Streamlit's XSRF token, whatever a config says
         "--browser.gatherUsageStats", "false",
+        "--client.toolbarMode", "viewer",  # a dashboard for readers: no Deploy, rerun or clear-cache items
         "--",
         *[str(p) for p in paths],
     ]

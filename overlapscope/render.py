@@ -63,8 +63,11 @@ def report_table(doc: Doc) -> Table:
 
 
 def stream_tables(doc: Doc) -> list[Table]:
+    """Per-stream busy time, one table per rank that has GPU activity on a stream."""
     out = []
     for m in doc["ranks"]:
+        if not m["streams"]:
+            continue
         t = Table(title=f"rank {m['rank']} streams", title_justify="left", header_style="bold")
         for c in ("device", "stream", "kernels", "busy ms", "comm ms", "compute ms"):
             t.add_column(c, justify="right")

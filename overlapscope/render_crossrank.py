@@ -6,16 +6,22 @@ HTML report; this module draws them for a terminal or a Markdown page.
 
 from __future__ import annotations
 
+from rich.console import RenderableType
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from viz.crossrank_tables import Doc, sections
 
 
-def cross_rank_table(report: Doc) -> list[Table]:
-    """rich tables of the cross-rank report, one per section."""
-    tables = []
+def cross_rank_table(report: Doc) -> list[RenderableType]:
+    """rich tables of the cross-rank report, one per section; a section with no rows is one line
+    (its title, "none", its caption), never a table of headers alone."""
+    tables: list[RenderableType] = []
     for s in sections(report):
+        if not s.rows:
+            tables.append(Text(f"{s.title}: none." + (f" {s.caption}" if s.caption else "")))
+            continue
         t = Table(title=s.title, title_justify="left", header_style="bold", caption=s.caption or None,
                   caption_justify="left")
         for i, h in enumerate(s.header):

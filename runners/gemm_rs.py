@@ -8,7 +8,7 @@ The `tuned` schedule came from this tool's findings on the recorded 2×H200 trac
 
 - ring: `comm-starved-by-compute` on both ranks (its NCCL SendRecv kernels waited
   2.5–2.6 ms in all for SMs held by the nvjet GEMM) and `late-peer`; overlap 0.64 / 0.54
-  (session 3's sample; session 6's, now in sample_traces, shows the same finding).
+  (an older recording; the one in sample_traces shows the same finding).
   So: no SM-hungry transfer next to the GEMM. tuned pushes by copy engine (a copy into
   the peer's symmetric memory, `Memcpy PtoP` in the trace), which takes no SM.
 - fused_matmul_reduce_scatter: `late-peer`, its symmetric-memory barriers waited up to

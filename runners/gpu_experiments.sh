@@ -1,14 +1,14 @@
 #!/bin/bash
-# The GPU sessions behind sample_traces/ and benchmarks/RESULTS.md, as one command
+# The GPU runs behind sample_traces/ and benchmarks/RESULTS.md, as one command
 # for a 2-GPU host (each launch is runners.launch = torchrun, one process per GPU).
 #
 # usage (repo root, on the GPU host):  OUT=/some/dir bash runners/gpu_experiments.sh [STEP...]
 # STEP names: env sweep-rs rs-chunks rs-tuned-steps app-run sweep-symm sweep-ag ag-gate ag-tuned-steps ag-base ag-tuned ag-tune-nccl ag-tune-steps gemm-rs
 #             symm-fused symm-two fsdp-main fsdp-prefetch nsys smoke-gemm-rs smoke-symm smoke-fsdp check
-#             (default: the session-3 list below; session 4 ran: env sweep-ag ag-tuned-steps check,
-#             ag-gate sweep-ag check, nsys check; session 5: env sweep-ag check smoke-gemm-rs smoke-symm
-#             smoke-fsdp; session 6 (issue 18): env rs-chunks sweep-rs app-run rs-tuned-steps, then
-#             sweep-rs sweep-symm app-run)
+#             (default: the list below, which made the older sample sets; the ag-gemm tuned sets came
+#             from: env sweep-ag ag-tuned-steps check, ag-gate sweep-ag check, nsys check; the gemm-rs and
+#             symm-mem sweeps from: env rs-chunks sweep-rs app-run rs-tuned-steps, then sweep-rs
+#             sweep-symm app-run)
 # Every step writes under $OUT/r/<step>/ and the whole tree is re-tarred to $OUT/results.tgz after
 # each step, so a call cut short still returns what was done. BUDGET_S stops starting new steps.
 set -u
@@ -45,7 +45,7 @@ s_sweep-ag() {
     OSC analyze "$R/sweep-ag/tuned" --no-diagnose
     OSC analyze "$R/sweep-ag/tuned" --no-diagnose --steps 1
 }
-# gemm-rs (issue 18): the acceptance sweep, then the findings on the tuned and fused-ref traces
+# gemm-rs: the acceptance sweep, then the findings on the tuned and fused-ref traces
 s_sweep-rs() {
     OSC sweep gemm-rs M=16384 K=16384 N=8192 steps=4 dtype=bf16 --out "$R/sweep-rs" --timeout 400
     for v in tuned fused-ref; do OSC analyze "$R/sweep-rs/$v" | sed -n '/^findings/,$p'; done
@@ -95,7 +95,7 @@ s_symm-two()    { L symm-mem --variants two-stream,two-stream-sleep --profiler t
 s_fsdp-main()   { L fsdp --variants baseline,zero3,zero2,front-loaded --profiler torch --out "$R/fsdp"; }
 s_fsdp-prefetch() { L fsdp --variants zero3-no-prefetch,zero3-prefetch,zero2-no-prefetch --profiler torch --out "$R/fsdp-prefetch"; }
 # every other algorithm's variants at the current runners, timings and correctness only (the
-# traced samples of these are session 3's)
+# traced samples of these come from the default list)
 s_sweep-symm() { OSC sweep symm-mem M=16384 K=16384 N=8192 dtype=bf16 --out "$R/sweep-symm" --timeout 400; }
 s_smoke-gemm-rs() { L gemm-rs --variants all --profiler none --out "$R/smoke-gemm-rs"; }
 s_smoke-symm()    { L symm-mem --variants all --profiler none --out "$R/smoke-symm-mem"; }

@@ -95,7 +95,7 @@ def _nsys_copy(path: Path, edit: Callable[[sqlite3.Connection], None]) -> Path:
 
 
 def build_corpus(root: Path) -> dict[str, Case]:
-    """Every bad input of issue 16 under root (one sub-folder per case, so folder cases stay apart)."""
+    """Every bad input of the corpus under root (one sub-folder per case, so folder cases stay apart)."""
     raw = KINETO_RANK0.read_bytes()
     text = gzip.decompress(raw)
     cases: list[Case] = []

@@ -38,6 +38,9 @@ NSYS_TRACES = _unpack_nsys(NSYS_PACKED)
 # CLI runs in tests parse through the parse cache: keep it private to the test session.
 os.environ.setdefault("OVERLAPSCOPE_CACHE_DIR", tempfile.mkdtemp(prefix="overlapscope-test-cache-"))
 SAMPLES = ROOT / "sample_traces"
+# Tests marked `hta` compare with HolisticTraceAnalysis, which only the bench extra installs.
+HTA_MISSING = ("HolisticTraceAnalysis is not installed: pip install -e '.[bench]' runs the comparisons "
+               "(CI runs them in a step of their own)")
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +65,7 @@ def tree_digest(*roots: Path) -> dict[str, tuple[str, int]]:
     return out
 
 
-# Inputs every test reads: nothing the suite runs may change them (issue 16: inputs are never modified).
+# Inputs every test reads: nothing the suite runs may change them (inputs are never modified).
 WATCHED_INPUTS = (PUBLIC, ROOT / "sample_traces")
 
 

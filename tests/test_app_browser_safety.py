@@ -182,3 +182,19 @@ def test_two_browsers_do_not_see_each_others_uploads(served, hta_dir: Path) -> N
             assert bob.locator(EXCEPTION).count() == 0
         finally:
             browser.close()
+
+
+def test_menu_is_a_readers_no_deploy(served) -> None:
+    """Started as `overlapscope app` starts it, on 127.0.0.1 (where Streamlit's default shows the developer
+    items): the toolbar is there, Deploy is not."""
+    from playwright.sync_api import sync_playwright
+
+    url, _, _, _ = served
+    with sync_playwright() as p:
+        browser = launch_browser(p)
+        try:
+            page = _open(browser, url)
+            page.locator('[data-testid="stMainMenu"]').wait_for(timeout=30_000)
+            assert page.locator('[data-testid="stAppDeployButton"]').count() == 0
+        finally:
+            browser.close()

@@ -1,4 +1,4 @@
-"""The dashboard as an attack surface (issue 16): where it listens, which paths a browser can make it
+"""The dashboard as an attack surface: where it listens, which paths a browser can make it
 read, what it does with uploads, what it never shows, and what one session can see of another's.
 Each attack is a test, under Streamlit's AppTest (the browser checks are in test_app_browser.py).
 """
@@ -225,7 +225,7 @@ def test_no_pickle_anywhere_user_data_flows() -> None:
     """Pickle runs code when loaded: nothing in the app, analyzers or CLI pickles or persists caches."""
     pattern = re.compile(r"^\s*(import pickle|from pickle|import dill|import shelve|import joblib)|persist\s*=",
                          re.MULTILINE)
-    hits = [str(p.relative_to(ROOT)) for folder in ("app", "analyzers", "overlapscope")
+    hits = [str(p.relative_to(ROOT)) for folder in ("app", "viz", "analyzers", "overlapscope")
             for p in (ROOT / folder).rglob("*.py") if pattern.search(p.read_text())]
     assert not hits, hits
 

@@ -85,7 +85,7 @@ def test_rank_without_comm_fails_gate_unless_allowed_and_shows_na(tmp_path):
                               "dur": 5.0, "args": {"device": 0, "stream": 7, "correlation": 1}}]}
     p = tmp_path / "rank0.json"
     p.write_text(json.dumps(trace))
-    # the gate measured nothing: it says so and fails, unless --allow-undefined (issue 19.4)
+    # the gate measured nothing: it says so and fails, unless --allow-undefined
     r = cli("analyze", str(p), "--fail-under-overlap", "0.9")
     assert r.returncode == 1 and "n/a" in r.stdout and "overlap ratio undefined for rank 0" in r.stderr
     r = cli("analyze", str(p), "--fail-under-overlap", "0.9", "--allow-undefined")

@@ -72,7 +72,7 @@ def test_sweep_compares_each_workload_with_its_own_baseline(tmp_path, monkeypatc
                       "matmul + reduce-scatter": ("fused-matmul-rs", ["fused-matmul-rs", "two-stream"])}
 
 
-# --------------------------------------------------------------------------- faults (issue 16)
+# --------------------------------------------------------------------------- faults
 
 
 def test_hung_rank_ends_the_run_within_the_timeout_and_is_named(tmp_path):

@@ -1,4 +1,4 @@
-"""Correctness at the edges (issue 19): doubled nsys runtime rows, step selection that scopes every
+"""Correctness at the edges: doubled nsys runtime rows, step selection that scopes every
 section, gates that measured nothing, HTA's GPU-side ProfilerStep cut, other devices' runtimes.
 
 Every case writes its own small trace file reproducing the shape seen on a real public trace,
@@ -19,6 +19,7 @@ import pytest
 
 from analyzers.io.load import load_traces
 
+from .conftest import HTA_MISSING
 from .trace_files import GEMM, NCCL_ALLREDUCE, Kineto, Nsys
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +40,7 @@ def syncs_of(doc: dict, rank: int = 0) -> list[dict]:
     return doc["syncs"]["per_rank"][str(rank)]
 
 
-# --- 19.2: nsys exports that record every runtime call twice ------------------------------------
+# --- nsys exports that record every runtime call twice ------------------------------------
 
 def doubled_export(path: Path, *, doubled: bool) -> Path:
     """K1 [1.0, 3.0] ms launched at 0.1 ms; a synchronous cudaMemcpy [0.2, 3.1] ms whose DtoH copy
@@ -112,7 +113,7 @@ def test_sync_idle_beyond_the_span_is_flagged(tmp_path: Path) -> None:
     assert not any("more than the trace's span" in n for n in doc["notes"])
 
 
-# --- 19.3: --steps refuses unknown steps and scopes every section -----------------------------
+# --- --steps refuses unknown steps and scopes every section -----------------------------
 
 def two_rank_steps(tmp_path: Path) -> list[Path]:
     """Two ranks, steps 1-3 (host [1000n, 1000n + 900) µs, GPU 100 µs behind: g = 1000n + 100).
@@ -172,7 +173,7 @@ def test_findings_syncs_and_cross_rank_honour_the_selected_steps(tmp_path: Path)
     assert step2["syncs"]["n"] == 1 and syncs_of(step2)[0]["gpu_idle_ns"] == 58_000
     assert step2["cross_rank"]["n_matched"] == 1
 
-    # the gate the issue names: a finding in an excluded step does not fail the run
+    # the gate: a finding in an excluded step does not fail the run
     assert cli("analyze", *paths, "--steps", "1,3", "--fail-on", "host-blocking-sync", "-f", "csv").returncode == 0
     assert cli("analyze", *paths, "--fail-on", "host-blocking-sync", "-f", "csv").returncode == 1
 
@@ -200,7 +201,7 @@ def test_whole_window_of_steps_apart_leaves_out_the_steps_between(tmp_path: Path
     assert (every["comm_ns"], every["span_ns"]) == (whole["comm_ns"], whole["span_ns"]) == (300_000, 2_300_000)
 
 
-# --- 19.4: a gate that measured nothing fails loudly; common custom comm kernels are known -------
+# --- a gate that measured nothing fails loudly; common custom comm kernels are known -------
 
 DEEPEP = "void deep_ep::intranode::dispatch<8, 768, 6144>(int4*, float*, int*, long*, float*, int*)"
 CUSTOM = "void my_moe::ep_all_to_all_kernel<128>(float*, int)"
@@ -258,7 +259,7 @@ def test_gate_with_nothing_selected_fails_and_recognised_comm_passes_silently(tm
     assert passed.returncode == 0 and passed.stderr.strip() == ""
 
 
-# --- 19.6: --like-hta and a GPU-side ProfilerStep that starts after the last host step ----------
+# --- --like-hta and a GPU-side ProfilerStep that starts after the last host step ----------
 
 def hta_cut_trace(path: Path, *, gpu_annotations: bool) -> Path:
     """Steps 1-3 at host [1000n, 1000n + 900) µs, GPU 400 µs behind (g = 1000n + 400). Steps 1-2:
@@ -284,26 +285,36 @@ def hta_cut_trace(path: Path, *, gpu_annotations: bool) -> Path:
     return k.write(path)
 
 
-@pytest.mark.filterwarnings("ignore:The inplace keyword")  # HTA 0.5.0's own pandas calls
-@pytest.mark.parametrize("gpu_annotations,expected", [(True, 0.5), (False, 3 / 7)])
+CUT_CASES = [(True, 0.5), (False, 3 / 7)]  # (GPU-side ProfilerStep annotations, expected overlap ratio)
+
+
+@pytest.mark.parametrize("gpu_annotations,expected", CUT_CASES)
 def test_like_hta_cuts_where_hta_does(tmp_path: Path, gpu_annotations: bool, expected: float) -> None:
     d = tmp_path / "run"
     d.mkdir()
     p = hta_cut_trace(d / "rank-0.json", gpu_annotations=gpu_annotations)
     doc = analyze_json(p, "--like-hta")
     assert doc["ranks"][0]["overlap_ratio"] == pytest.approx(expected, abs=1e-9)
-    # and HolisticTraceAnalysis 0.5.0 itself, on the same file
-    from hta.trace_analysis import TraceAnalysis
 
+
+@pytest.mark.hta
+@pytest.mark.filterwarnings("ignore:The inplace keyword")  # HTA 0.5.0's own pandas calls
+@pytest.mark.parametrize("gpu_annotations,expected", CUT_CASES)
+def test_hta_itself_cuts_there(tmp_path: Path, gpu_annotations: bool, expected: float) -> None:
+    """HolisticTraceAnalysis 0.5.0 on the same file gives the figure --like-hta reproduces."""
+    trace_analysis = pytest.importorskip("hta.trace_analysis", reason=HTA_MISSING)
+    d = tmp_path / "run"
+    d.mkdir()
+    hta_cut_trace(d / "rank-0.json", gpu_annotations=gpu_annotations)
     logging.disable(logging.WARNING)
     try:
-        hta = TraceAnalysis(trace_dir=str(d)).get_comm_comp_overlap(visualize=False)
+        hta = trace_analysis.TraceAnalysis(trace_dir=str(d)).get_comm_comp_overlap(visualize=False)
     finally:
         logging.disable(logging.NOTSET)
     assert float(hta["comp_comm_overlap_pctg"].iloc[0]) == pytest.approx(round(100 * expected, 2))
 
 
-# --- 19.7: another device's runtime: syncs cannot be judged --------------------------------------
+# --- another device's runtime: syncs cannot be judged --------------------------------------
 
 def scalar_reads(path: Path, runtime_cat: str) -> Path:
     """A kernel [0, 100] µs, then two aten::item -> aten::_local_scalar_dense reads on the host, and
@@ -323,7 +334,7 @@ def scalar_reads(path: Path, runtime_cat: str) -> Path:
 
 def test_mtia_runtime_syncs_are_not_judged(tmp_path: Path) -> None:
     doc = analyze_json(scalar_reads(tmp_path / "mtia.json", "mtia_runtime"))
-    assert doc["syncs"]["n"] == 0  # was: every aten::_local_scalar_dense listed as a blocking sync
+    assert doc["syncs"]["n"] == 0  # not every aten::_local_scalar_dense as a blocking sync
     assert any("rank 0: runtime calls are mtia_runtime: blocking host syncs cannot be judged" in n
                for n in doc["notes"])
     # the MTIA runtime's launches are read: kernels know their launch

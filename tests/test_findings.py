@@ -49,7 +49,7 @@ def test_host_sync_fires_with_one_sync_per_step_and_the_idle_it_caused():
     f = only(sf.pipeline("host-sync"), "host-blocking-sync")
     ev = f.evidence
     # 4 steps x 3 iterations, less the very last sync: nothing is launched after it, so it caused no
-    # idle (the trace ends there; issue 16) and is not counted
+    # idle (the trace ends there) and is not counted
     assert ev["n_syncs"] == 11 and ev["syncs_per_iteration"] == {"1": 4, "2": 4, "3": 3}
     # inside an iteration: next launch 2 µs after the sync returns, starts 8 µs later -> 10 µs idle;
     # after the last step: until the next iteration's first all-gather
@@ -589,7 +589,7 @@ def test_real_fsdp_front_loaded_fires_and_zero3_does_not():
 
 
 def test_real_comm_starved_by_the_gemm_that_holds_every_sm():
-    # session 4, sweep B: in ProfilerStep#2 each rank's barrier started only at its local GEMM's tail
+    # in ProfilerStep#2 each rank's barrier started only at its local GEMM's tail
     ts, _ = _sample("ag-gemm-race/tuned-no-gate")
     found = _by_id(detect_findings(ts), "comm-starved-by-compute")
     assert sorted(found) == ts.rank_ids()

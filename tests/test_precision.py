@@ -1,4 +1,4 @@
-"""Findings precision at the trace's edges (issue 16) and syncs that did not block (issue 19.5).
+"""Findings precision at the trace's edges and syncs that did not block.
 
 A detector must not count evidence it cannot see: idle "caused" by a sync after which nothing is
 launched (the trace just ends), idle after a sync that found the GPU already drained, the
@@ -37,7 +37,7 @@ def idle_of(doc: dict) -> list[int]:
     return [r["gpu_idle_ns"] for r in doc["syncs"]["per_rank"]["0"]]
 
 
-# --- issue 16: torch.cuda.synchronize() after the last iteration, no ProfilerStep -----------------
+# --- torch.cuda.synchronize() after the last iteration, no ProfilerStep -----------------
 
 def final_sync(path: Path, *, sync_after: int) -> Path:
     """Three iterations, no step markers, all launched up front (host far ahead): iteration i has a
@@ -81,7 +81,7 @@ def test_sync_between_iterations_still_fires(tmp_path: Path) -> None:
     assert f is not None and f["evidence"]["gpu_idle_ns_total"] == 198_000
 
 
-# --- issue 19.5: a sync on a drained GPU claims nothing; the profiler's closing sync never ------
+# --- a sync on a drained GPU claims nothing; the profiler's closing sync never ------
 
 def drained_sync(path: Path, *, sync_at: int) -> Path:
     """Steps 1-3 at host [1000n, 1000n + 900) µs, GPU g = 1000n + 100. Each step: GEMM [g, g+200] and
@@ -176,7 +176,7 @@ def starved_shape(path: Path, *, dependency: bool) -> Path:
 def test_starved_ignores_a_dependency_just_before_the_selected_step(tmp_path: Path) -> None:
     p = starved_shape(tmp_path / "dep.json", dependency=True)
     # C waited for A (ended 1000, in step 1): with --steps 2, A lies outside the window but is still
-    # what C waited on -> silent (was: 492 µs "starved")
+    # what C waited on -> silent (not 492 µs "starved")
     assert finding(analyze_json(p, "--steps", "2"), "comm-starved-by-compute") is None
     assert finding(analyze_json(p), "comm-starved-by-compute") is None
 

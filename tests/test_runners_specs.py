@@ -10,7 +10,7 @@ from runners import launch
 from runners.specs import ALGORITHMS, COMMON
 
 
-def test_algorithms_and_variants_as_the_issue_lists_them() -> None:
+def test_algorithms_and_variants_as_documented() -> None:
     assert set(ALGORITHMS) == {"ag-gemm", "gemm-rs", "symm-mem", "fsdp"}
     need = {
         "ag-gemm": {"baseline", "sync-in-loop", "sync-before-loop", "host-sync", "tuned"},

@@ -39,7 +39,7 @@ def test_host_sync_hides_nothing_and_sync_before_loop_beats_sync_in_loop():
 
 
 def test_tuned_ag_gemm_hides_its_transfers_and_meets_the_time_bound():
-    """The runners issue's acceptance, checked on the recorded 2×H200 sweep: overlap ≥ 0.8 on
+    """The runners' targets, checked on the recorded 2×H200 sweep: overlap ≥ 0.8 on
     both ranks over the whole profiled window; time ≤ 1.05 × (compute + comm / S); not
     slower than PyTorch's fused_all_gather_matmul (CUDA-event medians from the manifests)."""
     import json

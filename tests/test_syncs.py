@@ -207,7 +207,7 @@ def test_step_column_and_censored_idle_at_trace_end():
                    runtime=[("cudaStreamSynchronize", 200, 5300, 10)])
     r = blocking_syncs(t).iloc[0]
     assert r.step == 3
-    # nothing launched after it: the trace just ends, no idle was caused (issue 16: censored evidence)
+    # nothing launched after it: the trace just ends, no idle was caused (censored evidence)
     assert r.next_gpu_start_ns == -1 and r.gpu_idle_ns == 0
     assert r.caller == ""  # iteration ranges are never callers
 
@@ -271,7 +271,7 @@ def test_pipit_cloverleaf_1312_blocking_syncs_with_their_idle():
     assert se_names == {"Event Sync"}
     # Independent check of the idle: one stream, one thread, each kernel is followed by a
     # device sync, so the idle after a sync is simply (next activity start - sync end), for the
-    # syncs that found the GPU still busy when called (the others blocked nothing: issue 19.5).
+    # syncs that found the GPU still busy when called (the others blocked nothing).
     starts = np.sort(t.gpu["start_ns"].to_numpy())
     end, begin = df["end_ns"].to_numpy(), df["start_ns"].to_numpy()
     j = np.searchsorted(starts, end)

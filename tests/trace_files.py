@@ -1,6 +1,6 @@
 """Small trace files that tests write themselves: Kineto JSON and Nsight Systems SQLite exports.
 
-The edge-case tests (issue 19, issue 16's findings precision) go through the public entry
+The edge-case tests (test_edges, test_precision) go through the public entry
 points (load_traces, analyze, the CLI), so they need files, not in-memory tables. Times are
 given in whole microseconds (Kineto's unit) and written as such; nsys exports take nanoseconds.
 """

@@ -155,6 +155,9 @@ def _e(text: object) -> str:
 
 
 def html_table(header: Sequence[str], rows: Sequence[Sequence[object]], text_cols: Sequence[int] = (0,)) -> str:
+    """An HTML table, or a "none" line when there are no rows (never a table of headers alone)."""
+    if not rows:
+        return '<p class="muted">none</p>'
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f'<td class="t">{_e(c)}</td>' if i in text_cols else f"<td>{_e(c)}</td>"
                                     for i, c in enumerate(r)) + "</tr>" for r in rows)
@@ -211,7 +214,7 @@ def _cross_rank_html(report: AnalysisReport, doc: dict, fig) -> str:
     parts = []
     for s in cross_rank_sections(doc["cross_rank"]):
         parts.append(f"<h3>{_e(s.title)}</h3>")
-        parts.append(html_table(s.header, s.rows, text_cols=range(len(s.header))) if s.rows else "<p>(none)</p>")
+        parts.append(html_table(s.header, s.rows, text_cols=range(len(s.header))))
         if s.caption:
             parts.append(f'<p class="muted">{_e(s.caption)}</p>')
     if len(cross.collectives):
