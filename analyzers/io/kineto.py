@@ -29,7 +29,13 @@ import numpy as np
 import pandas as pd
 
 from analyzers.errors import BadInputError
-from analyzers.io.input_limits import check_us_times, json_problem
+from analyzers.io.input_limits import (
+    InputLimitError,
+    check_event_bytes,
+    check_event_count,
+    check_us_times,
+    json_problem,
+)
 from analyzers.io.kineto_schema import (
     ANY_PHASE_DECODER,
     ARG_FIELDS,
@@ -75,7 +81,7 @@ from analyzers.timeline.model import (
 
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 # Bumped whenever the tables this loader produces change (the parse cache keys on it).
-LOADER_VERSION = 4  # 4: input limits (bounded gzip, refused times), out-of-range int args
+LOADER_VERSION = 5  # 5: events without a time refused; 4: input limits (bounded gzip, refused times)
 
 
 def rank_from_filename(path: Path) -> int | None:
@@ -148,11 +154,19 @@ def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
     data = read_bytes(path)
     if blank(data):
         raise BadInputError(path, "empty file")
+    try:
+        check_event_bytes(data)
+    except InputLimitError as exc:
+        raise BadInputError(path, exc.problem) from None
     with gc_paused():  # what comes and goes below holds no cycles; GC passes would only touch it all again
         doc = _decode(path, data)
         if doc.traceEvents is None:
             raise BadInputError(path, "not a Kineto trace: no traceEvents list")
         listed, doc.traceEvents = doc.traceEvents, None
+        try:
+            check_event_count(len(listed))
+        except InputLimitError as exc:
+            raise BadInputError(path, exc.problem) from None
         hold_arenas(listed)  # a pool worker's next file reuses these arenas (worker_memory)
         events = np.fromiter(listed, dtype=object, count=len(listed))
         rows, runtime_cats = _select_rows(listed, events, isinstance(doc, KnownCategoryTrace))

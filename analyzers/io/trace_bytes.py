@@ -22,10 +22,11 @@ def read_bytes(path: Path) -> TraceBytes:
     unbuffered: a buffered reader joins its buffered head to the rest, a second copy of the file."""
     try:
         with path.open("rb", buffering=0) as fh:
-            size = os.fstat(fh.fileno()).st_size
+            st = os.fstat(fh.fileno())
+            size = st.st_size
             if fh.read(2) != b"\x1f\x8b":
                 check_file_size(size)
-                if (mapped := _mapped(fh.fileno(), size)) is not None:
+                if (mapped := _mapped(fh.fileno(), size, _sparse(st))) is not None:
                     return mapped
                 fh.seek(0)
                 return fh.readall()
@@ -37,7 +38,14 @@ def read_bytes(path: Path) -> TraceBytes:
         raise BadInputError(path, exc.problem) from None
 
 
-def _mapped(fd: int, size: int) -> mmap.mmap | None:
+def _sparse(st: os.stat_result) -> bool:
+    """Mostly holes (a file truncated up to a size, never written): its pages are not loaded ahead,
+    so the decoder stops at the first hole (zero bytes are no JSON) having touched only what it read."""
+    blocks = getattr(st, "st_blocks", None)
+    return blocks is not None and st.st_size > (1 << 20) and blocks * 512 < st.st_size // 2
+
+
+def _mapped(fd: int, size: int, sparse: bool = False) -> mmap.mmap | None:
     """The file read-only in memory, its pages mapped in one call (MAP_POPULATE, Linux); None where
     it cannot be (size 0: empty or not a regular file; no POSIX mmap; a file system that refuses).
     A file cut shorter by another program while mapped kills the worker reading it (SIGBUS); the
@@ -45,7 +53,8 @@ def _mapped(fd: int, size: int) -> mmap.mmap | None:
     if size <= 0 or os.name != "posix":
         return None
     try:
-        return mmap.mmap(fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ)
+        populate = 0 if sparse else getattr(mmap, "MAP_POPULATE", 0)
+        return mmap.mmap(fd, size, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ)
     except (OSError, ValueError, OverflowError):  # OverflowError: past a 32-bit address space
         return None
 
