@@ -18,6 +18,23 @@ TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
 # folder is analyzed as it is, so directory search leaves these out.
 RUN_METADATA = re.compile(r"^(?:manifest(?:\.failed)?|rank\d+\.(?:status|error)|.*\.partial)\.json$")
 
+JOURNALS = ("-wal", "-journal")  # SQLite's companions: what they hold is part of what the export reads
+
+
+def file_stamp(path: Path) -> tuple[int, int]:
+    """(size, mtime_ns) a cache keys a file by; an SQLite export's journal files count too (a WAL that
+    gains commits changes what the export holds, not the export's own size or mtime)."""
+    st = path.stat()
+    size, mtime = st.st_size, st.st_mtime_ns
+    for suffix in JOURNALS:
+        try:
+            js = path.with_name(path.name + suffix).stat()
+        except OSError:
+            continue
+        size, mtime = size + js.st_size + 1, max(mtime, js.st_mtime_ns)
+    return size, mtime
+
+
 def is_trace_name(p: Path) -> bool:
     """A trace file by its name: a trace suffix, not hidden, not a run's manifest/status/error file."""
     return (any(p.name.endswith(s) for s in TRACE_SUFFIXES) and not p.name.startswith(".")
