@@ -14,6 +14,7 @@ from analyzers.timeline.constants import DEFAULT_STEP_PATTERN
 
 from .common import (
     EXIT_GATE,
+    MAX_RANK,
     CommKernelOpt,
     FormatOpt,
     JobsOpt,
@@ -51,7 +52,8 @@ def analyze_cmd(
     like_hta: LikeHtaOpt = False,
     step_pattern: StepPatternOpt = DEFAULT_STEP_PATTERN,
     rank: Annotated[int | None, typer.Option(
-        "--rank", help="Rank of a single trace file that names none (no distributedInfo, no rankN in its name).")
+        "--rank", min=0, max=MAX_RANK,
+        help="Rank of a single trace file that names none (no distributedInfo, no rankN in its name).")
     ] = None,
     streams: Annotated[bool, typer.Option("--streams", help="Also print per-stream busy time (table format).")
                        ] = False,
