@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzers.errors import BadInputError, WorkerDiedError
+from analyzers.io.trace_bytes import map_files_here
 from analyzers.io.worker_memory import keep_freed_memory, last_file_follows
 from analyzers.timeline.classify import Rule, classify_trace
 from analyzers.timeline.model import RankTrace
@@ -138,6 +139,7 @@ def _start_worker(progress: Any, workers: int) -> None:
     global _file_progress, _pool_workers
     _file_progress, _pool_workers = progress, workers
     keep_freed_memory()
+    map_files_here()  # a worker killed by a file cut short under its mapping is named (WorkerDiedError)
 
 
 def _tracked_rank_stage(index: int, *args: Any) -> FileResult:

@@ -16,9 +16,9 @@ TraceBytes = bytes | bytearray | mmap.mmap
 def read_bytes(path: Path) -> TraceBytes:
     """File contents, gunzipped (streaming, by magic, not by name) when gzip.
 
-    A plain file is mapped, not read (_mapped): the decoder reads the page cache's own pages, so no
-    copy is made and no fresh, zeroed memory is faulted in for it (8 ranks of 54 MB: -2.3 % wall,
-    -2.5 % CPU, benchmarks/RESULTS.md). What cannot be mapped (an empty file, a pipe) is read,
+    In a pool worker a plain file is mapped, not read (_mapped): the decoder reads the page cache's own
+    pages, so no copy is made and no fresh, zeroed memory is faulted in for it (8 ranks of 54 MB: -2.3 %
+    wall, -2.5 % CPU, benchmarks/RESULTS.md). The calling process, and what cannot be mapped, reads,
     unbuffered: a buffered reader joins its buffered head to the rest, a second copy of the file."""
     try:
         with path.open("rb", buffering=0) as fh:
@@ -38,6 +38,17 @@ def read_bytes(path: Path) -> TraceBytes:
         raise BadInputError(path, exc.problem) from None
 
 
+_map_files = False  # set in pool workers (analyzers.io.parallel), whose death is named by their parent
+
+
+def map_files_here() -> None:
+    """Let this process map trace files. Only pool workers do: a file cut short under a mapping kills
+    the process that reads it (SIGBUS), and only a worker has a parent left to say which file it was;
+    the calling process (--jobs 1, one file) reads its files instead."""
+    global _map_files
+    _map_files = True
+
+
 def _sparse(st: os.stat_result) -> bool:
     """Mostly holes (a file truncated up to a size, never written): its pages are not loaded ahead,
     so the decoder stops at the first hole (zero bytes are no JSON) having touched only what it read."""
@@ -50,7 +61,7 @@ def _mapped(fd: int, size: int, sparse: bool = False) -> mmap.mmap | None:
     it cannot be (size 0: empty or not a regular file; no POSIX mmap; a file system that refuses).
     A file cut shorter by another program while mapped kills the worker reading it (SIGBUS); the
     per-rank stage then names that file (analyzers.errors.WorkerDiedError)."""
-    if size <= 0 or os.name != "posix":
+    if size <= 0 or os.name != "posix" or not _map_files:
         return None
     try:
         populate = 0 if sparse else getattr(mmap, "MAP_POPULATE", 0)
