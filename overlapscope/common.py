@@ -133,7 +133,6 @@ def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = 
     from analyzers.timeline.classify import load_rules
 
     comm_kernel = check_comm_kernels(comm_kernel)
-    check_jobs(jobs)
     scheduler = check_scheduler(scheduler) if scheduler else check_scheduler(scheduler_from_env(None),
                                                                               f"${ENV_SCHEDULER}")
     rule_list = load_rules(rules, comm_kernel)
@@ -198,26 +197,7 @@ def check_scheduler(address: str | None, source: str = "--scheduler") -> str | N
     return address
 
 
-def check_jobs(jobs: int | None) -> int | None:
-    """--jobs: each worker holds a few pipes; more workers than the open-file limit allows would fail
-    part-way (EMFILE), so the limit is checked first."""
-    if jobs is None:
-        return None
-    try:
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    except (ImportError, OSError, ValueError):
-        return jobs
-    most = max(1, (soft - 64) // FILES_PER_WORKER) if soft != resource.RLIM_INFINITY else MAX_JOBS
-    if jobs > min(most, MAX_JOBS):
-        raise UsageFailure(f"--jobs {jobs}: at most {min(most, MAX_JOBS)} here (the open-file limit is {soft}; "
-                           "each worker needs a few)")
-    return jobs
-
-
 MAX_RANK = (1 << 20) - 1  # analyzers.io.input_limits.MAX_WORLD_SIZE - 1 (that module imports numpy)
-FILES_PER_WORKER = 8  # pipes and semaphores a pool worker keeps open in the parent
 MAX_JOBS = 1024
 
 
