@@ -227,6 +227,27 @@ def _add_round_two(add: Callable[..., None], d: Callable[[str], Path]) -> None:
     add("folder nested 1,000 deep", _deep_folder(d("nested-1000"), 1000), "nested more than 32 deep")
 
 
+def remove_tree(root: Path) -> None:
+    """Remove a folder tree without recursion (shutil.rmtree, and pytest's clean-up of old temporary
+    folders, recurse once per level: a tree 1,000 deep must be gone before they meet it)."""
+    stack = [str(root)]
+    while stack:
+        try:
+            with os.scandir(stack[-1]) as it:
+                entries = list(it)
+        except FileNotFoundError:
+            stack.pop()
+            continue
+        folders = [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+        for e in entries:
+            if not e.is_dir(follow_symlinks=False):
+                os.unlink(e.path)
+        if folders:
+            stack += folders
+        else:
+            os.rmdir(stack.pop())
+
+
 def _deep_folder(root: Path, depth: int) -> Path:
     """root/d/d/.../d/rank0.json, made relative to each folder (the whole path passes PATH_MAX)."""
     root.mkdir(parents=True)

@@ -18,15 +18,17 @@ import pytest
 
 from overlapscope.cli import main
 
-from .bad_inputs import CASE_NAMES, Case, build_corpus, good_trace
+from .bad_inputs import CASE_NAMES, Case, build_corpus, good_trace, remove_tree
 from .conftest import ROOT, tree_digest
 
 MAIN = str(ROOT / "app" / "main.py")
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case]:
-    return build_corpus(tmp_path_factory.mktemp("corpus"))
+def corpus(tmp_path_factory: pytest.TempPathFactory):
+    cases = build_corpus(tmp_path_factory.mktemp("corpus"))
+    yield cases
+    remove_tree(cases["folder nested 1,000 deep"].given)
 
 
 @pytest.fixture(scope="module")

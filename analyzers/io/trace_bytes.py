@@ -6,6 +6,7 @@ from __future__ import annotations
 import mmap
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 from analyzers.errors import BadInputError
 from analyzers.io.input_limits import InputLimitError, check_file_size, gunzip_into
@@ -29,7 +30,7 @@ def read_bytes(path: Path) -> TraceBytes:
                 if (mapped := _mapped(fh.fileno(), size, _sparse(st))) is not None:
                     return mapped
                 fh.seek(0)
-                return fh.readall()
+                return _read_text(fh)
             fh.seek(0)
             return gunzip_into(fh, size)  # bounded: a gzip bomb is refused, not unpacked
     except OSError as exc:
@@ -68,6 +69,21 @@ def _mapped(fd: int, size: int, sparse: bool = False) -> mmap.mmap | None:
         return mmap.mmap(fd, size, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ)
     except (OSError, ValueError, OverflowError):  # OverflowError: past a 32-bit address space
         return None
+
+
+READ_CHUNK = 64 << 20
+
+
+def _read_text(fh: BinaryIO) -> bytearray:
+    """The file read in chunks into one growing buffer, stopping after the first chunk that holds a zero
+    byte: no JSON text holds one, so the decoder refuses it there, and a sparse 4 GB file (all holes
+    past its head) costs one chunk, not 4 GB."""
+    out = bytearray()
+    while chunk := fh.read(READ_CHUNK):
+        out += chunk
+        if b"\x00" in chunk:
+            break
+    return out
 
 
 def blank(data: TraceBytes) -> bool:
