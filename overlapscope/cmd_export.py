@@ -51,7 +51,7 @@ def _size(path: Path) -> str:
 
 def write_images(fig, png: Path | None, svg: Path | None, width: int, height: int | None) -> None:
     """PNG / SVG of a timeline figure through kaleido and the system Chromium; one line on failure."""
-    from .export_html import ImageExportError, figure_image, image_browser
+    from viz.export_html import ImageExportError, figure_image, image_browser
 
     try:
         with image_browser():
@@ -130,7 +130,7 @@ def export_cmd(
 
     if any((html_out, png, svg)):
         try:
-            from . import export_html
+            from viz import export_html
         except ImportError as exc:
             raise UsageFailure(f"--html, --png and --svg need the app extras ({exc.name} is missing): "
                                "pip install -e '.[app]'") from None
@@ -157,7 +157,7 @@ def export_cmd(
     if perfetto is not None:
         t0 = time.perf_counter()
         data = perfetto_data(traces, report)
-        from .perfetto_json import write_perfetto
+        from viz.perfetto_json import write_perfetto
 
         with writing(perfetto, "--perfetto") as tmp:
             write_perfetto(data, tmp)
