@@ -257,6 +257,21 @@ def test_bad_option_values_are_one_usage_line(args: list[str], problem: str, tmp
     assert problem in _one_line(captured.err, "overlapscope: usage error: ") and captured.out == ""
 
 
+@pytest.mark.parametrize(("args", "problem"), [
+    (["--timeout", "nan"], "nan is not a number of seconds"),
+    (["--timeout", "inf"], "Invalid value for '--timeout'"),
+    (["--timeout", "-5"], "Invalid value for '--timeout'"),
+    (["--nproc", "0"], "Invalid value for '--nproc'"),
+    (["--nproc", str(2**70)], "Invalid value for '--nproc'"),
+])
+def test_bad_run_option_values_are_one_usage_line_before_any_run(args: list[str], problem: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ("run", "sweep"):
+        assert main([command, "ag-gemm", *args]) == 2
+        captured = capsys.readouterr()
+        assert problem in _one_line(captured.err, "overlapscope: usage error: ") and captured.out == ""
+
+
 def test_a_malformed_scheduler_in_the_environment_is_one_line(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
