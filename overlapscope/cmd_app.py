@@ -51,7 +51,8 @@ def app_cmd(
         "--allowed-root", help="Server folder the browser may open paths under (repeatable; default: the "
                                "sample traces and the given paths).")] = None,
     max_upload_mb: Annotated[int | None, typer.Option(
-        "--max-upload-mb", min=1, max=1 << 20, help="Upload size cap in MB (default $OVERLAPSCOPE_MAX_UPLOAD_MB or 200).")] = None,
+        "--max-upload-mb", min=1, max=1 << 20,
+        help="Upload size cap in MB (default $OVERLAPSCOPE_MAX_UPLOAD_MB or 200).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the command instead of starting it.")] = False,
 ) -> None:
     """Open the dashboard: overview, timelines, cross-rank, syncs, diff, run."""
