@@ -272,6 +272,16 @@ def test_bad_run_option_values_are_one_usage_line_before_any_run(args: list[str]
         assert problem in _one_line(captured.err, "overlapscope: usage error: ") and captured.out == ""
 
 
+@pytest.mark.parametrize("pattern", ["", "   "])
+def test_a_rules_file_with_an_empty_pattern_is_refused(pattern: str, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """As an empty --comm-kernel, an empty rule pattern would put every kernel in its category."""
+    rules = tmp_path / "rules.toml"
+    rules.write_text(f'[[rule]]\npattern = "{pattern}"\ncategory = "comm"\n')
+    assert main(["analyze", str(good_trace(tmp_path)), "--rules", str(rules), "--no-cache"]) == 3
+    assert "rule #1 is invalid (an empty pattern matches every kernel)" in _one_line(capsys.readouterr().err)
+
+
 def test_a_malformed_scheduler_in_the_environment_is_one_line(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
