@@ -43,6 +43,8 @@ CASE_NAMES = (
     "step number too large",
     # bounded work: what never ends or never stops descending
     "named pipe as a trace", "folder nested 1,000 deep",
+    # what SQLite reads: a WAL's committed changes count (here it deletes every kernel)
+    "WAL that deletes every kernel",
 )
 
 
@@ -225,6 +227,27 @@ def _add_round_two(add: Callable[..., None], d: Callable[[str], Path]) -> None:
     os.mkfifo(fifo)
     add("named pipe as a trace", fifo, "not a regular file (a named pipe)")
     add("folder nested 1,000 deep", _deep_folder(d("nested-1000"), 1000), "nested more than 32 deep")
+    wal = _wal_without_kernels(d("wal-no-kernels"))
+    add("WAL that deletes every kernel", wal.parent, "no GPU kernels", names=wal)  # the folder: export and -wal
+
+
+def _wal_without_kernels(folder: Path) -> Path:
+    """An export whose -wal holds a committed delete of every kernel, its writer killed before a
+    checkpoint (the files are copied while the writer holds them open). SQLite reads no kernels."""
+    writer = folder.parent / f".{folder.name}-writer"
+    writer.mkdir(parents=True)
+    folder.mkdir(parents=True)
+    shutil.copy(NSYS_SMALL, writer / "report.sqlite")
+    conn = sqlite3.connect(writer / "report.sqlite")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    conn.commit()
+    for name in ("report.sqlite", "report.sqlite-wal"):
+        shutil.copy(writer / name, folder / name)
+    conn.close()
+    shutil.rmtree(writer)
+    return folder / "report.sqlite"
 
 
 def remove_tree(root: Path) -> None:
