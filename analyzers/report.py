@@ -188,7 +188,7 @@ def in_selected_steps(syncs: pd.DataFrame, options: AnalysisOptions) -> pd.DataF
     """The blocking syncs called inside the selected steps (all of them when none are selected)."""
     if options.steps.steps is None or syncs.empty:
         return syncs
-    return syncs[syncs["step"].isin(list(options.steps.steps))].reset_index(drop=True)
+    return syncs[options.steps.mask(syncs["step"].to_numpy())].reset_index(drop=True)
 
 
 def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,

@@ -7,10 +7,14 @@ module; they take the app's shared options and helpers from common.py.
 from __future__ import annotations
 
 import atexit
+import errno
 import os
 import sys
 import threading
 from typing import NoReturn
+
+from typer._click.exceptions import ClickException, NoArgsIsHelpError  # typer's own click
+from typer.exceptions import Abort
 
 from analyzers.errors import BadInputError, UnknownStepsError
 
@@ -38,18 +42,58 @@ def main(argv: list[str] | None = None) -> int:
 
     Typer handles usage errors itself (exit 2, with help); our own errors surface here.
     """
+    code = EXIT_OK
     try:
-        app(args=argv, prog_name="overlapscope", standalone_mode=True)
+        done = app(args=argv, prog_name="overlapscope", standalone_mode=False)
+        code = done if isinstance(done, int) else EXIT_OK  # an Exit's code (the commands return None)
     except SystemExit as exc:
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except NoArgsIsHelpError as exc:
+        exc.show()  # the help, as asked for by giving nothing
+        return EXIT_USAGE
+    except ClickException as exc:  # typer's usage errors, one line like ours
+        err_console.print(f"overlapscope: usage error: {_one_line(exc.format_message())}", markup=False,
+                          highlight=False)
+        return exc.exit_code
+    except Abort:
+        return 1
     except BadInputError as exc:
         err_console.print(f"overlapscope: error: {exc}", markup=False, highlight=False)
         return EXIT_BAD_INPUT
     except (UsageFailure, UnknownStepsError) as exc:
         err_console.print(f"overlapscope: usage error: {exc}", markup=False, highlight=False)
         return EXIT_USAGE
-    return EXIT_OK
+    except OSError as exc:
+        if exc.errno not in OUTPUT_ERRNOS:
+            raise
+        return _output_failed(exc)
+    try:  # what is still buffered: a full disk shows here, and must not pass as success
+        sys.stdout.flush()
+    except OSError as exc:
+        if exc.errno not in OUTPUT_ERRNOS:
+            raise
+        return _output_failed(exc)
+    return code
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# A write that failed for want of room or a working device (the inputs' read errors are BadInputErrors).
+OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS)
+
+
+def _output_failed(exc: OSError) -> int:
+    """Standard output could not be written (a full disk, /dev/full): one line, exit 2, and what is
+    left in the buffer dropped so that the exit does not try again."""
+    try:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces the broken stream for the rest of the exit
+    except OSError:
+        pass
+    err_console.print(f"overlapscope: error: standard output: cannot write ({exc.strerror or exc})", markup=False,
+                      highlight=False)
+    return EXIT_USAGE
 
 
 def exit_after_command(code: int) -> NoReturn:

@@ -15,6 +15,7 @@ from viz.formats import pct
 
 from .common import (
     EXIT_GATE,
+    MAX_RANK,
     CommKernelOpt,
     FormatOpt,
     JobsOpt,
@@ -52,7 +53,8 @@ def analyze_cmd(
     link_gbps: LinkGbpsOpt = None,
     step_pattern: StepPatternOpt = DEFAULT_STEP_PATTERN,
     rank: Annotated[int | None, typer.Option(
-        "--rank", help="Rank of a single trace file that names none (no distributedInfo, no rankN in its name).")
+        "--rank", min=0, max=MAX_RANK,
+        help="Rank of a single trace file that names none (no distributedInfo, no rankN in its name).")
     ] = None,
     streams: Annotated[bool, typer.Option("--streams", help="Also print per-stream busy time (table format).")
                        ] = False,

@@ -43,7 +43,7 @@ def app_cmd(
     paths: Annotated[list[str] | None, typer.Argument(
         help="Runs to open: run folders or trace files (files of one folder form one run). "
              "Without paths: the bundled sample traces.", show_default=False)] = None,
-    port: Annotated[int, typer.Option("--port", help="Port to serve on.")] = 8501,
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to serve on.")] = 8501,
     address: Annotated[str, typer.Option(
         "--address", help="Address to bind. The default serves this machine only; 0.0.0.0 serves every machine "
                           "that can reach it (anyone there can open the traces under the allowed roots and upload).")
@@ -52,7 +52,8 @@ def app_cmd(
         "--allowed-root", help="Server folder the browser may open paths under (repeatable; default: the "
                                "sample traces and the given paths).")] = None,
     max_upload_mb: Annotated[int | None, typer.Option(
-        "--max-upload-mb", help="Upload size cap in MB (default $OVERLAPSCOPE_MAX_UPLOAD_MB or 200).")] = None,
+        "--max-upload-mb", min=1, max=1 << 20,
+        help="Upload size cap in MB (default $OVERLAPSCOPE_MAX_UPLOAD_MB or 200).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the command instead of starting it.")] = False,
 ) -> None:
     """Open the dashboard: overview, timelines, cross-rank, syncs, diff, run."""

@@ -27,10 +27,12 @@ from .common import (
     StepPatternOpt,
     StepsOpt,
     UsageFailure,
+    check_output,
     err_console,
     load_set,
     options_from,
     out_console,
+    writing,
 )
 from .stack_imports import analysis_stack_imports
 
@@ -85,14 +87,10 @@ def default_labels(ta: TraceSet, tb: TraceSet) -> tuple[str, str]:
     return ("A", "B") if not la or not lb or la == lb else (la, lb)
 
 
-def check_writable(path: Path, overwrite: bool, option: str) -> None:
-    """An output file is checked before any work: never clobbered unless asked, its folder must exist."""
-    if path.is_dir():
-        raise UsageFailure(f"{option} {path}: is a directory; give a file name")
-    if path.exists() and not overwrite:
-        raise UsageFailure(f"{option} {path}: the file exists; pass --overwrite to replace it")
-    if not path.parent.is_dir():
-        raise UsageFailure(f"{option} {path}: folder {path.parent} does not exist")
+def check_writable(path: Path, overwrite: bool, option: str, inputs: list[str] | None = None) -> None:
+    """An output file is checked before any work (common.check_output): never an input, never clobbered
+    unless asked, its folder must exist and be writable."""
+    check_output(path, option, overwrite, inputs)
 
 
 def emit_diff(d: TraceDiff, fmt: DiffFormat, top: int) -> None:
@@ -150,10 +148,11 @@ def diff_cmd(
 
     names = parse_labels(labels)
     options = options_from(steps, like_hta, step_pattern)
+    inputs = [*set_inputs(a), *set_inputs(b)]
     if timeline is not None:
-        check_writable(timeline, overwrite, "--timeline")
+        check_writable(timeline, overwrite, "--timeline", inputs)
     if html is not None:
-        check_writable(html, overwrite, "--html")
+        check_writable(html, overwrite, "--html", inputs)
     common = dict(rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache, scheduler=scheduler,
                   options=options, diagnose=not no_diagnose)
     ta = load_set(set_inputs(a), **common)
@@ -167,10 +166,8 @@ def diff_cmd(
     emit_diff(d, format, top)
     if timeline is not None:
         frame = aligned_timelines(ta, tb, labels=names, pattern=step_pattern)
-        try:
-            frame.to_csv(timeline, index=False)
-        except OSError as exc:
-            raise UsageFailure(f"--timeline {timeline}: cannot write ({exc.strerror or exc})") from None
+        with writing(timeline, "--timeline") as tmp:
+            frame.to_csv(tmp, index=False)
         al = frame.attrs["alignment"]
         err_console.print(f"aligned timelines ({len(frame)} intervals, at {al['how']}: "
                           f"step {al['step_a']} / {al['step_b']}) written to {timeline}",
@@ -178,8 +175,6 @@ def diff_cmd(
     if html is not None:
         from viz.export_html import diff_html
 
-        try:
-            html.write_text(diff_html(d, [(ta, ra), (tb, rb)]), encoding="utf-8")
-        except OSError as exc:
-            raise UsageFailure(f"--html {html}: cannot write ({exc.strerror or exc})") from None
+        with writing(html, "--html") as tmp:
+            tmp.write_text(diff_html(d, [(ta, ra), (tb, rb)]), encoding="utf-8")
         err_console.print(f"HTML diff report written to {html}", markup=False, highlight=False)

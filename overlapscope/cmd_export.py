@@ -18,16 +18,19 @@ from analyzers.timeline.constants import DEFAULT_STEP_PATTERN
 from .cmd_diff import default_labels, parse_labels, set_inputs
 from .common import (
     EXIT_RUN_FAILED,
+    MAX_RANK,
     CommKernelOpt,
     LinkGbpsOpt,
     RulesOpt,
     StepPatternOpt,
     StepsOpt,
     UsageFailure,
+    check_output,
     err_console,
     load_set,
     options_from,
     stage_progress,
+    writing,
 )
 from .stack_imports import analysis_stack_imports
 
@@ -47,18 +50,6 @@ def _size(path: Path) -> str:
     return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
 
 
-def _check_out(path: Path | None, option: str, suffixes: tuple[str, ...], overwrite: bool = False) -> None:
-    """Checked before any work: the right suffix, an existing folder, and no file clobbered unless asked."""
-    if path is None:
-        return
-    if not str(path).lower().endswith(suffixes):
-        raise UsageFailure(f"{option} {path}: the file name must end in {' or '.join(suffixes)}")
-    if path.exists() and not overwrite:
-        raise UsageFailure(f"{option} {path}: the file exists; pass --overwrite to replace it")
-    if not path.parent.is_dir():
-        raise UsageFailure(f"{option} {path}: folder {path.parent} does not exist")
-
-
 def write_images(fig, png: Path | None, svg: Path | None, width: int, height: int | None) -> None:
     """PNG / SVG of a timeline figure through kaleido and the system Chromium; one line on failure."""
     from viz.export_html import ImageExportError, figure_image, image_browser
@@ -69,7 +60,8 @@ def write_images(fig, png: Path | None, svg: Path | None, width: int, height: in
                 if path is None:
                     continue
                 t0 = time.perf_counter()
-                path.write_bytes(figure_image(fig, fmt, width=width, height=height))
+                with writing(path, f"--{fmt}") as tmp:
+                    tmp.write_bytes(figure_image(fig, fmt, width=width, height=height))
                 _note(f"{fmt.upper()} timeline written to {path} ({_size(path)}, {time.perf_counter() - t0:.1f} s)")
     except ImageExportError as exc:
         err_console.print(f"overlapscope: error: {exc}", markup=False, highlight=False)
@@ -106,7 +98,7 @@ def export_cmd(
     comm_kernel: CommKernelOpt = None,
     step_pattern: StepPatternOpt = DEFAULT_STEP_PATTERN,
     rank: Annotated[int | None, typer.Option(
-        "--rank", help="Rank of a single trace file that names none.")] = None,
+        "--rank", min=0, max=MAX_RANK, help="Rank of a single trace file that names none.")] = None,
     no_align: Annotated[bool, typer.Option("--no-align", help="Do not align rank clocks.")] = False,
     no_diagnose: Annotated[bool, typer.Option(
         "--no-diagnose", help="Metrics only: no findings, host syncs or their tracks.")] = False,
@@ -118,11 +110,13 @@ def export_cmd(
     collectives table as CSV."""
     if not any((perfetto, html_out, png, svg, collectives_csv)):
         raise UsageFailure("nothing to write: give --perfetto, --html, --png, --svg and/or --collectives-csv")
-    _check_out(perfetto, "--perfetto", (".json", ".json.gz"), overwrite)
-    _check_out(html_out, "--html", (".html", ".htm"), overwrite)
-    _check_out(png, "--png", (".png",), overwrite)
-    _check_out(svg, "--svg", (".svg",), overwrite)
-    _check_out(collectives_csv, "--collectives-csv", (".csv",), overwrite)
+    inputs = [*(paths or []), *(set_inputs(diff[0]) + set_inputs(diff[1]) if diff is not None else [])]
+    outputs = ((perfetto, "--perfetto", (".json", ".json.gz")), (html_out, "--html", (".html", ".htm")),
+               (png, "--png", (".png",)), (svg, "--svg", (".svg",)),
+               (collectives_csv, "--collectives-csv", (".csv",)))
+    for out, option, suffixes in outputs:
+        if out is not None:
+            check_output(out, option, overwrite, inputs, suffixes)
     if diff is not None and paths:
         raise UsageFailure("give either PATHS or --diff A B, not both")
     if diff is None and not paths:
@@ -160,7 +154,8 @@ def export_cmd(
         _note(d.verdict)
         if html_out is not None:
             t0 = time.perf_counter()
-            html_out.write_text(export_html.diff_html(d, [(ta, ra), (tb, rb)]), encoding="utf-8")
+            with writing(html_out, "--html") as tmp:
+                tmp.write_text(export_html.diff_html(d, [(ta, ra), (tb, rb)]), encoding="utf-8")
             _note(f"HTML diff report written to {html_out} ({_size(html_out)}, {time.perf_counter() - t0:.1f} s)")
         if png is not None or svg is not None:
             datas = [export_html.report_timeline(ta, ra, names[0]), export_html.report_timeline(tb, rb, names[1])]
@@ -170,14 +165,16 @@ def export_cmd(
 
     traces, report = analyzed(list(paths or []))
     if collectives_csv is not None and report.collectives is not None:
-        report.collectives.rows.to_csv(collectives_csv, index=False)
+        with writing(collectives_csv, "--collectives-csv") as tmp:
+            report.collectives.rows.to_csv(tmp, index=False)
         _note(f"collectives table written to {collectives_csv} ({len(report.collectives.rows):,} rows)")
     if perfetto is not None:
         t0 = time.perf_counter()
         data = perfetto_data(traces, report)
         from viz.perfetto_json import write_perfetto
 
-        write_perfetto(data, perfetto)
+        with writing(perfetto, "--perfetto") as tmp:
+            write_perfetto(data, tmp)
         _note(f"Perfetto trace written to {perfetto} ({len(data.gpu):,} GPU activities, {len(data.spans):,} "
               f"analysis spans, {len(data.markers)} finding markers; {_size(perfetto)}, "
               f"{time.perf_counter() - t0:.1f} s): open it at https://ui.perfetto.dev")
@@ -185,7 +182,8 @@ def export_cmd(
     if html_out is not None:
         t0 = time.perf_counter()
         timeline = export_html.report_timeline(traces, report)
-        html_out.write_text(export_html.report_html(traces, report, timeline), encoding="utf-8")
+        with writing(html_out, "--html") as tmp:
+            tmp.write_text(export_html.report_html(traces, report, timeline), encoding="utf-8")
         _note(f"HTML report written to {html_out} ({_size(html_out)}, {time.perf_counter() - t0:.1f} s)")
     if png is not None or svg is not None:
         timeline = timeline or export_html.report_timeline(traces, report)

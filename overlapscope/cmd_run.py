@@ -7,6 +7,7 @@ stay in --out.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -157,12 +158,20 @@ AlgoArg = Annotated[str, typer.Argument(help="ag-gemm, gemm-rs, symm-mem or fsdp
 ParamsArg = Annotated[list[str] | None, typer.Argument(
     help="Algorithm parameters as NAME=VALUE (e.g. M=16384 K=8192 N=8192 steps=4 dtype=bf16); "
          "`overlapscope algorithms` lists them.", show_default=False)]
-NprocOpt = Annotated[int, typer.Option("--nproc", help="Processes (GPUs) on this host, one per rank.")]
+NprocOpt = Annotated[int, typer.Option("--nproc", min=1, max=1024, help="Processes (GPUs) on this host, one per rank.")]
 ProfilerOpt = Annotated[str, typer.Option(
     "--profiler", help="torch (torch.profiler with CUDA sync events), nsys (Nsight Systems, exported to "
                        ".sqlite) or none (timings only).")]
+def _finite_seconds(value: float) -> float:
+    """NaN passes any range check (every comparison with it is false): refused by name."""
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a number of seconds")
+    return value
+
+
 TimeoutOpt = Annotated[float, typer.Option(
-    "--timeout", help="Seconds before a hanging run is brought down (the hung rank is named).")]
+    "--timeout", min=1.0, max=7 * 24 * 3600.0, callback=_finite_seconds,
+    help="Seconds before a hanging run is brought down (the hung rank is named).")]
 OverwriteOpt = Annotated[bool, typer.Option(
     "--overwrite", help="Replace a run already in --out (its manifest, logs, rank files); without it such a "
                         "folder is refused.")]

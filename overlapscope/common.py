@@ -9,7 +9,9 @@ Data goes to stdout, progress and notes to stderr. Exit codes: 0 ok, 1 a gate fa
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import sys
 from contextlib import contextmanager
 from enum import StrEnum
@@ -130,6 +132,9 @@ def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = 
     from analyzers.report import RankStage
     from analyzers.timeline.classify import load_rules
 
+    comm_kernel = check_comm_kernels(comm_kernel)
+    scheduler = check_scheduler(scheduler) if scheduler else check_scheduler(scheduler_from_env(None),
+                                                                              f"${ENV_SCHEDULER}")
     rule_list = load_rules(rules, comm_kernel)
     many = len(paths) > 1 or any(Path(p).is_dir() or any(c in p for c in "*?[") for p in paths)
     with load_progress(many and err_console.is_terminal) as progress:
@@ -147,7 +152,53 @@ def options_from(steps: str | None, like_hta: bool, step_pattern: str) -> Analys
         selection = StepSelection.parse(steps)
     except ValueError as exc:
         raise UsageFailure(f"--steps: {exc}") from None
-    return AnalysisOptions(steps=selection, like_hta=like_hta, step_pattern=step_pattern)
+    return AnalysisOptions(steps=selection, like_hta=like_hta, step_pattern=check_step_pattern(step_pattern))
+
+
+def check_step_pattern(pattern: str) -> str:
+    """--step-pattern must compile, and have a group for the step number if it has groups at all."""
+    if not pattern.strip():
+        raise UsageFailure("--step-pattern: empty; give a regex such as '^ProfilerStep#(\\d+)$'")
+    try:
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError) as exc:
+        raise UsageFailure(f"--step-pattern {pattern!r}: not a valid regex ({exc})") from None
+    return pattern
+
+
+def check_comm_kernels(patterns: list[str] | None) -> list[str] | None:
+    """--comm-kernel names a kernel by a substring: an empty or blank one would match every kernel and
+    call all of them communication."""
+    for p in patterns or []:
+        if not p.strip():
+            raise UsageFailure("--comm-kernel: an empty name matches every kernel; give part of a kernel name")
+    return patterns
+
+
+SCHEDULER_SCHEMES = ("tcp", "tls", "ucx", "inproc", "ws", "wss")
+
+
+def check_scheduler(address: str | None, source: str = "--scheduler") -> str | None:
+    """A Dask scheduler address that parses (scheme://host:port, or host:port), checked before any
+    connection is tried: a malformed one fails at once with one line, not after the connect timeout."""
+    if not address:
+        return address
+    from urllib.parse import urlsplit
+
+    text = address if "://" in address else f"tcp://{address}"
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        raise UsageFailure(f"{source} {address!r}: not a scheduler address ({exc}); e.g. tcp://host:8786") from None
+    if parts.scheme not in SCHEDULER_SCHEMES or not parts.hostname or (parts.scheme != "inproc" and port is None):
+        raise UsageFailure(f"{source} {address!r}: not a scheduler address; e.g. tcp://host:8786 "
+                           f"(schemes: {', '.join(SCHEDULER_SCHEMES)})")
+    return address
+
+
+MAX_RANK = (1 << 20) - 1  # analyzers.io.input_limits.MAX_WORLD_SIZE - 1 (that module imports numpy)
+MAX_JOBS = 1024
 
 
 def write_bytes(data: bytes) -> None:
@@ -188,10 +239,63 @@ def emit_document(doc: bytes, fmt: OutputFormat, streams: bool = False) -> None:
 
 
 def gate_threshold(value: float) -> float:
-    """--fail-under-overlap takes a fraction (0.8) or a percentage (80)."""
-    if value < 0:
-        raise UsageFailure("--fail-under-overlap must be >= 0")
+    """--fail-under-overlap takes a fraction (0.8) or a percentage (80); NaN (which no ratio is below,
+    so the gate would never fail), infinities and values past 100 % are refused."""
+    if not math.isfinite(value) or not 0 <= value <= 100:
+        raise UsageFailure(f"--fail-under-overlap {value}: give a fraction (0 to 1) or a percentage (up to 100)")
     return value / 100.0 if value > 1 else value
+
+
+def check_output(path: Path, option: str, overwrite: bool, inputs: list[str] | None = None,
+                 suffixes: tuple[str, ...] = ()) -> None:
+    """An output file, checked before any work: the right suffix, never an input (also through links),
+    never clobbered unless asked, a regular file if it exists, in a folder that exists and can be written."""
+    if suffixes and not str(path).lower().endswith(suffixes):
+        raise UsageFailure(f"{option} {path}: the file name must end in {' or '.join(suffixes)}")
+    if path.is_dir():
+        raise UsageFailure(f"{option} {path}: is a directory; give a file name")
+    if inputs:
+        _refuse_input_as_output(path, option, inputs)
+    if path.exists() or path.is_symlink():
+        if not overwrite:
+            raise UsageFailure(f"{option} {path}: the file exists; pass --overwrite to replace it")
+        if not path.is_file():
+            raise UsageFailure(f"{option} {path}: not a regular file (a device, pipe or dangling link); "
+                               "give a file name")
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise UsageFailure(f"{option} {path}: folder {path.parent} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageFailure(f"{option} {path}: folder {path.parent} is not writable")
+
+
+def _refuse_input_as_output(path: Path, option: str, inputs: list[str]) -> None:
+    from analyzers.errors import BadInputError
+    from analyzers.io.discover import JOURNALS, expand_paths
+
+    try:
+        files = expand_paths(inputs)
+    except BadInputError:
+        return  # the load reports it, with its own line
+    target = path.resolve()
+    for f in files:
+        same = f.resolve() == target or (path.exists() and os.path.samefile(f, path))
+        if same or any(f.with_name(f.name + j).resolve() == target for j in JOURNALS):
+            raise UsageFailure(f"{option} {path}: is an input of this command ({f}); give another file name")
+
+
+@contextmanager
+def writing(path: Path, option: str):
+    """Write an output through a temporary file beside it, moved into place when complete: a full
+    disk or a failed write leaves no partial file, and names the problem in one line (exit 2)."""
+    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}{''.join(path.suffixes[-2:])}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UsageFailure(f"{option} {path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 PathsArg = Annotated[list[str], typer.Argument(
@@ -215,7 +319,8 @@ LikeHtaOpt = Annotated[bool, typer.Option(
     "--like-hta", help="Drop kernels launched in the last profiler step (and round to µs), as "
                        "HolisticTraceAnalysis 0.5.0 does, to reproduce its overlap figure.")]
 JobsOpt = Annotated[int | None, typer.Option(
-    "--jobs", "-j", min=1, help="Worker processes that parse and analyze ranks in parallel (default: one per core).",
+    "--jobs", "-j", min=1, max=MAX_JOBS,
+    help="Worker processes that parse and analyze ranks in parallel (default: one per core).",
     show_default=False)]
 NoCacheOpt = Annotated[bool, typer.Option(
     "--no-cache", help="Parse every file again instead of reading its tables from the parse cache "

@@ -34,6 +34,17 @@ CASE_NAMES = (
     "non-UTF-8 bytes", "deeply nested JSON", "0-byte .sqlite", "SQLite, not an nsys export",
     "nsys export without kernel table", "fake .nsys-rep", "folder without traces", "symlink loop",
     "spaces and non-ASCII in the path",
+    # times that cannot be read: refused, never read as time zero
+    "event without a timestamp", "null timestamp", "event without a duration",
+    # impossible rank metadata, in every loader
+    "negative rank", "rank not below the world size", "world size 0", "rank 2^64-1", "rank too large in the file name",
+    "nsys rank from the environment out of range",
+    # numbers too large for an integer
+    "step number too large",
+    # bounded work: what never ends or never stops descending
+    "named pipe as a trace", "folder nested 1,000 deep",
+    # what SQLite reads: a WAL's committed changes count (here it deletes every kernel)
+    "WAL that deletes every kernel",
 )
 
 
@@ -172,7 +183,110 @@ def build_corpus(root: Path) -> dict[str, Case]:
     add("symlink loop", loop / "a.json", "links loop")
     odd = d("run ü é") / "rank0 trace ✓.json"
     add("spaces and non-ASCII in the path", _write(odd, text[: len(text) // 2]), "truncated JSON")
+    _add_round_two(add, d)
     return {c.name: c for c in cases}
+
+
+def _add_round_two(add: Callable[..., None], d: Callable[[str], Path]) -> None:
+    """Times that cannot be read, impossible rank metadata, numbers past int64, work without end."""
+    no_ts = kineto_doc()
+    del next(e for e in no_ts["traceEvents"] if e.get("cat") == "kernel")["ts"]
+    add("event without a timestamp", _json(d("no-ts") / "rank0.json", no_ts), "has no timestamp")
+    add("null timestamp", _json(d("null-ts") / "rank0.json", _with_first_kernel(kineto_doc(), ts=None)),
+        "has no timestamp")
+    no_dur = kineto_doc()
+    del next(e for e in no_dur["traceEvents"] if e.get("cat") == "kernel")["dur"]
+    add("event without a duration", _json(d("no-dur") / "rank0.json", no_dur), "has no duration")
+    for name, folder, info, problem in (
+            ("negative rank", "rank-neg", {"rank": -1}, "rank -1 (from distributedInfo) is impossible"),
+            ("rank not below the world size", "rank-big", {"rank": 5}, "is not below the world size 2"),
+            ("world size 0", "world-0", {"world_size": 0}, "world size 0 (from distributedInfo) is impossible"),
+            ("rank 2^64-1", "rank-u64", {"rank": 2**64 - 1}, f"rank {2**64 - 1} (from distributedInfo) is impossible")):
+        doc = kineto_doc()
+        doc["distributedInfo"].update(info)
+        add(name, _json(d(folder) / "rank0.json", doc), problem)
+    nameless = kineto_doc()
+    del nameless["distributedInfo"]
+    add("rank too large in the file name", _json(d("rank-name") / f"rank{10**20}.json", nameless),
+        f"rank {10**20} (from file name) is impossible")
+
+    def env_rank(conn: sqlite3.Connection) -> None:
+        conn.execute('CREATE TABLE "PROCESS_ENV" (globalPid INTEGER, name TEXT, value TEXT)')
+        conn.execute("INSERT INTO PROCESS_ENV SELECT DISTINCT globalPid, 'RANK', '-3' FROM CUPTI_ACTIVITY_KIND_KERNEL")
+
+    add("nsys rank from the environment out of range", _nsys_copy(d("nsys-env-rank") / "report.sqlite", env_rank),
+        "rank -3 (from environment RANK) is impossible")
+    step = kineto_doc()
+    for e in step["traceEvents"]:
+        if str(e.get("name", "")).startswith("ProfilerStep#"):
+            e["name"] = f"ProfilerStep#{10**30}"
+            break
+    add("step number too large", _json(d("huge-step") / "rank0.json", step), "step number too large")
+    fifo = d("fifo") / "rank0.json"
+    fifo.parent.mkdir(parents=True)
+    os.mkfifo(fifo)
+    add("named pipe as a trace", fifo, "not a regular file (a named pipe)")
+    add("folder nested 1,000 deep", _deep_folder(d("nested-1000"), 1000), "nested more than 32 deep")
+    wal = _wal_without_kernels(d("wal-no-kernels"))
+    add("WAL that deletes every kernel", wal.parent, "no GPU kernels", names=wal)  # the folder: export and -wal
+
+
+def _wal_without_kernels(folder: Path) -> Path:
+    """An export whose -wal holds a committed delete of every kernel, its writer killed before a
+    checkpoint (the files are copied while the writer holds them open). SQLite reads no kernels."""
+    writer = folder.parent / f".{folder.name}-writer"
+    writer.mkdir(parents=True)
+    folder.mkdir(parents=True)
+    shutil.copy(NSYS_SMALL, writer / "report.sqlite")
+    conn = sqlite3.connect(writer / "report.sqlite")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    conn.commit()
+    for name in ("report.sqlite", "report.sqlite-wal"):
+        shutil.copy(writer / name, folder / name)
+    conn.close()
+    shutil.rmtree(writer)
+    return folder / "report.sqlite"
+
+
+def remove_tree(root: Path) -> None:
+    """Remove a folder tree without recursion (shutil.rmtree, and pytest's clean-up of old temporary
+    folders, recurse once per level: a tree 1,000 deep must be gone before they meet it)."""
+    stack = [str(root)]
+    while stack:
+        try:
+            with os.scandir(stack[-1]) as it:
+                entries = list(it)
+        except FileNotFoundError:
+            stack.pop()
+            continue
+        folders = [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+        for e in entries:
+            if not e.is_dir(follow_symlinks=False):
+                os.unlink(e.path)
+        if folders:
+            stack += folders
+        else:
+            os.rmdir(stack.pop())
+
+
+def _deep_folder(root: Path, depth: int) -> Path:
+    """root/d/d/.../d/rank0.json, made relative to each folder (the whole path passes PATH_MAX)."""
+    root.mkdir(parents=True)
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        out = os.open("rank0.json", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.write(out, gzip.decompress(KINETO_RANK0.read_bytes()))
+        os.close(out)
+    finally:
+        os.close(fd)
+    return root
 
 
 def good_trace(root: Path, name: str = "rank0.json") -> Path:

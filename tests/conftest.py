@@ -53,16 +53,29 @@ def tree_digest(*roots: Path) -> dict[str, tuple[str, int]]:
     or cache file beside an input shows as an extra key)."""
     out: dict[str, tuple[str, int]] = {}
     for root in roots:
-        paths = [root] if root.is_file() or root.is_symlink() else sorted(root.rglob("*"))
+        paths = [root] if not root.is_dir() or root.is_symlink() else _entries(root)
         for p in paths:
             if p.is_symlink() or not p.is_file():
-                out[str(p)] = ("link" if p.is_symlink() else "dir", 0)
+                kind = "link" if p.is_symlink() else "dir" if p.is_dir() else "special"  # a FIFO is never read
+                out[str(p)] = (kind, p.lstat().st_mtime_ns if kind == "special" else 0)
                 continue
             try:
                 out[str(p)] = (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
             except PermissionError:
                 out[str(p)] = ("unreadable", p.stat().st_mtime_ns)
     return out
+
+
+def _entries(root: Path) -> list[Path]:
+    """Every entry under root, sorted, without recursion (a folder nested 1,000 deep is a test input)."""
+    found, stack = [], [root]
+    while stack:
+        with os.scandir(stack.pop()) as it:
+            for e in it:
+                found.append(Path(e.path))
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(Path(e.path))
+    return sorted(found)
 
 
 # Inputs every test reads: nothing the suite runs may change them (inputs are never modified).

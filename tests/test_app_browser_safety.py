@@ -16,7 +16,7 @@ import pytest
 from app import data
 from overlapscope.cmd_app import streamlit_command
 
-from .bad_inputs import build_corpus
+from .bad_inputs import build_corpus, remove_tree
 from .conftest import ROOT
 from .test_app_browser import free_port, launch_browser, launch_until_healthy, stop_app
 
@@ -50,6 +50,7 @@ def served(tmp_path_factory: pytest.TempPathFactory):
         yield f"http://127.0.0.1:{port}", port, corpus, tmp
     finally:
         stop_app(proc)
+        remove_tree(corpus["folder nested 1,000 deep"].given)
 
 
 def _listening_addresses(port: int) -> set[str]:

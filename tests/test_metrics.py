@@ -126,9 +126,16 @@ def test_like_hta_drops_last_step():
 
 
 def test_step_selection_parse():
-    assert StepSelection.parse("2-4,7").steps == frozenset({2, 3, 4, 7})
+    sel = StepSelection.parse("2-4,7")
+    assert sel.steps == ((2, 4), (7, 7))
+    assert [s for s in range(10) if sel.keeps(s)] == [2, 3, 4, 7]
+    assert sel.mask([1, 2, 4, 5, 7]).tolist() == [False, True, True, False, True]
+    assert StepSelection.parse("5,3-4,1-2").steps == ((1, 5),)  # sorted and merged
     assert StepSelection.parse(None).steps is None
-    for bad in ("x", "4-2"):
+    # a range is never enumerated: what is missing comes back as ranges, checked against what is present
+    assert StepSelection.parse("0-2000000000").missing([1, 2, 3]) == [(0, 0), (4, 2_000_000_000)]
+    assert StepSelection.parse("1-3").missing([1, 2, 3]) == []
+    for bad in ("x", "4-2", "99999999999999999999999", "1-9007199254740993", "²", "-1"):
         try:
             StepSelection.parse(bad)
         except ValueError:

@@ -28,7 +28,62 @@ def _plain_copy(tmp_path: Path, name: str = "rank0.json") -> Path:
     return out
 
 
-def test_a_plain_trace_is_mapped_and_reads_as_its_bytes(tmp_path):
+@pytest.fixture()
+def worker_mapping(monkeypatch):
+    """This process maps files as a pool worker does (trace_bytes.map_files_here)."""
+    from analyzers.io import trace_bytes
+
+    monkeypatch.setattr(trace_bytes, "_map_files", True)
+
+
+def test_the_calling_process_reads_files_never_maps_them(tmp_path):
+    """A file cut short under a mapping kills the process with SIGBUS before it can say a word: the
+    calling process (--jobs 1, a single file) reads its files instead."""
+    plain = _plain_copy(tmp_path)
+    data = read_bytes(plain)
+    assert not isinstance(data, mmap.mmap) and data == plain.read_bytes()
+
+
+def _mapped_here(path: Path, rank: int | None):
+    from analyzers.io.trace_bytes import read_bytes as read
+
+    traces = load_file(path, rank)
+    traces[0].notes.append(f"mapped: {isinstance(read(path), mmap.mmap)}")
+    return traces
+
+
+def test_pool_workers_map_their_files(tmp_path):
+    paths = [_plain_copy(tmp_path, "rank0.json"), _plain_copy(tmp_path, "rank1.json")]
+    done = run_files(paths, None, default_rules(), _mapped_here, jobs=2)
+    assert [d.traces[0].notes[-1] for d in done] == ["mapped: True"] * 2
+
+
+def test_a_file_cut_short_while_read_in_the_calling_process_is_one_line(tmp_path):
+    """--jobs 1: the file shrinks between the size check and the read; the read gets what is there, and
+    the loader refuses it in one line (no SIGBUS, no traceback)."""
+    plain = _plain_copy(tmp_path)
+    full = plain.read_bytes()
+    real_fstat = os.fstat
+
+    def shrink_after_stat(fd):
+        st = real_fstat(fd)
+        with open(plain, "r+b") as fh:  # another program truncates it now
+            fh.truncate(len(full) // 3)
+        return st
+
+    import analyzers.io.trace_bytes as tb
+
+    tb_os = tb.os
+    try:
+        tb.os = type("os", (), {"fstat": staticmethod(shrink_after_stat), "name": os.name})
+        with pytest.raises(BadInputError) as err:
+            load_file(plain)
+    finally:
+        tb.os = tb_os
+    assert str(plain) in str(err.value) and "truncated JSON" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_plain_trace_is_mapped_and_reads_as_its_bytes(tmp_path, worker_mapping):
     plain = _plain_copy(tmp_path)
     data = read_bytes(plain)
     assert isinstance(data, mmap.mmap) and data[:] == plain.read_bytes()
@@ -52,7 +107,7 @@ def test_what_cannot_be_mapped_is_read(tmp_path):
         load_kineto(blank)
 
 
-def test_a_file_system_that_refuses_mapping_is_read(tmp_path, monkeypatch):
+def test_a_file_system_that_refuses_mapping_is_read(tmp_path, monkeypatch, worker_mapping):
     plain = _plain_copy(tmp_path)
 
     def refuse(*args, **kwargs):
@@ -60,7 +115,7 @@ def test_a_file_system_that_refuses_mapping_is_read(tmp_path, monkeypatch):
 
     monkeypatch.setattr(mmap, "mmap", refuse)
     data = read_bytes(plain)
-    assert isinstance(data, bytes) and data == plain.read_bytes()
+    assert isinstance(data, (bytes, bytearray)) and data == plain.read_bytes()
 
 
 def _dies_on_rank1(path: Path, rank: int | None):

@@ -8,7 +8,9 @@ call these checks before trusting it:
   bounded by the cap, not by what the file claims;
 - timestamps and durations must be finite, non-negative durations, and fit the int64
   nanosecond clock the analyses use (absurd values would overflow it silently);
-- JSON nesting deeper than the decoder's recursion guard is named as such.
+- JSON nesting deeper than the decoder's recursion guard is named as such;
+- an event whose time is missing is refused, never read as time zero;
+- event counts, file counts, ranks and world sizes stay within documented limits.
 
 The caps come from the environment so a user with a genuinely huge trace can raise them;
 the messages say how. Violations raise InputLimitError (a ValueError carrying one line);
@@ -22,7 +24,7 @@ import re
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 import pandas as pd
@@ -31,6 +33,12 @@ from analyzers.timeline.model import RankTrace
 
 ENV_MAX_TRACE_MB = "OVERLAPSCOPE_MAX_TRACE_MB"
 ENV_MAX_GZIP_RATIO = "OVERLAPSCOPE_MAX_GZIP_RATIO"
+ENV_MAX_EVENTS = "OVERLAPSCOPE_MAX_EVENTS"
+ENV_MAX_FILES = "OVERLAPSCOPE_MAX_FILES"
+DEFAULT_MAX_EVENTS = 5_000_000  # events of one Kineto file (about 1 GB of JSON; decoding holds ~0.6 kB an event)
+COUNT_FROM_BYTES = 256 << 20  # files this large have their events counted before they are decoded
+DEFAULT_MAX_FILES = 4096  # trace files of one run (one per rank)
+MAX_WORLD_SIZE = 1 << 20  # ranks of one run: far above any job run so far, far below an int64 overflow
 DEFAULT_MAX_TRACE_MB = 8192  # unpacked bytes one trace file may hold
 DEFAULT_MAX_GZIP_RATIO = 100  # real traces pack 4x (SQLite exports) to ~21x (Kineto JSON)
 RATIO_FREE_BYTES = 64 << 20  # below this, any ratio is fine (tiny traces of zeros pack very well)
@@ -55,11 +63,15 @@ class InputLimitError(ValueError):
 class Limits:
     max_unpacked_bytes: int
     max_ratio: float
+    max_events: int = DEFAULT_MAX_EVENTS
+    max_files: int = DEFAULT_MAX_FILES
 
     @classmethod
     def from_env(cls) -> Limits:
         return cls(max_unpacked_bytes=_env_int(ENV_MAX_TRACE_MB, DEFAULT_MAX_TRACE_MB) << 20,
-                   max_ratio=float(_env_int(ENV_MAX_GZIP_RATIO, DEFAULT_MAX_GZIP_RATIO)))
+                   max_ratio=float(_env_int(ENV_MAX_GZIP_RATIO, DEFAULT_MAX_GZIP_RATIO)),
+                   max_events=_env_int(ENV_MAX_EVENTS, DEFAULT_MAX_EVENTS),
+                   max_files=_env_int(ENV_MAX_FILES, DEFAULT_MAX_FILES))
 
 
 def _env_int(name: str, default: int) -> int:
@@ -76,6 +88,43 @@ def check_file_size(size: int, limits: Limits | None = None) -> None:
     if size > limits.max_unpacked_bytes:
         raise InputLimitError(f"file is {size / 2**20:,.0f} MB, over the {limits.max_unpacked_bytes >> 20:,} MB "
                               f"limit (set {ENV_MAX_TRACE_MB} to raise it)")
+
+
+def check_event_count(n: int, limits: Limits | None = None) -> None:
+    """A file holding more events than the limit is refused before tables are built from them."""
+    limits = limits or Limits.from_env()
+    if n > limits.max_events:
+        raise InputLimitError(f"holds {n:,} events, over the {limits.max_events:,} limit "
+                              f"(set {ENV_MAX_EVENTS} to raise it)")
+
+
+def check_event_bytes(data: bytes | bytearray | memoryview | Any, limits: Limits | None = None) -> None:
+    """Before decoding a large file (>= COUNT_FROM_BYTES), its events counted by their "ph" keys, in
+    64 MB slices (a C-level search, ~0.5 s a GB; smaller files hold too few events to matter before the
+    exact count after decoding): a small gzip of millions of tiny events is refused before the decoder
+    holds them all."""
+    if len(data) < COUNT_FROM_BYTES:
+        return
+    step, n = 64 << 20, 0
+    for i in range(0, len(data), step):
+        part = data[i:i + step + 3]  # the 3 bytes past the slice: a key across its end is counted once, here
+        if b"\x00" in part:  # no JSON: the decoder refuses it at that byte, without reading the rest
+            return
+        n += part.count(b'"ph"')
+    check_event_count(n, limits)
+
+
+def check_rank_meta(rank: int, world_size: int | None, source: str) -> None:
+    """A rank and world size a run can have: 0 <= rank < world_size <= MAX_WORLD_SIZE, whichever loader
+    read them (Kineto distributedInfo, a file name, an nsys process environment or NCCL payload)."""
+    where = f"(from {source})"
+    if world_size is not None and not 1 <= world_size <= MAX_WORLD_SIZE:
+        raise InputLimitError(f"world size {world_size} {where} is impossible "
+                              f"(a run has 1 to {MAX_WORLD_SIZE:,} ranks)")
+    if not 0 <= rank < MAX_WORLD_SIZE:
+        raise InputLimitError(f"rank {rank} {where} is impossible (ranks run from 0 to {MAX_WORLD_SIZE - 1:,})")
+    if world_size is not None and rank >= world_size:
+        raise InputLimitError(f"rank {rank} {where} is not below the world size {world_size}")
 
 
 def _gunzip_chunks(read: BinaryIO, packed_size: int, limits: Limits) -> Iterator[bytes]:
@@ -161,6 +210,10 @@ def check_us_times(ts_us: Sequence[float] | np.ndarray, dur_us: Sequence[float] 
         return f"{what}{name} (#{i})"
 
     for label, values in (("timestamp", ts), ("duration", dur)):
+        missing = np.isnan(values)  # JSON holds no NaN (the decoder refuses the token): a missing or null field
+        if missing.any():
+            i = int(np.argmax(missing))
+            raise InputLimitError(f"{which(i)} has no {label} (missing or null): its time cannot be read")
         bad = ~np.isfinite(values)
         if bad.any():
             i = int(np.argmax(bad))

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.errors import BadInputError
-from analyzers.io.input_limits import check_us_times, json_problem
+from analyzers.io.input_limits import check_event_bytes, check_event_count, check_us_times, json_problem
 from analyzers.io.kineto_schema import (
     ANY_PHASE_DECODER,
     ARG_FIELDS,
@@ -75,8 +75,9 @@ from analyzers.timeline.model import (
 
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 # Bumped whenever the tables this loader produces change (the parse cache keys on it).
-# 4: input limits (bounded gzip, refused times), out-of-range int args; 5: Out msg nelems, Group size
-LOADER_VERSION = 5
+# 4: input limits (bounded gzip, refused times), out-of-range int args; 5: Out msg nelems, Group size;
+# 6: events without a time refused
+LOADER_VERSION = 6
 
 
 def rank_from_filename(path: Path) -> int | None:
@@ -149,11 +150,13 @@ def load_kineto(path: Path, rank: int | None = None) -> RankTrace:
     data = read_bytes(path)
     if blank(data):
         raise BadInputError(path, "empty file")
+    check_event_bytes(data)  # InputLimitErrors are named with the file by load.load_file, as the time checks'
     with gc_paused():  # what comes and goes below holds no cycles; GC passes would only touch it all again
         doc = _decode(path, data)
         if doc.traceEvents is None:
             raise BadInputError(path, "not a Kineto trace: no traceEvents list")
         listed, doc.traceEvents = doc.traceEvents, None
+        check_event_count(len(listed))
         hold_arenas(listed)  # a pool worker's next file reuses these arenas (worker_memory)
         events = np.fromiter(listed, dtype=object, count=len(listed))
         rows, runtime_cats = _select_rows(listed, events, isinstance(doc, KnownCategoryTrace))

@@ -59,10 +59,12 @@ class _EventFields(msgspec.Struct, gc=False):
     name: str = ""
     pid: int | str = 0
     tid: int | str = 0
-    ts: int | float = 0  # int when the JSON has no fraction: tells whether an exact re-read is needed
+    # int when the JSON has no fraction: tells whether an exact re-read is needed. Missing (or null):
+    # None, which the time checks refuse by name (input_limits.check_us_times), never time zero
+    ts: int | float | None = None
     # int when whole (what PyTorch writes): most durations are under 257 µs, which Python keeps one
     # object each of, so they cost no allocation, and no freeing (floats: one object per event)
-    dur: int | float = 0
+    dur: int | float | None = None
     args: Args = NO_ARGS
 
 

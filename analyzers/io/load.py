@@ -6,13 +6,14 @@ must agree on world size, carry distinct ranks and be of one format.
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from analyzers.errors import BadInputError, MixedRunsError
 from analyzers.io.discover import expand_paths
-from analyzers.io.input_limits import InputLimitError, check_loaded_times
+from analyzers.io.input_limits import ENV_MAX_FILES, InputLimitError, Limits, check_loaded_times, check_rank_meta
 from analyzers.io.kineto import load_kineto
 from analyzers.timeline.classify import Rule, load_rules
 from analyzers.timeline.model import RankTrace, TraceSet
@@ -26,6 +27,11 @@ PerRank = Callable[[RankTrace], Any]  # see analyzers.io.parallel
 def sniff_format(path: Path) -> str:
     """'kineto' | 'nsys' | 'nsys-gz' | 'nsys-rep' from the first bytes; BadInputError otherwise."""
     try:
+        mode = path.stat().st_mode
+        if stat.S_ISDIR(mode):
+            raise BadInputError(path, "is a directory")
+        if not stat.S_ISREG(mode):  # a FIFO, socket or device would block or never end
+            raise BadInputError(path, f"not a regular file ({_file_kind(mode)}): give the trace file itself")
         with path.open("rb") as fh:
             head = fh.read(64)
     except IsADirectoryError:
@@ -48,6 +54,12 @@ def sniff_format(path: Path) -> str:
                               "export (.sqlite/.nsys-rep)")
 
 
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"))
+    return next((name for test, name in kinds if test(mode)), "not a plain file")
+
+
 def load_file(path: Path, rank: int | None = None) -> list[RankTrace]:
     """One file -> its rank traces (an nsys report may hold several processes).
 
@@ -57,6 +69,7 @@ def load_file(path: Path, rank: int | None = None) -> list[RankTrace]:
     try:
         traces = _load_file(path, rank)
         for t in traces:
+            check_rank_meta(t.rank, t.world_size, t.rank_source)
             check_loaded_times(t)
         return traces
     except BadInputError:
@@ -116,6 +129,9 @@ def load_traces(
     from analyzers.io.parallel import PER_RANK_KEY, run_files
 
     paths = expand_paths(inputs)
+    if len(paths) > (most := Limits.from_env().max_files):
+        raise BadInputError(label or _default_label(paths), f"{len(paths):,} trace files, over the {most:,} limit "
+                                                            f"(set {ENV_MAX_FILES} to raise it)")
     if rank is not None and len(paths) > 1:
         raise BadInputError(", ".join(map(str, paths)), "--rank applies to a single trace file")
     rules = rules if rules is not None else load_rules()

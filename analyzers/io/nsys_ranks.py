@@ -19,6 +19,7 @@ from analyzers.io.nsys_schema import (
     T_PROCESSES,
     _Export,
     _opt,
+    quote,
 )
 
 # Process environment variables that carry the global rank / world size, most specific first.
@@ -36,7 +37,7 @@ def _key_values(ex: _Export, table: str, where: str = "") -> list[tuple[str, str
     cols = ex.columns(table)
     if "name" not in cols or "value" not in cols:
         return []
-    df = ex.query(f"SELECT name, value FROM {table}{where}")
+    df = ex.query(f"SELECT name, value FROM {quote(table)}{where}")
     return [(str(n), "" if v is None else str(v)) for n, v in zip(df["name"], df["value"], strict=True)]
 
 
@@ -65,7 +66,7 @@ def _process_names(ex: _Export) -> dict[int, str]:
     if not ex.has(T_PROCESSES) or "globalPid" not in ex.columns(T_PROCESSES):
         return {}
     name = "name" if "name" in ex.columns(T_PROCESSES) else "''"
-    df = ex.query(f"SELECT {PID_SQL.format(col='globalPid')} AS pid, {name} AS name FROM {T_PROCESSES}")
+    df = ex.query(f"SELECT {PID_SQL.format(col='globalPid')} AS pid, {name} AS name FROM {quote(T_PROCESSES)}")
     return {int(p): str(n or "") for p, n in zip(df["pid"], df["name"], strict=True)}
 
 
@@ -76,7 +77,7 @@ def _devices(ex: _Export) -> dict[int, str]:
         id_col = ex.first_column(table, "cuDevice", "cudaId", "id", "deviceId")
         if id_col is None or "name" not in ex.columns(table):
             continue
-        df = ex.query(f'SELECT "{id_col}" AS id, name FROM {table}')
+        df = ex.query(f'SELECT {quote(id_col)} AS id, name FROM {quote(table)}')
         return {int(i): str(n) for i, n in zip(df["id"], df["name"], strict=True) if pd.notna(i)}
     return {}
 
@@ -118,8 +119,8 @@ def _process_env_tables(ex: _Export) -> dict[int, dict[str, str]]:
         value_col = ex.first_column(table, "value", "valueId")
         if not (pid_col and name_col and value_col):
             continue
-        df = ex.query(f'SELECT {PID_SQL.format(col=pid_col)} AS pid, "{name_col}" AS name, '
-                      f'"{value_col}" AS value FROM {table}')
+        df = ex.query(f'SELECT {PID_SQL.format(col=quote(pid_col))} AS pid, {quote(name_col)} AS name, '
+                      f'{quote(value_col)} AS value FROM {quote(table)}')
         names, values = ex.text_column(df["name"]), ex.text_column(df["value"])
         keep = np.isin(names, list(RANK_VARS + WORLD_VARS))
         for p, n, v in zip(df["pid"].to_numpy()[keep], names[keep], values[keep], strict=True):
@@ -138,7 +139,7 @@ def _nccl_payload_ranks(ex: _Export) -> dict[int, tuple[int, int]]:
     json_sql = f"coalesce({', '.join(parts + ['NULL'])})"
     id_sql = _opt(ex, T_NVTX, "jsonTextId")
     df = ex.query(f"SELECT {PID_SQL.format(col='globalTid')} AS pid, {json_sql} AS js, {id_sql} AS js_id "
-                  f"FROM {T_NVTX} WHERE {json_sql} IS NOT NULL OR {id_sql} >= 0")
+                  f"FROM {quote(T_NVTX)} WHERE {json_sql} IS NOT NULL OR {id_sql} >= 0")
     if df.empty:
         return {}
     text = np.where(pd.isna(df["js"].to_numpy(dtype=object)), ex.strings(df["js_id"].to_numpy(np.int64)),

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import math
+import os
+import shutil
 import sqlite3
+import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +20,12 @@ from analyzers.errors import BadInputError
 from analyzers.io.nsys_rep import SQLITE_MAGIC
 
 QUERY_CHUNK_ROWS = 100_000  # rows per fetch when reading a table (bounds peak memory)
+# Every query is bounded: its time (checked every PROGRESS_STEPS SQLite steps) and SQLite's memory.
+ENV_SQL_SECONDS = "OVERLAPSCOPE_SQL_SECONDS"
+ENV_SQL_MB = "OVERLAPSCOPE_SQL_MB"
+DEFAULT_SQL_SECONDS = 600.0  # a 10 GB export's kernel table reads in about a minute
+DEFAULT_SQL_MB = 2048  # the reads stream rows: SQLite itself needs a few MB of page cache
+PROGRESS_STEPS = 10_000
 
 PID_SQL = "(({col} >> 24) & 16777215)"  # globalPid / globalTid -> OS pid
 TID_SQL = "({col} & 16777215)"  # globalTid -> OS tid
@@ -91,37 +102,90 @@ def _one_line(exc: BaseException) -> str:
     return text[0] if text else type(cause).__name__
 
 
+def quote(identifier: str) -> str:
+    """An SQL identifier (a table or column name read from the file) as a quoted literal name:
+    whatever the file named it, it can only ever name a table or column, never add SQL."""
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _pending_journal(path: Path) -> Path | None:
+    """A `-wal` file with frames, or a non-empty rollback `-journal`, beside the export: changes
+    SQLite would apply (WAL) or roll back (hot journal) before anyone reads the database."""
+    for suffix, header in (("-wal", 32), ("-journal", 0)):
+        journal = path.with_name(path.name + suffix)
+        try:
+            if journal.is_file() and journal.stat().st_size > header:
+                return journal
+        except OSError:
+            continue
+    return None
+
+
+def _query_limits() -> tuple[float, int]:
+    """(seconds one query may run, bytes of SQLite memory, temporary tables included), from the environment."""
+    def number(name: str, default: float) -> float:
+        try:
+            value = float(os.environ.get(name, default))
+        except ValueError:
+            return default
+        return value if math.isfinite(value) and value > 0 else default
+
+    return number(ENV_SQL_SECONDS, DEFAULT_SQL_SECONDS), int(number(ENV_SQL_MB, DEFAULT_SQL_MB)) << 20
+
+
 @dataclass
 class _Export:
-    """An export opened read-only and immutable, with cached introspection and string table."""
+    """An export opened read-only (immutable, or a private copy where a journal must be applied), with
+    cached introspection and string table; every query bounded in time and memory."""
 
     path: Path
     label: str
     conn: sqlite3.Connection
     db: sqlite_utils.Database
     tables: set[str]
+    copy_dir: str | None = None  # the private copy's folder, removed on close
+    seconds: float = DEFAULT_SQL_SECONDS  # one query's time limit
+    heap: int = DEFAULT_SQL_MB << 20  # SQLite's memory limit
+    deadline: float = 0.0  # monotonic time the running query must end by
     _columns: dict[str, dict[str, Any]] = field(default_factory=dict)
     _strings: tuple[pd.Index, np.ndarray] | None = None
 
     @classmethod
     def open(cls, path: Path, label: str) -> _Export:
         _check_sqlite_file(path, label)
-        uri = path.resolve().as_uri() + "?mode=ro&immutable=1"
+        journal = _pending_journal(path)
+        copy_dir = _private_copy(path, journal, label) if journal is not None else None
+        uri = (Path(copy_dir, path.name).as_uri() + "?mode=rw" if copy_dir
+               else path.resolve().as_uri() + "?mode=ro&immutable=1")
         try:
             conn = sqlite3.connect(uri, uri=True)
             db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+            conn.execute("PRAGMA temp_store = MEMORY")  # temporary tables count against the heap limit
+            conn.execute("PRAGMA query_only = 1")
             tables = set(db.table_names())
         except sqlite3.DatabaseError as exc:
+            _remove(copy_dir)
             raise BadInputError(label, f"corrupt SQLite file ({_one_line(exc)})") from None
-        ex = cls(path=path, label=label, conn=conn, db=db, tables=tables)
+        ex = cls(path=path, label=label, conn=conn, db=db, tables=tables, copy_dir=copy_dir)
+        ex._bound_queries()
         if not ex.looks_like_nsys():
-            conn.close()
+            ex.close()
             raise BadInputError(label, "an SQLite file, but not an Nsight Systems export (no StringIds, "
                                        "CUPTI_ACTIVITY_KIND_* or NVTX_EVENTS tables)")
         return ex
 
+    def _bound_queries(self) -> None:
+        """Each query stops once it runs past its time (a progress handler: SQLite asks it every
+        PROGRESS_STEPS virtual-machine steps), and SQLite's heap, temporary tables included, is capped."""
+        self.seconds, self.heap = _query_limits()
+        current = self.conn.execute("PRAGMA hard_heap_limit").fetchone()[0]
+        if not current or current > self.heap:  # process-wide in SQLite: only ever lowered here
+            self.conn.execute(f"PRAGMA hard_heap_limit = {int(self.heap)}")
+        self.conn.set_progress_handler(lambda: int(time.monotonic() > self.deadline), PROGRESS_STEPS)
+
     def close(self) -> None:
         self.conn.close()
+        _remove(self.copy_dir)
 
     def looks_like_nsys(self) -> bool:
         activity = any(t.startswith("CUPTI_ACTIVITY_KIND_") for t in self.tables) or T_NVTX in self.tables
@@ -132,11 +196,15 @@ class _Export:
         return table in self.tables
 
     def columns(self, table: str) -> dict[str, Any]:
+        """The table's column names -> declared types (the name bound as a parameter, never pasted)."""
         if table not in self._columns:
+            self.deadline = time.monotonic() + self.seconds
             try:
-                self._columns[table] = self.db[table].columns_dict if table in self.tables else {}
-            except sqlite3.DatabaseError as exc:
-                raise BadInputError(self.label, f"corrupt or truncated SQLite file ({_one_line(exc)})") from None
+                rows = (self.conn.execute("SELECT name, type FROM pragma_table_info(?)", (table,)).fetchall()
+                        if table in self.tables else [])
+            except (sqlite3.DatabaseError, MemoryError) as exc:
+                raise BadInputError(self.label, self._query_problem(exc)) from None
+            self._columns[table] = {str(n): t for n, t in rows}
         return self._columns[table]
 
     def first_column(self, table: str, *candidates: str) -> str | None:
@@ -146,15 +214,26 @@ class _Export:
     def query(self, sql: str) -> pd.DataFrame:
         """Read in chunks: the rows SQLite hands over as Python tuples are the peak-memory cost,
         so only QUERY_CHUNK_ROWS of them exist at a time."""
+        self.deadline = time.monotonic() + self.seconds
         try:
             chunks = list(pd.read_sql_query(sql, self.conn, chunksize=QUERY_CHUNK_ROWS))
             if not chunks:  # no rows: one empty read gives the column names
                 return pd.read_sql_query(sql, self.conn)
             df = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
-        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
-            raise BadInputError(self.label, f"corrupt or truncated SQLite file ({_one_line(exc)})") from None
+        except (sqlite3.DatabaseError, pd.errors.DatabaseError, MemoryError) as exc:
+            raise BadInputError(self.label, self._query_problem(exc)) from None
         self._integer_times(df)
         return df
+
+    def _query_problem(self, exc: BaseException) -> str:
+        text = _one_line(exc)
+        if time.monotonic() > self.deadline or "interrupted" in text:
+            return (f"reading the export took longer than {self.seconds:g} s for one query "
+                    f"(set {ENV_SQL_SECONDS} to allow more)")
+        if isinstance(exc.__cause__ or exc, MemoryError) or "out of memory" in text:
+            return (f"reading the export needed more than {self.heap >> 20:,} MB of SQLite memory "
+                    f"(set {ENV_SQL_MB} to allow more)")
+        return f"corrupt or truncated SQLite file ({text})"
 
     def _integer_times(self, df: pd.DataFrame) -> None:
         """nsys writes times as integer ns; anything else (a REAL such as 9.2e18, text) would wrap
@@ -169,7 +248,7 @@ class _Export:
         """StringIds lookup, vectorized (ids missing from the table give "")."""
         if self._strings is None:
             if self.has(T_STRINGS):
-                df = self.query(f"SELECT id, value FROM {T_STRINGS}")
+                df = self.query(f"SELECT id, value FROM {quote(T_STRINGS)}")
                 values = df["value"].fillna("").to_numpy(dtype=object)
                 self._strings = (pd.Index(df["id"].to_numpy(dtype=np.int64)), values)
             else:
@@ -191,17 +270,45 @@ class _Export:
     def enum(self, table: str, column: str = "label") -> dict[int, str]:
         if not self.has(table) or column not in self.columns(table):
             return {}
-        df = self.query(f"SELECT id, {column} AS v FROM {table}")
+        df = self.query(f"SELECT id, {quote(column)} AS v FROM {quote(table)}")
         return {int(i): str(v) for i, v in zip(df["id"], df["v"], strict=True) if v is not None}
 
 
 def _pid_expr(ex: _Export, table: str) -> str | None:
     col = ex.first_column(table, "globalPid", "globalTid")
-    return PID_SQL.format(col=col) if col else None
+    return PID_SQL.format(col=quote(col)) if col else None
+
+
+def _private_copy(path: Path, journal: Path, label: str) -> str:
+    """The export and its journal copied into a private folder, where SQLite applies the journal (a
+    WAL's committed changes, or a hot journal's rollback) to the copy: what SQLite itself would read,
+    while the input and its journal stay exactly as they are."""
+    from analyzers.io.environment import cache_base
+
+    base = cache_base()
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        folder = tempfile.mkdtemp(prefix=".journal-", dir=base)
+    except OSError:
+        folder = tempfile.mkdtemp(prefix="overlapscope-journal-")
+    try:
+        shutil.copyfile(path, Path(folder, path.name))
+        shutil.copyfile(journal, Path(folder, path.name + journal.name[len(path.name):]))
+    except OSError as exc:
+        _remove(folder)
+        raise BadInputError(label, f"has a pending {journal.name[len(path.name) + 1:]} journal ({journal.name}), "
+                                   f"and a private copy to apply it to could not be made ({exc.strerror or exc})"
+                            ) from None
+    return folder
+
+
+def _remove(folder: str | None) -> None:
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _opt(ex: _Export, table: str, column: str, fill: int | str = -1) -> str:
     """`coalesce(column, fill)` when the column exists, else the fill (keeps ints from turning float)."""
     if column in ex.columns(table):
-        return f'coalesce("{column}", {fill})'
+        return f"coalesce({quote(column)}, {fill})"
     return str(fill)

@@ -26,6 +26,7 @@ from analyzers.io.nsys_schema import (
     UNKNOWN_SYNC,
     _Export,
     _opt,
+    quote,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -41,7 +42,7 @@ def _activity_sql(ex: _Export, table: str, extra: list[str], pid: str) -> str:
         f"{pid} AS pid",
         *extra,
     ]
-    return f'SELECT {", ".join(cols)} FROM {table} WHERE start IS NOT NULL AND "end" IS NOT NULL'
+    return f'SELECT {", ".join(cols)} FROM {quote(table)} WHERE start IS NOT NULL AND "end" IS NOT NULL'
 
 
 def _read_kernels(ex: _Export, pid: str) -> pd.DataFrame:
@@ -128,12 +129,12 @@ def _read_runtime(ex: _Export) -> pd.DataFrame:
     if tid_col is None:
         return pd.DataFrame()
     name_col = ex.first_column(t, "nameId", "name")
-    name_sql = f'"{name_col}" AS name' if name_col else "'' AS name"
+    name_sql = f'{quote(name_col)} AS name' if name_col else "'' AS name"
     df = ex.query(
         f'SELECT start AS start_ns, "end" AS end_ns, {_opt(ex, t, "correlationId")} AS correlation, '
         f'{PID_SQL.format(col=tid_col)} AS pid, '
         f'{TID_SQL.format(col=tid_col) if tid_col == "globalTid" else "0"} AS tid, {name_sql} '
-        f'FROM {t} WHERE start IS NOT NULL AND "end" IS NOT NULL')
+        f'FROM {quote(t)} WHERE start IS NOT NULL AND "end" IS NOT NULL')
     df["name"] = ex.text_column(df["name"])
     return df
 
@@ -171,7 +172,7 @@ def _read_nvtx(ex: _Export) -> pd.DataFrame:
     df = ex.query(
         f'SELECT start AS start_ns, "end" AS end_ns, {PID_SQL.format(col="globalTid")} AS pid, '
         f'{TID_SQL.format(col="globalTid")} AS tid, {text_sql} AS text, {_opt(ex, t, "textId")} AS text_id '
-        f'FROM {t} WHERE start IS NOT NULL AND "end" IS NOT NULL AND "end" >= start{type_filter}')
+        f'FROM {quote(t)} WHERE start IS NOT NULL AND "end" IS NOT NULL AND "end" >= start{type_filter}')
     text = df["text"].to_numpy(dtype=object)
     from_ids = ex.strings(df["text_id"].to_numpy(dtype=np.int64))
     df["name"] = np.where(pd.isna(text), from_ids, text)

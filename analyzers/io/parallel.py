@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzers.errors import BadInputError, WorkerDiedError
+from analyzers.io.trace_bytes import map_files_here
 from analyzers.io.worker_memory import keep_freed_memory, last_file_follows
 from analyzers.timeline.classify import Rule, classify_trace
 from analyzers.timeline.graphs import mark_graph_launches
@@ -113,9 +114,13 @@ def _execute(paths: list[Path], rank: int | None, stage: tuple[Any, ...], jobs: 
         for i, a in enumerate(args):
             yield i, run_rank_stage(*a)
     else:
+        workers = _workers_that_fit(min(jobs, len(paths)))
+        if workers == 1:
+            for i, a in enumerate(args):
+                yield i, run_rank_stage(*a)
+            return
         context = _pool_context()
         progress = context.RawArray("b", len(args))  # per file: NOT_STARTED, STARTED or FINISHED
-        workers = min(jobs, len(paths))
         with ProcessPoolExecutor(max_workers=workers, mp_context=context,
                                  initializer=_start_worker, initargs=(progress, workers)) as pool:
             futures = {pool.submit(_tracked_rank_stage, i, *a): i for i, a in enumerate(args)}
@@ -130,6 +135,21 @@ def _execute(paths: list[Path], rank: int | None, stage: tuple[Any, ...], jobs: 
                 raise
 
 
+def _workers_that_fit(wanted: int) -> int:
+    """As many workers as the open-file limit leaves room for (a pool holds ~10 descriptors, plus 2 per
+    worker; a few stay free for the files read): past it the pool fails part-way (EMFILE) or hangs."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        open_now = len(os.listdir("/proc/self/fd"))
+    except (ImportError, OSError, ValueError):  # not Linux: nothing to measure by
+        return wanted
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, (soft - open_now - 16) // 2))
+
+
 NOT_STARTED, STARTED, FINISHED = 0, 1, 2
 _file_progress: Any = None  # in a pool worker: the pool's shared per-file progress array
 _pool_workers = 1  # in a pool worker: how many workers its pool has
@@ -140,6 +160,7 @@ def _start_worker(progress: Any, workers: int) -> None:
     global _file_progress, _pool_workers
     _file_progress, _pool_workers = progress, workers
     keep_freed_memory()
+    map_files_here()  # a worker killed by a file cut short under its mapping is named (WorkerDiedError)
 
 
 def _tracked_rank_stage(index: int, *args: Any) -> FileResult:

@@ -34,6 +34,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from analyzers.io.discover import file_stamp
 from analyzers.io.environment import (  # noqa: F401 (ENV_CACHE_DIR: tests set it)
     ENV_CACHE_DIR,
     CacheInfo,
@@ -73,8 +74,8 @@ class FileKey:
 
     @classmethod
     def of(cls, path: Path, rank: int | None) -> FileKey:
-        st = path.stat()
-        return cls(str(path.resolve()), st.st_size, st.st_mtime_ns, rank)
+        size, mtime = file_stamp(path)
+        return cls(str(path.resolve()), size, mtime, rank)
 
     def folder(self) -> Path:
         digest = hashlib.sha256(repr(self).encode()).hexdigest()[:24]

@@ -32,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from analyzers.io.discover import expand_paths
+from analyzers.io.discover import expand_paths, file_stamp
 from analyzers.io.environment import CacheInfo, cache_base, cache_entries, clear_folder, folder_info
 
 FORMAT_VERSION = 1
@@ -106,8 +106,7 @@ class ReportKey:
         """The key for these inputs (expanded as the loader expands them) and settings."""
         files = []
         for p in expand_paths(inputs):
-            st = p.stat()
-            files.append((str(p.resolve()), st.st_size, st.st_mtime_ns))
+            files.append((str(p.resolve()), *file_stamp(p)))
         return cls(tuple(files), msgspec.json.encode(dict(sorted(settings.items()))).decode(), code_fingerprint())
 
     def text(self) -> str:

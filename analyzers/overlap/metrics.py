@@ -24,6 +24,7 @@ from analyzers.timeline.classify import lookalike_note
 from analyzers.timeline.iterations import (
     DEFAULT_STEP_PATTERN,
     StepSelection,
+    format_ranges,
     gpu_step_windows,
     hta_rounded,
     like_hta_mask,
@@ -296,10 +297,10 @@ def selected_gpu(trace: RankTrace, options: AnalysisOptions) -> tuple[pd.DataFra
             gpu["start_ns"], gpu["end_ns"] = hta_rounded(gpu["start_ns"].to_numpy(), gpu["end_ns"].to_numpy())
     windows = gpu_step_windows(trace, options.step_pattern)
     if options.steps.steps is not None:
-        missing = sorted(set(options.steps.steps) - set(windows["step"].astype(int).tolist()))
+        missing = options.steps.missing(windows["step"].astype(int).tolist())
         if missing:
-            notes.append(f"steps not in this trace: {', '.join(map(str, missing))}")
-        windows = windows[windows["step"].astype(int).isin(list(options.steps.steps))].reset_index(drop=True)
+            notes.append(f"steps not in this trace: {format_ranges(missing)}")
+        windows = windows[options.steps.mask(windows["step"].to_numpy())].reset_index(drop=True)
     return gpu, windows, notes
 
 

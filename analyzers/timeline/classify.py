@@ -35,7 +35,9 @@ def _parse_rules(text: str, origin: str) -> tuple[list[Rule], bool]:
         try:
             rule = Rule(str(entry["pattern"]), str(entry["category"]))
             re.compile(rule.pattern)
-        except (KeyError, ValueError, re.error) as exc:
+            if not rule.pattern.strip():  # would match every kernel, as an empty --comm-kernel would
+                raise ValueError("an empty pattern matches every kernel")
+        except (KeyError, ValueError, re.error, RecursionError, OverflowError) as exc:
             raise BadInputError(origin, f"rule #{i + 1} is invalid ({exc})") from None
         rules.append(rule)
     return rules, bool(doc.get("replace_defaults", False))

@@ -13,44 +13,91 @@ from __future__ import annotations
 import re
 import weakref
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from analyzers.errors import UnknownStepsError
+from analyzers.errors import BadInputError, UnknownStepsError
 from analyzers.timeline import intervals as iv
 from analyzers.timeline.constants import DEFAULT_STEP_PATTERN
 from analyzers.timeline.model import RankTrace, TraceSet, require_host_tables
 
+# Step numbers a selection or a trace may name: well inside int64, so that every comparison with the
+# int64 step columns is exact (a larger number is refused by name, never wrapped or overflowed).
+MAX_STEP = 2**53
+
 
 @dataclass(frozen=True)
 class StepSelection:
-    """Which steps to keep: None = all; otherwise a set of step numbers."""
+    """Which steps to keep: None = all; otherwise inclusive (first, last) ranges, sorted and merged.
+    Ranges, not sets: `--steps 0-2000000000` costs two numbers, and is checked against the steps a
+    trace holds (check_step_selection), never enumerated."""
 
-    steps: frozenset[int] | None = None
+    steps: tuple[tuple[int, int], ...] | None = None
 
     @classmethod
     def parse(cls, text: str | None) -> StepSelection:
-        """'3', '2-4', '2,5,7-8' -> step numbers. Raises ValueError on bad text."""
+        """'3', '2-4', '2,5,7-8' -> step ranges. Raises ValueError on bad text."""
         if not text:
             return cls(None)
-        chosen: set[int] = set()
+        chosen: list[tuple[int, int]] = []
         for part in text.split(","):
             part = part.strip()
-            m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", part)
-            if m:
-                lo, hi = int(m.group(1)), int(m.group(2))
-                if hi < lo:
-                    raise ValueError(f"step range {part!r} runs backwards")
-                chosen.update(range(lo, hi + 1))
-            elif part.isdigit():
-                chosen.add(int(part))
-            else:
+            m = re.fullmatch(r"([0-9]+)\s*-\s*([0-9]+)", part) or re.fullmatch(r"([0-9]+)", part)
+            if not m:
                 raise ValueError(f"cannot read step selection {part!r} (use e.g. 3 or 2-4 or 2,5)")
-        return cls(frozenset(chosen))
+            if any(len(g) > 16 or int(g) > MAX_STEP for g in m.groups()):
+                raise ValueError(f"step number in {part!r} is too large (steps run up to {MAX_STEP:,})")
+            lo, hi = int(m.group(1)), int(m.groups()[-1])
+            if hi < lo:
+                raise ValueError(f"step range {part!r} runs backwards")
+            chosen.append((lo, hi))
+        return cls(_merged(chosen))
 
     def keeps(self, step: int) -> bool:
-        return self.steps is None or step in self.steps
+        return self.steps is None or any(lo <= step <= hi for lo, hi in self.steps)
+
+    def mask(self, steps: Any) -> np.ndarray:
+        """Which of these step numbers are selected (all, with no selection)."""
+        values = np.asarray(steps, dtype=np.int64)
+        if self.steps is None:
+            return np.ones(values.shape, dtype=bool)
+        out = np.zeros(values.shape, dtype=bool)
+        for lo, hi in self.steps:
+            out |= (values >= lo) & (values <= hi)
+        return out
+
+    def missing(self, present: Any) -> list[tuple[int, int]]:
+        """The selected steps not among `present`, as ranges (nothing with no selection)."""
+        if self.steps is None:
+            return []
+        have = np.unique(np.asarray(list(present), dtype=np.int64))
+        out: list[tuple[int, int]] = []
+        for lo, hi in self.steps:
+            nxt = lo
+            for v in have[(have >= lo) & (have <= hi)].tolist():
+                if v > nxt:
+                    out.append((nxt, v - 1))
+                nxt = v + 1
+            if nxt <= hi:
+                out.append((nxt, hi))
+        return out
+
+
+def _merged(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
+def format_ranges(ranges: list[tuple[int, int]]) -> str:
+    """[(1, 3), (5, 5)] -> '1-3, 5'."""
+    return ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ranges) or "none"
 
 
 def format_steps(steps: list[int]) -> str:
@@ -70,14 +117,14 @@ def check_step_selection(traces: TraceSet, selection: StepSelection, pattern: st
         return
     for t in traces:
         present = gpu_step_windows(t, pattern)["step"].astype(int).tolist()
-        missing = sorted(set(selection.steps) - set(present))
+        missing = selection.missing(present)
         if not missing:
             continue
         where = f"{t.label} ({t.source})" if len(traces) > 1 else t.source
         if not present:
-            raise UnknownStepsError(f"--steps {format_steps(missing)}: {where} has no step ranges that launched GPU "
+            raise UnknownStepsError(f"--steps {format_ranges(missing)}: {where} has no step ranges that launched GPU "
                                     "work (ProfilerStep#N, or ranges matching --step-pattern)")
-        raise UnknownStepsError(f"--steps: step {format_steps(missing)} not in {where}; "
+        raise UnknownStepsError(f"--steps: step {format_ranges(missing)} not in {where}; "
                                 f"steps present: {format_steps(present)}")
 
 
@@ -87,7 +134,7 @@ def select_step_rows(trace: RankTrace, selection: StepSelection, pattern: str = 
     if selection.steps is None:
         return trace
     w = gpu_step_windows(trace, pattern)
-    w = w[w["step"].astype(int).isin(list(selection.steps))]
+    w = w[selection.mask(w["step"].to_numpy())]
     keep = iv.overlaps_any(trace.gpu["start_ns"], trace.gpu["end_ns"], w["gpu_start_ns"], w["gpu_end_ns"])
     return replace(trace, gpu=trace.gpu[keep].reset_index(drop=True))
 
@@ -141,8 +188,7 @@ def _host_steps(trace: RankTrace, pattern: str) -> pd.DataFrame:
     if not matched:
         return pd.DataFrame({c: [] for c in cols})
     hit = np.isin(name_ids, np.fromiter(matched, dtype=np.int64, count=len(matched)))
-    first_group = {i: (int(m.group(1)) if m.groups() and m.group(1) and m.group(1).isdigit() else None)
-                   for i, m in matched.items()}
+    first_group = {i: _step_number(m, trace) for i, m in matched.items()}
     # by start (stable); steps numbered in that order when some range's name gives no number
     by_start = np.argsort(ops["start_ns"].to_numpy()[hit], kind="stable")
     row_ids = name_ids[hit][by_start]
@@ -156,6 +202,18 @@ def _host_steps(trace: RankTrace, pattern: str) -> pd.DataFrame:
     rows = kept[np.argsort(start[kept], kind="stable")]
     return pd.DataFrame({"step": step[rows], "name": trace.names_of(row_ids[rows]),
                          "host_start_ns": start[rows], "host_end_ns": end[rows]})[cols]
+
+
+def _step_number(m: re.Match[str], trace: RankTrace) -> int | None:
+    """The step number a range's name gives (group 1, ASCII digits); None when it gives none. A
+    number past MAX_STEP is bad input, named with its file (it would overflow the int64 step column)."""
+    text = m.group(1) if m.groups() else None
+    if not text or not text.isascii() or not text.isdigit():
+        return None
+    if len(text) > 16 or int(text) > MAX_STEP:
+        raise BadInputError(trace.source, f"step range {m.group(0)[:60]!r} has a step number too large "
+                                          f"(steps run up to {MAX_STEP:,})")
+    return int(text)
 
 
 def launch_times(trace: RankTrace) -> np.ndarray:
