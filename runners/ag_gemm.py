@@ -18,8 +18,11 @@ import torch
 import torch.distributed as dist
 
 from runners import symm
-from runners.harness import Ctx, Marker, Streams, Workload, main, region
+from runners.context import Ctx
+from runners.harness import main
 from runners.specs import AG_GEMM
+from runners.streams import Marker, Streams, region
+from runners.workload import Workload
 
 GATE_CYCLES = 1000  # about 0.5 µs on the comm stream: it only marks the point the gate opens
 

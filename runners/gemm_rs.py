@@ -34,8 +34,11 @@ import torch
 import torch.distributed as dist
 
 from runners import symm
-from runners.harness import Ctx, Marker, Streams, Workload, main, region
+from runners.context import Ctx
+from runners.harness import main
 from runners.specs import GEMM_RS
+from runners.streams import Marker, Streams, region
+from runners.workload import Workload
 
 
 class GemmRs(Workload):

@@ -96,7 +96,7 @@ def _convert(spec: ParamSpec, value: Any) -> ParamValue:
     return converted
 
 
-# Where a rank reports itself (runners/harness.py, StatusFile.set), in order: the test hooks act there.
+# Where a rank reports itself (runners/context.py, StatusFile.set), in order: the test hooks act there.
 # done: this rank's outputs are written; finished: every rank passed the final barrier (only the
 # process-group teardown is left: a crash there loses nothing, runners.launch reports it as a
 # warning); exit: the process group is destroyed

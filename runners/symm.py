@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from runners.harness import Ctx
+from runners.context import Ctx
 
 
 def why_unavailable(ctx: Ctx) -> str:

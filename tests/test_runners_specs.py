@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from runners import launch
+from runners import launch, results
 from runners.specs import ALGORITHMS, COMMON
 
 
@@ -72,8 +72,8 @@ def test_command_for_torch_and_nsys(tmp_path: Path) -> None:
 def test_torchrun_summary_names_rank() -> None:
     log = ("Root Cause (first observed failure):\n[0]:\n  time      : x\n  host      : h\n"
            "  rank      : 3 (local_rank: 1)\n")
-    assert launch._rank_from_torchrun_log(log) == 3
-    assert launch._rank_from_torchrun_log("nothing here") is None
+    assert launch.rank_from_torchrun_log(log) == 3
+    assert launch.rank_from_torchrun_log("nothing here") is None
 
 
 def test_sweep_groups_variants_by_workload() -> None:
@@ -101,5 +101,5 @@ def test_spread_is_the_reported_ranks() -> None:
         {"timings_ms": {"variant": {"median": 1.0, "samples": [1, 1, 5, 5]}}},  # chunk medians 1, 5
         {"timings_ms": {"variant": {"median": 2.5, "samples": [1, 3, 2, 6]}}},  # chunk medians 2, 4
     ]}
-    assert launch._spread(manifest, "variant") == 1.0
-    assert launch._spread(manifest, "baseline") != launch._spread(manifest, "baseline")  # NaN: not recorded
+    assert results.spread(manifest, "variant") == 1.0
+    assert results.spread(manifest, "baseline") != results.spread(manifest, "baseline")  # NaN: not recorded

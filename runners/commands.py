@@ -1,0 +1,124 @@
+"""Command lines: the torchrun command that starts the ranks, and the one a user types to run it again.
+
+build_command is what the launcher executes; user_command is what manifests, the app's Run
+page and the docs show: `overlapscope run`/`sweep` with only the parameters that differ from
+the defaults (the test hooks appear only when set).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from runners.specs import ALGORITHMS, AlgorithmSpec
+
+NSYS_TRACE = "cuda,nvtx"
+NSYS_CANDIDATES = (
+    "/opt/nvidia/nsight-systems/*/bin/nsys",
+    "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
+    "/usr/local/cuda/bin/nsys",
+    "/usr/local/cuda-*/bin/nsys",
+)
+
+
+def find_nsys() -> str | None:
+    """nsys from $NSYS, PATH, or the usual install folders."""
+    env = os.environ.get("NSYS")
+    if env and Path(env).is_file():
+        return env
+    on_path = shutil.which("nsys")
+    if on_path:
+        return on_path
+    for pattern in NSYS_CANDIDATES:
+        hits = sorted(glob.glob(pattern))
+        if hits:
+            return hits[-1]
+    return None
+
+
+def spec_of(algo: str) -> AlgorithmSpec:
+    if algo not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algo!r} (known: {', '.join(ALGORITHMS)})")
+    return ALGORITHMS[algo]
+
+
+def build_command(algo: str, variants: Sequence[str], *, nproc: int, profiler: str, out: Path,
+                  params: dict[str, Any], nsys: str | None = None, python: str | None = None) -> list[str]:
+    """The torchrun command line for these variants (one process per GPU, one host)."""
+    spec = spec_of(algo)
+    for v in variants:
+        if v not in spec.variants:
+            raise ValueError(f"{algo}: unknown variant {v!r} (known: {', '.join(spec.variants)})")
+    if profiler not in ("torch", "nsys", "none"):
+        raise ValueError(f"profiler must be torch, nsys or none, not {profiler!r}")
+    if nproc < 1:
+        raise ValueError("nproc must be >= 1")
+    values = spec.coerce(params)
+    py = python or sys.executable
+    cmd = [py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
+    module_args = ["--variant", ",".join(variants), "--profiler", profiler, "--out", str(out)]
+    for name, value in values.items():
+        module_args += [spec.param(name).flag, str(value)]
+    if profiler == "nsys":
+        if nsys is None:
+            raise ValueError("profiler nsys: nsys not found (set $NSYS or put nsys on PATH)")
+        cmd += ["--no-python", nsys, "profile", "-t", NSYS_TRACE, "-s", "none", "--cpuctxsw=none",
+                "--capture-range=cudaProfilerApi", "--capture-range-end=stop", "-f", "true",
+                "-o", str(out / "rank%q{RANK}"), py, "-m", spec.module, *module_args]
+    else:
+        cmd += ["-m", spec.module, *module_args]
+    return cmd
+
+
+def _is_default(spec: AlgorithmSpec, name: str, value: Any, cuda: bool) -> bool:
+    """True when `value` is what the run would take anyway (auto-resolved dtype/backend included)."""
+    if value == spec.param(name).default_for(cuda):
+        return True
+    if name == "backend":
+        return value == ("nccl" if cuda else "gloo")
+    if name == "dtype":
+        return value == ("bf16" if cuda else "fp32")
+    return False
+
+
+def non_default_params(algo: str, params: dict[str, Any], *, cuda: bool) -> dict[str, Any]:
+    """The parameters that differ from the algorithm's defaults on this kind of host, in spec order."""
+    spec = spec_of(algo)
+    values = spec.coerce({k: v for k, v in params.items() if k.replace("-", "_") in spec.param_names
+                          or k.lower() in (n.lower() for n in spec.param_names)})
+    return {p.name: values[p.name] for p in spec.params
+            if p.name in values and not _is_default(spec, p.name, values[p.name], cuda)}
+
+
+def user_command(algo: str, variants: Sequence[str], params: dict[str, Any], *, nproc: int = 2,
+                 profiler: str = "torch", out: str | Path | None = None, cuda: bool = True) -> list[str]:
+    """`overlapscope run ALGO --variant V ...` (or `sweep ... --variants A,B`) as a user types it.
+
+    Only options and NAME=VALUE parameters that differ from their defaults appear, so the test
+    hooks (fail_rank, hang_phase, ...) show only where a run set them. `cuda` says whether the
+    recorded run had GPUs: the defaults (sizes, dtype, backend) differ between GPU and CPU runs.
+    """
+    spec_of(algo)
+    cmd = ["overlapscope"]
+    cmd += ["run", algo, "--variant", variants[0]] if len(variants) == 1 else ["sweep", algo, "--variants",
+                                                                                ",".join(variants)]
+    if nproc != 2:
+        cmd += ["--nproc", str(nproc)]
+    if profiler != "torch":
+        cmd += ["--profiler", profiler]
+    if out is not None:
+        cmd += ["--out", str(out)]
+    for name, value in non_default_params(algo, params, cuda=cuda).items():
+        cmd.append(f"{name}={str(value).lower() if isinstance(value, bool) else value}")
+    return cmd
+
+
+def shell_line(cmd: Sequence[str]) -> str:
+    """A command list as one line a shell reads back into the same words."""
+    return shlex.join(cmd)
