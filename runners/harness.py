@@ -71,6 +71,8 @@ def run_variant(ctx: Ctx, wl: Workload, variant: str, out_dir: Path) -> dict[str
     """Warm up, check, time and profile one variant; returns this rank's record."""
     p = ctx.params
     out_dir.mkdir(parents=True, exist_ok=True)
+    ctx.status.set("tune", variant)
+    wl.prepare(variant)
     fn = wl.variant_fn(variant)
     ctx.status.set("warmup", variant)
     for _ in range(int(p["warmup"])):
@@ -141,6 +143,7 @@ def write_manifest(ctx: Ctx, wl: Workload, variant: str, out_dir: Path, records:
                           "host perf_counter per iteration (CPU/gloo: correctness runs, not performance)"),
         "traces": {str(r["rank"]): r["trace"] for r in records if r["trace"]},
         "workload": wl.describe(variant),
+        "tuning": wl.tuning(variant),
         "notes": ctx.notes,
         "ranks": records,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

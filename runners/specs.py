@@ -100,7 +100,7 @@ def _convert(spec: ParamSpec, value: Any) -> ParamValue:
 # done: this rank's outputs are written; finished: every rank passed the final barrier (only the
 # process-group teardown is left: a crash there loses nothing, runners.launch reports it as a
 # warning); exit: the process group is destroyed
-PHASES = ("init", "setup", "warmup", "check", "timing", "profile", "done", "finished", "exit")
+PHASES = ("init", "setup", "tune", "warmup", "check", "timing", "profile", "done", "finished", "exit")
 
 # Parameters every algorithm takes. Test hooks (fail_*/hang_*/kill_*) let the test suite check
 # that a failing, hanging or killed rank brings the run down with a message naming it.
@@ -126,6 +126,16 @@ COMMON: tuple[ParamSpec, ...] = (
 )
 
 _STREAMS = ParamSpec("streams", int, 2, "number of worker CUDA streams the steps rotate over")
+
+# The tuned variants' schedule search (runners/autotune.py, runners/tuning.py).
+TUNING: tuple[ParamSpec, ...] = (
+    ParamSpec("tune", str, "auto", "tuned: auto = the schedule cached for this host and shape, else a timed search "
+              "(then cached); retune = search again and replace the cached choice; off = the schedule the "
+              "parameters name (steps, tuned_comm, comm_priority, graph)", choices=("auto", "retune", "off")),
+    ParamSpec("tune_budget_s", float, 30.0, "tuned: seconds the search may take (its second round is skipped "
+              "when the first used half of them)"),
+    ParamSpec("graph", bool, False, "tuned with tune=off: capture the iteration as CUDA graphs and replay them"),
+)
 
 AG_GEMM = AlgorithmSpec(
     name="ag-gemm",
@@ -155,6 +165,7 @@ AG_GEMM = AlgorithmSpec(
         ParamSpec("comm_first", int, 16000, "tuned: the local GEMM waits for a gate on the comm stream, then sleeps "
                   "this many GPU cycles (16000 = about 8 µs), so the barrier is dispatched before the GEMM takes "
                   "every SM; 0 = no gate"),
+        *TUNING,
         *COMMON,
     ),
     cuda_only={
@@ -189,6 +200,7 @@ GEMM_RS = AlgorithmSpec(
                   "p2p (NCCL/gloo send/recv), or auto (ce when CUDA symmetric memory works, else p2p)",
                   choices=("auto", "ce", "p2p")),
         ParamSpec("comm_priority", int, -1, "CUDA priority of the tuned variant's comm stream (-1 = high)"),
+        *TUNING,
         *COMMON,
     ),
     cuda_only={

@@ -93,3 +93,10 @@ def rel_error(out: Any, ref: Any) -> float:
     denom = torch.linalg.vector_norm(ref).item()
     num = torch.linalg.vector_norm(out - ref).item()
     return num / denom if denom > 0 else num
+
+
+def rel_ref(out: Any) -> Any:
+    """A copy of an output to check others against later (the buffer it lives in gets reused)."""
+    if isinstance(out, list | tuple):
+        return [t.detach().clone() for t in out]
+    return out.detach().clone()
