@@ -52,8 +52,8 @@ def candidates(wl: GemmRs) -> list[Schedule]:
     if symm.available(ctx) and wl.D > 1:
         out += [Schedule("ce", s, -1, b, g) for s in chunks for b in ("group", "once") for g in graphs]
         out += [Schedule("ce", s, 0, "group", g) for s in chunks[1:2] for g in graphs]
-    if wl.D > 1:
-        out += [Schedule("p2p", s, -1, "group", g) for s in chunks[:2] for g in graphs]
+    if wl.D > 1:  # eager only: a capture of batch_isend_irecv fails and leaves torch's capture state broken
+        out += [Schedule("p2p", s, -1, "group") for s in chunks[:2]]
     return out
 
 
@@ -70,7 +70,8 @@ def fixed(wl: GemmRs) -> Schedule:
             raise RuntimeError(f"--tuned-comm ce: symmetric memory unavailable ({symm.why_unavailable(ctx)})")
         else:
             mode = "p2p"
-    return Schedule(mode, int(p["steps"]), int(p["comm_priority"]), "group", bool(p["graph"]) and ctx.cuda)
+    graph = bool(p["graph"]) and ctx.cuda and mode == "ce"
+    return Schedule(mode, int(p["steps"]), int(p["comm_priority"]), "group", graph)
 
 
 class TunedGemmRs:

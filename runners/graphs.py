@@ -6,11 +6,13 @@ more slowly than the GPU ran them. A replayed graph launches the whole iteration
 
 What can be captured (torch 2.11, NCCL 2.28): GEMMs, copies between symmetric-memory buffers
 (copy engine), the symmetric-memory barrier kernels, event waits between streams, sleep
-kernels, and NCCL collectives and point-to-point calls on a communicator created before the
-capture (init_process_group(device_id=...) creates it eagerly). What cannot: anything that
-synchronizes the host (a CPU wait on a Work, `.item()`), gloo (CPU), and a first NCCL call
-(it would create a communicator inside the capture): every schedule runs eagerly before it
-is captured. A capture that fails is reported by the tuning search as a skipped candidate.
+kernels, and NCCL collectives (reduce_scatter_tensor, all_gather_into_tensor) on a
+communicator created before the capture (init_process_group(device_id=...) creates it eagerly;
+every schedule also runs eagerly before it is captured). What cannot: NCCL point-to-point
+through batch_isend_irecv (seen on 2×H100, torch 2.11: "operation failed due to a previous
+error during capture", after which torch's allocator still counts a capture underway and the
+process aborts at its next random-number call), so the p2p candidates are eager only; gloo
+(CPU); anything that synchronizes the host inside the iteration.
 """
 
 from __future__ import annotations
