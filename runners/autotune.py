@@ -81,7 +81,7 @@ class SearchResult:
                 "search_s": round(self.seconds, 2), "skipped": self.skipped}
 
 
-def search(candidates: Sequence[Schedule], measure: MeasureFn, *, keep: int = 4, reps: tuple[int, int] = (2, 6),
+def search(candidates: Sequence[Schedule], measure: MeasureFn, *, keep: int = 4, reps: tuple[int, int] = (2, 10),
            budget_s: float = 30.0, clock: Callable[[], float] = time.monotonic,
            progress: ProgressFn | None = None, skipped: dict[str, str] | None = None) -> SearchResult:
     """Two rounds: every candidate for reps[0] timing chunks, then the best `keep` (and every serial

@@ -10,8 +10,9 @@ Each finding of this tool on the recorded traces became a dimension of the searc
   chunk's barrier sits between producer and copy): the peers' partial blocks are computed
   first and pushed while the next one computes; the barriers that say a chunk arrived run on
   their own stream, one GEMM ahead of their consumer (barrier "group": one barrier per own
-  GEMM, the own block as chunks 0..S-3, S-2, S-1) or once before a single own GEMM
-  (barrier "once": fewer launches and barriers).
+  GEMM, the own block as chunks 0..S-3, S-2, S-1), once before a single own GEMM (barrier
+  "once": fewer launches and barriers), or per chunk (barrier "chunk": where the pushes take
+  longer than the peers' GEMMs, each own chunk starts as soon as its own data has arrived).
 - the shapes the hand-tuned schedule lost on (`launch-bound-gaps` over 69 % of a rank's span,
   the peer's barriers waiting 99.8 % of their time): chunks 2/4/8 (fewer launches at small
   shapes), CUDA-graph capture (no launch gaps), and "serial", the baseline itself (one GEMM,
@@ -39,7 +40,7 @@ from runners.streams import Marker, Streams, region
 if TYPE_CHECKING:
     from runners.gemm_rs import GemmRs
 
-CODE_VERSION = "gemm-rs tuned 2"  # part of the cache fingerprint: bump when a schedule's code changes
+CODE_VERSION = "gemm-rs tuned 3"  # part of the cache fingerprint: bump when a schedule's code changes
 CHUNKS = (2, 4, 8)
 
 
@@ -51,6 +52,7 @@ def candidates(wl: GemmRs) -> list[Schedule]:
     chunks = [s for s in CHUNKS if rows % s == 0]
     if symm.available(ctx) and wl.D > 1:
         out += [Schedule("ce", s, -1, b, g) for s in chunks for b in ("group", "once") for g in graphs]
+        out += [Schedule("ce", s, -1, "chunk", g) for s in chunks if s >= 4 for g in graphs]
         out += [Schedule("ce", s, 0, "group", g) for s in chunks[1:2] for g in graphs]
     if wl.D > 1:  # eager only: a capture of batch_isend_irecv fails and leaves torch's capture state broken
         out += [Schedule("p2p", s, -1, "group") for s in chunks[:2]]
@@ -136,8 +138,10 @@ class TunedGemmRs:
         slot_shape = (2, self.peers, S, mc, N)  # [parity, source (j-1: rank r-j), chunk, rows, N]
         ce = sched.transport == "ce"
         handle, recv, remote_of = self._recv_slots(slot_shape, ce)
-        if sched.barrier == "once" or S < 3:
-            groups = [range(0, S)] if sched.barrier == "once" else [range(s, s + 1) for s in range(S)]
+        if sched.barrier == "once":
+            groups = [range(0, S)]
+        elif sched.barrier == "chunk" or S < 3:
+            groups = [range(s, s + 1) for s in range(S)]
         else:  # chunks 0..S-3 together, then S-2 and S-1 alone (their data comes last)
             groups = [range(0, S - 2), range(S - 2, S - 1), range(S - 1, S)]
         last_of = {g[-1]: gi for gi, g in enumerate(groups)}

@@ -121,6 +121,7 @@ def trace(ctx: Ctx, algo: str, out: Path) -> None:
     sctx = shape_ctx(ctx, spec, TRACE_SHAPE, {"tune": "off", "graph": True, "profile_steps": 3})
     wl = build(sctx, ["tuned"])
     wl.prepare("tuned")
+    (out / f"trace-{algo}").mkdir(parents=True, exist_ok=True)
     fn = wl.variant_fn("tuned")
     for _ in range(3):
         fn()
