@@ -41,7 +41,8 @@ class Schedule:
     (copy engine through symmetric memory) or "nccl" (NCCL collectives / point-to-point).
     chunks: pipeline chunks per rank's block. priority: CUDA priority of the comm streams.
     barrier: where the schedule waits for its peers (algorithm-specific names). graph: the
-    iteration is captured once as CUDA graphs and replayed.
+    iteration is captured once as CUDA graphs and replayed. lanes: copy streams each transfer is
+    split over (copy engines working in parallel).
     """
 
     transport: str
@@ -49,12 +50,14 @@ class Schedule:
     priority: int = -1
     barrier: str = "-"
     graph: bool = False
+    lanes: int = 1
 
     @property
     def name(self) -> str:
         if self.transport == "serial":
             return "serial" + ("+graph" if self.graph else "")
-        return (f"{self.transport} x{self.chunks} prio{self.priority} {self.barrier}"
+        return (f"{self.transport}{'' if self.lanes == 1 else f'*{self.lanes}'} x{self.chunks} "
+                f"prio{self.priority} {self.barrier}"
                 + (" +graph" if self.graph else ""))
 
     def to_dict(self) -> dict[str, Any]:
@@ -63,7 +66,7 @@ class Schedule:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Schedule:
         return cls(transport=str(d["transport"]), chunks=int(d["chunks"]), priority=int(d["priority"]),
-                   barrier=str(d["barrier"]), graph=bool(d["graph"]))
+                   barrier=str(d["barrier"]), graph=bool(d["graph"]), lanes=int(d.get("lanes", 1)))
 
 
 @dataclass
