@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from runners.specs import ALGORITHMS, AlgorithmSpec
+from runners.specs import ALGORITHMS, COMMON, AlgorithmSpec
 
 NSYS_TRACE = "cuda,nvtx"
 NSYS_CANDIDATES = (
@@ -88,7 +88,15 @@ def _is_default(spec: AlgorithmSpec, name: str, value: Any, cuda: bool) -> bool:
 
 
 def non_default_params(algo: str, params: dict[str, Any], *, cuda: bool) -> dict[str, Any]:
-    """The parameters that differ from the algorithm's defaults on this kind of host, in spec order."""
+    """The parameters that differ from the algorithm's defaults on this kind of host, in spec order.
+
+    For an algorithm this version does not know (a manifest from elsewhere), only the parameters
+    every algorithm shares (COMMON: the test hooks among them) can be told apart from defaults.
+    """
+    if algo not in ALGORITHMS:
+        common = {p.name: p for p in COMMON}
+        return {k: v for k, v in params.items()
+                if k not in common or str(v).lower() != str(common[k].default_for(cuda)).lower()}
     spec = spec_of(algo)
     values = spec.coerce({k: v for k, v in params.items() if k.replace("-", "_") in spec.param_names
                           or k.lower() in (n.lower() for n in spec.param_names)})
@@ -104,7 +112,6 @@ def user_command(algo: str, variants: Sequence[str], params: dict[str, Any], *, 
     hooks (fail_rank, hang_phase, ...) show only where a run set them. `cuda` says whether the
     recorded run had GPUs: the defaults (sizes, dtype, backend) differ between GPU and CPU runs.
     """
-    spec_of(algo)
     cmd = ["overlapscope"]
     cmd += ["run", algo, "--variant", variants[0]] if len(variants) == 1 else ["sweep", algo, "--variants",
                                                                                 ",".join(variants)]
@@ -122,3 +129,41 @@ def user_command(algo: str, variants: Sequence[str], params: dict[str, Any], *, 
 def shell_line(cmd: Sequence[str]) -> str:
     """A command list as one line a shell reads back into the same words."""
     return shlex.join(cmd)
+
+
+GRID_KEYS = ("M", "K", "N", "steps", "dtype")
+
+
+def read_grid(path: Path, algo: str) -> list[dict[str, Any]]:
+    """The shapes of `algo` in a grid file ({"ALGO": [{"M": .., "K": .., "N": .., "steps": .., "dtype": ..}]}),
+    each checked against the algorithm's parameter specs; ValueError naming the file and the problem."""
+    import json
+
+    spec = spec_of(algo)
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path}: not a readable JSON grid file ({type(exc).__name__})") from None
+    shapes = doc.get(algo) if isinstance(doc, dict) else None
+    if not isinstance(shapes, list) or not shapes:
+        raise ValueError(f"{path}: no list of shapes under {algo!r}")
+    out = []
+    for i, shape in enumerate(shapes):
+        if not isinstance(shape, dict) or set(shape) - set(GRID_KEYS) or not {"M", "K", "N"} <= set(shape):
+            raise ValueError(f"{path}: {algo} shape {i + 1}: expected M, K, N (and steps, dtype), got {shape!r}")
+        try:
+            values = spec.coerce(shape)
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"{path}: {algo} shape {i + 1}: {exc.args[0] if exc.args else exc}") from None
+        if any(int(values[k]) <= 0 for k in ("M", "K", "N")):
+            raise ValueError(f"{path}: {algo} shape {i + 1}: sizes must be positive")
+        out.append({"steps": spec.param("steps").default, "dtype": "bf16", **values})
+    return out
+
+
+def grid_command(grid: Path, out: Path, *, algos: Sequence[str], nproc: int, iters: int, retune: bool,
+                 python: str | None = None) -> list[str]:
+    """The torchrun command of runners.grid (one process group for the whole grid)."""
+    return [python or sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+            str(nproc), "-m", "runners.grid", "--grid", str(grid), "--out", str(out), "--algos", ",".join(algos),
+            "--iters", str(iters), "--tune", "retune" if retune else "auto"]

@@ -31,8 +31,10 @@ import torch
 import torch.distributed as dist
 
 from runners import ag_gemm, gemm_rs
+from runners.commands import read_grid
 from runners.context import DTYPES, Ctx, init
 from runners.profiling import profile
+from runners.results import grid_markdown
 from runners.specs import AG_GEMM, GEMM_RS, AlgorithmSpec
 from runners.timing import TIMING_CHUNK, time_interleaved
 from runners.workload import REL_ERROR_BOUND
@@ -98,23 +100,6 @@ def run_shape(ctx: Ctx, algo: str, shape: dict[str, Any], iters: int, tune: str)
     return row
 
 
-def markdown(rows: list[dict[str, Any]], gpu: str) -> str:
-    """The table benchmarks/RESULTS.md shows (times in ms, median ± spread of the slowest rank)."""
-    head = ("| algo | M | K | N | steps | dtype | GEMM alone | comm alone | baseline | fused-ref | tuned | "
-            "tuned / min(base, fused) | tuned / GEMM | schedule chosen | search s | ok |")
-    lines = [f"GPUs: {gpu}", "", head, "|" + "---|" * 16]
-    for r in rows:
-        def pm(k: str, row: dict[str, Any] = r) -> str:
-            return f"{row[k + '_ms']:.3f} ±{row[k + '_spread_ms']:.3f}"
-        lines.append(f"| {r['algo']} | {r['M']} | {r['K']} | {r['N']} | {r['steps']} | {r['dtype']} | {pm('gemm')} | "
-                     f"{pm('comm')} | {pm('baseline')} | {pm('fused-ref')} | {pm('tuned')} | "
-                     f"{r['tuned_vs_best_ref']:.3f} | {r['tuned_vs_gemm']:.3f}"
-                     f"{'' if r['comm_below_gemm'] else ' (comm ≥ GEMM)'} | "
-                     f"{r['schedule']} | {r['search_s'] if r['search_s'] is not None else 'cache'} | "
-                     f"{'yes' if r['pass'] else 'NO'} |")
-    return "\n".join(lines) + "\n"
-
-
 def trace(ctx: Ctx, algo: str, out: Path) -> None:
     """A torch.profiler trace of the tuned schedule replayed as CUDA graphs (tune=off, graph=true)."""
     spec, build = ALGOS[algo]
@@ -139,19 +124,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trace", action="store_true", help="also record a graph-replay trace per algorithm")
     parser.add_argument("--algos", default="gemm-rs,ag-gemm", help="comma-separated algorithms of the grid to run")
     args = parser.parse_args(argv)
-    grid = json.loads(args.grid.read_text())
     ctx, _ = init(GEMM_RS, ["--variant", "tuned", "--profiler", "none", "--out", str(args.out)])
     gpu = torch.cuda.get_device_name(ctx.device) if ctx.cuda else "cpu (gloo)"
     ctx.log(f"grid on {ctx.world} x {gpu}")
     rows = []
     for algo in args.algos.split(","):
-        for shape in grid.get(algo, []):
+        for shape in read_grid(args.grid, algo):
             ctx.status.set("timing", f"{algo} {shape}")
             rows.append(run_shape(ctx, algo, shape, args.iters, args.tune))
             if ctx.rank == 0:  # written after every shape: a run cut short keeps what it measured
                 (args.out / "grid.json").write_text(json.dumps({"gpu": gpu, "world": ctx.world, "rows": rows},
                                                                indent=1))
-                (args.out / "grid.md").write_text(markdown(rows, f"{ctx.world} x {gpu}"))
+                (args.out / "grid.md").write_text(grid_markdown(rows, f"{ctx.world} x {gpu}"))
     if args.trace and ctx.cuda:
         for algo in args.algos.split(","):
             trace(ctx, algo, args.out)

@@ -23,10 +23,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from runners.commands import build_command, find_nsys, shell_line, spec_of, user_command
+from runners.commands import build_command, find_nsys, grid_command, read_grid, shell_line, spec_of, user_command
 from runners.diagnose import diagnose, rank_from_torchrun_log, teardown_crash
 from runners.procs import KILL_GRACE_S, REPO_ROOT, ProgressFn, child_env, execute
-from runners.results import OutputExists, RunFailed, RunResult, Timings, chunk_spread_ms, format_table, read_result
+from runners.results import (
+    OutputExists,
+    RunFailed,
+    RunResult,
+    Timings,
+    chunk_spread_ms,
+    format_table,
+    read_json,
+    read_result,
+)
 from runners.specs import ALGORITHMS, AlgorithmSpec, ParamValue
 
 __all__ = ["ALGORITHMS", "KILL_GRACE_S", "AlgorithmSpec", "OutputExists", "RunFailed", "RunResult", "Timings",
@@ -219,6 +228,24 @@ def sweep(algo: str, variants: Sequence[str], *, nproc: int, profiler: str, out:
     results = _launch(algo, variants, nproc=nproc, profiler=profiler, out=out, params=dict(params or {}),
                       timeout_s=timeout_s, on_progress=on_progress, keep_nsys_rep=keep_nsys_rep)
     return {r.variant: r for r in results}
+
+
+def grid(algo: str, grid_file: Path, *, nproc: int, out: Path, iters: int = 30, retune: bool = False,
+         timeout_s: float = 3600.0, on_progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Run runners.grid for one algorithm's shapes of a grid file; returns grid.json's document."""
+    read_grid(grid_file, algo)  # one clear error before anything starts
+    out = Path(out).resolve()
+    if (out / "grid.json").exists():
+        raise OutputExists(out, [out / "grid.json"])
+    out.mkdir(parents=True, exist_ok=True)
+    _clear_stale(out, ["grid"])
+    cmd = grid_command(Path(grid_file).resolve(), out, algos=[algo], nproc=nproc, iters=iters, retune=retune)
+    rc, log, _wall = execute(cmd, out, timeout_s, on_progress, child_env())
+    doc = read_json(out / "grid.json")
+    if rc != 0 or doc is None:
+        msg, rank = diagnose(out, rc, timeout_s, log)
+        raise RunFailed(f"{algo} grid: {msg}", rank=rank, out_dir=out, log=log)
+    return doc
 
 
 # --------------------------------------------------------------------------- CLI (GPU hosts)

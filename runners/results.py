@@ -126,3 +126,20 @@ def format_table(results: dict[str, RunResult]) -> str:
                      f"{t.compute_ms:.3f}", f"{t.compute_spread_ms:.3f}", f"{t.comm_ms:.3f}", f"{err:.2g}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
+
+
+def grid_markdown(rows: list[dict[str, Any]], gpu: str) -> str:
+    """The table benchmarks/RESULTS.md shows (times in ms, median ± spread of the slowest rank)."""
+    head = ("| algo | M | K | N | steps | dtype | GEMM alone | comm alone | baseline | fused-ref | tuned | "
+            "tuned / min(base, fused) | tuned / GEMM | schedule chosen | search s | ok |")
+    lines = [f"GPUs: {gpu}", "", head, "|" + "---|" * 16]
+    for r in rows:
+        def pm(k: str, row: dict[str, Any] = r) -> str:
+            return f"{row[k + '_ms']:.3f} ±{row[k + '_spread_ms']:.3f}"
+        lines.append(f"| {r['algo']} | {r['M']} | {r['K']} | {r['N']} | {r['steps']} | {r['dtype']} | {pm('gemm')} | "
+                     f"{pm('comm')} | {pm('baseline')} | {pm('fused-ref')} | {pm('tuned')} | "
+                     f"{r['tuned_vs_best_ref']:.3f} | {r['tuned_vs_gemm']:.3f}"
+                     f"{'' if r['comm_below_gemm'] else ' (comm ≥ GEMM)'} | "
+                     f"{r['schedule']} | {r['search_s'] if r['search_s'] is not None else 'cache'} | "
+                     f"{'yes' if r['pass'] else 'NO'} |")
+    return "\n".join(lines) + "\n"
