@@ -21,7 +21,7 @@ The copies are queued after the local GEMM: a host slow to launch them still lan
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -30,16 +30,14 @@ from runners import symm
 from runners.autotune import Schedule
 from runners.graphs import capture
 from runners.streams import Marker, Streams, region
-
-if TYPE_CHECKING:
-    from runners.ag_gemm import AgGemm
+from runners.workload import Workload
 
 CODE_VERSION = "ag-gemm tuned 2"  # part of the cache fingerprint: bump when a schedule's code changes
 CHUNKS = (1, 2, 4, 8)
 GATE_CYCLES = 1000  # about 0.5 µs on the comm stream: it only marks the point the gate opens
 
 
-def candidates(wl: AgGemm) -> list[Schedule]:
+def candidates(wl: Workload) -> list[Schedule]:
     """The search space for this shape on this machine (serial first: the baseline itself)."""
     ctx, rows = wl.ctx, wl.M // wl.D
     graphs = (False, True) if ctx.cuda else (False,)
@@ -53,7 +51,7 @@ def candidates(wl: AgGemm) -> list[Schedule]:
     return out
 
 
-def fixed(wl: AgGemm) -> Schedule:
+def fixed(wl: Workload) -> Schedule:
     """The schedule the parameters name (tune=off): steps, tuned_comm, comm_priority, comm_first, graph."""
     p, ctx = wl.ctx.params, wl.ctx
     graph = bool(p["graph"]) and ctx.cuda
@@ -74,7 +72,7 @@ def fixed(wl: AgGemm) -> Schedule:
 class TunedAgGemm:
     """Builds any candidate over buffers shared by all of them (one symmetric allocation per shape)."""
 
-    def __init__(self, wl: AgGemm) -> None:
+    def __init__(self, wl: Workload) -> None:
         self.wl = wl
         ctx = wl.ctx
         self.rows = wl.M // wl.D

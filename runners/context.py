@@ -20,7 +20,6 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from runners import streams
 from runners.specs import AlgorithmSpec, ParamValue
 
 PREFIX = "[overlapscope]"
@@ -150,7 +149,6 @@ def init(spec: AlgorithmSpec, argv: Sequence[str] | None) -> tuple[Ctx, list[str
     for v in variants:
         if v not in spec.variants:
             raise SystemExit(f"{PREFIX} {spec.name}: unknown variant {v!r} (known: {', '.join(spec.variants)})")
-    streams.set_nvtx(args.profiler == "nsys")
     if args.profiler == "nsys" and not cuda:
         raise RuntimeError("--profiler nsys needs GPUs (NCCL backend)")
     torch.manual_seed(int(params["seed"]) + rank)

@@ -30,7 +30,7 @@ one iteration ahead, so it never overwrites a slot that is still being read.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -39,15 +39,13 @@ from runners import symm
 from runners.autotune import Schedule
 from runners.graphs import capture
 from runners.streams import Marker, Streams, region
-
-if TYPE_CHECKING:
-    from runners.gemm_rs import GemmRs
+from runners.workload import Workload
 
 CODE_VERSION = "gemm-rs tuned 4"  # part of the cache fingerprint: bump when a schedule's code changes
 CHUNKS = (2, 4, 8)
 
 
-def candidates(wl: GemmRs) -> list[Schedule]:
+def candidates(wl: Workload) -> list[Schedule]:
     """The search space for this shape on this machine (serial first: the baseline itself)."""
     ctx, rows = wl.ctx, wl.M // wl.D
     graphs = (False, True) if ctx.cuda else (False,)
@@ -63,7 +61,7 @@ def candidates(wl: GemmRs) -> list[Schedule]:
     return out
 
 
-def fixed(wl: GemmRs) -> Schedule:
+def fixed(wl: Workload) -> Schedule:
     """The schedule the parameters name (tune=off): steps, tuned_comm, comm_priority, graph."""
     p, ctx = wl.ctx.params, wl.ctx
     if wl.D == 1:
@@ -83,7 +81,7 @@ def fixed(wl: GemmRs) -> Schedule:
 class TunedGemmRs:
     """Builds any candidate over buffers shared by all of them (one symmetric allocation per shape)."""
 
-    def __init__(self, wl: GemmRs) -> None:
+    def __init__(self, wl: Workload) -> None:
         self.wl = wl
         ctx = wl.ctx
         self.rows = wl.M // wl.D

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from runners.context import PREFIX, Ctx, PeerError, StatusFile, init
 from runners.profiling import profile
 from runners.specs import AlgorithmSpec
+from runners.streams import set_nvtx
 from runners.timing import TIMING_CHUNK, stats, synchronize, time_interleaved
 from runners.workload import REL_ERROR_BOUND, CorrectnessError, Workload
 
@@ -189,6 +190,7 @@ def main(spec: AlgorithmSpec, build: Callable[[Ctx, list[str]], Workload],
     ctx: Ctx | None = None
     try:
         ctx, variants = init(spec, argv)
+        set_nvtx(ctx.profiler == "nsys")  # region() then also marks NVTX ranges for Nsight Systems
         ctx.status.set("setup")
         wl = build(ctx, variants)
         for variant in variants:
