@@ -142,6 +142,9 @@ class AgGemm(Workload):
             sched, self._tuned, self._tuning = tuning.choose(self, "ag-gemm", {"M": self.M, "K": self.K, "N": self.N},
                                                              ag_gemm_tuned)
             self._tuned_mode = sched.name
+            if not symm.available(self.ctx):
+                self._fallbacks["tuned"] = ("copy-engine and CUDA-graph schedules unavailable here ("
+                                            + symm.why_unavailable(self.ctx) + "): NCCL/gloo ones only")
 
     def tuning(self, variant: str) -> dict[str, Any] | None:
         return self._tuning if variant == "tuned" else None

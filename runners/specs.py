@@ -147,8 +147,8 @@ AG_GEMM = AlgorithmSpec(
                         "joined the previous step (serializes the streams)",
         "sync-before-loop": "same steps, all fork waits issued in a loop before the work loop",
         "host-sync": "same steps, stream.synchronize() on the host after each step",
-        "tuned": "local rows first while the peers' rows arrive on a high-priority comm stream "
-                 "(copy engine via symmetric memory, or NCCL: --tuned-comm)",
+        "tuned": "local rows first while the peers' rows arrive on a high-priority comm stream; transport, "
+                 "chunks, gate, priority and CUDA graphs chosen per shape by a timed search (cached per host)",
         "fused-ref": "PyTorch's torch.ops.symm_mem.fused_all_gather_matmul, as the reference to beat",
     },
     params=(
@@ -157,10 +157,10 @@ AG_GEMM = AlgorithmSpec(
         ParamSpec("N", int, 8192, "columns of B and C", cpu_default=128),
         ParamSpec("steps", int, 4, "S: pipeline steps (A is [S, ranks, M/(S*ranks), K])"),
         _STREAMS,
-        ParamSpec("tuned_comm", str, "auto", "tuned variant's transport: ce (copy engine, symmetric memory), "
+        ParamSpec("tuned_comm", str, "auto", "tuned with tune=off: transport, ce (copy engine, symmetric memory), "
                   "nccl, or auto (ce when CUDA symmetric memory works, else nccl/gloo)",
                   choices=("auto", "ce", "nccl")),
-        ParamSpec("comm_priority", int, -1, "CUDA priority of the tuned variant's comm stream (-1 = high)"),
+        ParamSpec("comm_priority", int, -1, "tuned with tune=off: CUDA priority of the comm streams (-1 = high)"),
         ParamSpec("nccl_max_ctas", int, 0, "set NCCL_MAX_CTAS for this run (0 = NCCL's default)"),
         ParamSpec("comm_first", int, 16000, "tuned: the local GEMM waits for a gate on the comm stream, then sleeps "
                   "this many GPU cycles (16000 = about 8 µs), so the barrier is dispatched before the GEMM takes "
@@ -169,7 +169,7 @@ AG_GEMM = AlgorithmSpec(
         *COMMON,
     ),
     cuda_only={
-        "tuned": "with gloo: the same local-first schedule with async all-gathers (no copy engine)",
+        "tuned": "with gloo: the search over the serial and all-gather schedules (no copy engine, no graphs)",
         "fused-ref": "with gloo: all-gather then matmul (the unfused semantics)",
     },
     workload="all-gather + matmul",
@@ -185,8 +185,9 @@ GEMM_RS = AlgorithmSpec(
         "ring": "ring reduce-scatter: step j computes the partial for rank (r+j+1) % D, adds what the "
                 "right neighbour sent, passes it left with coalesced batch_isend_irecv",
         "ring-uncoalesced": "the ring with separate isend/irecv (ordered by rank parity to avoid deadlock)",
-        "tuned": "peers' partial blocks first, each pushed by copy engine into the peer's symmetric memory "
-                 "while the next computes; own block last, the received partials added in its GEMM epilogue",
+        "tuned": "peers' partial blocks first, each pushed (copy engine or NCCL) while the next computes; own "
+                 "block last, reduced in its GEMM epilogue; chunks, barriers, priority and CUDA graphs chosen "
+                 "per shape by a timed search (cached per host)",
         "fused-ref": "PyTorch's torch.ops.symm_mem.fused_matmul_reduce_scatter, as the reference to beat",
     },
     params=(
@@ -194,17 +195,17 @@ GEMM_RS = AlgorithmSpec(
         ParamSpec("K", int, 16384, "global K (each rank holds K / ranks)", cpu_default=128),
         ParamSpec("N", int, 8192, "columns of B and C", cpu_default=128),
         ParamSpec("steps", int, 4, "S: pipeline steps (for ring: a multiple of the number of ranks; "
-                  "tuned: chunks per rank's block)"),
+                  "tuned with tune=off: chunks per rank's block)"),
         _STREAMS,
-        ParamSpec("tuned_comm", str, "auto", "tuned variant's transport: ce (copy engine, symmetric memory), "
+        ParamSpec("tuned_comm", str, "auto", "tuned with tune=off: transport, ce (copy engine, symmetric memory), "
                   "p2p (NCCL/gloo send/recv), or auto (ce when CUDA symmetric memory works, else p2p)",
                   choices=("auto", "ce", "p2p")),
-        ParamSpec("comm_priority", int, -1, "CUDA priority of the tuned variant's comm stream (-1 = high)"),
+        ParamSpec("comm_priority", int, -1, "tuned with tune=off: CUDA priority of the comm streams (-1 = high)"),
         *TUNING,
         *COMMON,
     ),
     cuda_only={
-        "tuned": "with gloo: the same schedule with batch_isend_irecv instead of copy-engine pushes",
+        "tuned": "with gloo: the search over the serial and send/recv schedules (no copy engine, no graphs)",
         "fused-ref": "with gloo: matmul then reduce-scatter (the unfused semantics)",
     },
     workload="matmul + reduce-scatter",
