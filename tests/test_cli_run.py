@@ -193,7 +193,8 @@ def test_sweep_grid_tunes_and_times_every_shape(tmp_path, monkeypatch):
     assert [(row["M"], row["steps"], row["dtype"]) for row in doc["rows"]] == [(64, 2, "fp32"), (128, 4, "bf16")]
     for row in doc["rows"]:
         assert row["schedule"] and row["max_rel_error"] <= row["rel_error_bound"]
-        assert row["tuned_vs_best_ref"] == round(row["tuned_ms"] / min(row["baseline_ms"], row["fused-ref_ms"]), 4)
+        ratio = row["tuned_ms"] / min(row["baseline_ms"], row["fused-ref_ms"])  # from the rounded medians
+        assert abs(row["tuned_vs_best_ref"] - ratio) <= 1e-3 * ratio
     assert "| ag-gemm | 64 | 32 | 16 | 2 | fp32 |" in (tmp_path / "g" / "grid.md").read_text()
 
 
