@@ -20,9 +20,9 @@ from analyzers.errors import BadInputError
 from analyzers.overlap.metrics import AnalysisOptions, OverlapMetrics, window_metrics
 from analyzers.report import AnalysisReport, analyze
 from analyzers.timeline.model import TraceSet
+from viz.timeline import SYNC_COLUMNS, TimelineData, normalize_syncs, prepare_timeline
 
 from . import data
-from .timeline import SYNC_COLUMNS, TimelineData, normalize_syncs, prepare_timeline
 
 MAIN_SCRIPT = Path(__file__).resolve().parent / "main.py"
 PAGE_FILES = {

@@ -3,7 +3,7 @@
 The report is one HTML file with Plotly's JavaScript embedded once (it opens with no network):
 metrics table, overview and per-iteration figures, findings with their evidence and fixes,
 blocking host syncs, the cross-rank section and the timeline. The timeline is the app's own
-figure (app/figures.py) at the app's default level of detail (app/lod.py), so a trace set of
+figure (viz/figures.py) at the app's default level of detail (viz/lod.py), so a trace set of
 a million kernels still makes a page of a few MB. Two trace sets make a diff report: the
 verdict, the comparison tables, and both timelines on one shared x axis.
 
@@ -30,13 +30,14 @@ from analyzers.export.perfetto import aligned_traces
 from analyzers.findings import sort_findings
 from analyzers.report import AnalysisReport
 from analyzers.timeline.model import TraceSet
-from app.figures import iteration_figure, overview_bars, peer_wait_bars, skew_heatmap, timeline_figure
-from app.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
-from app.timeline import SYNC_COLUMNS, TimelineData, lod_for_windows, normalize_syncs, prepare_timeline
 
-from . import render, render_diff
-from .render_crossrank import sections as cross_rank_sections
-from .render_findings import syncs_summary
+from . import diff_tables
+from .crossrank_tables import sections as cross_rank_sections
+from .figures import iteration_figure, overview_bars, peer_wait_bars, skew_heatmap, timeline_figure
+from .formats import ms
+from .lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
+from .tables import RANK_COLUMNS, rank_rows, sync_rows, syncs_summary
+from .timeline import SYNC_COLUMNS, TimelineData, lod_for_windows, normalize_syncs, prepare_timeline
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 PLOT_CONFIG = {"displaylogo": False, "scrollZoom": True}
@@ -189,23 +190,22 @@ def findings_html(report: AnalysisReport) -> str:
     return "\n".join(parts)
 
 
-def _syncs_html(report: AnalysisReport) -> str:
-    frames = [df for df in report.syncs.values() if len(df)]
-    if not frames:
-        return '<p class="muted">No blocking host syncs.</p>' if report.diagnosed else ""
-    s = syncs_summary(pd.concat(frames, ignore_index=True)).head(30)
-    rows = [[r.rank, r.api, str(r.caller)[:80], r.n, render.ms(r.host_blocked_ns), render.ms(r.gpu_idle_ns),
-             r.steps] for r in s.itertuples(index=False)]
+def _syncs_html(doc: dict) -> str:
+    syncs = sync_rows(doc)
+    if not syncs:
+        return '<p class="muted">No blocking host syncs.</p>' if doc["findings"] is not None else ""
+    rows = [[g["rank"], g["api"], str(g["caller"])[:80], g["n"], ms(g["host_blocked_ns"]), ms(g["gpu_idle_ns"]),
+             g["steps"]] for g in syncs_summary(syncs)[:30]]
     return html_table(["rank", "api", "caller", "syncs", "host blocked ms", "GPU idle ms", "steps"], rows,
                       text_cols=(1, 2))
 
 
-def _cross_rank_html(report: AnalysisReport, fig) -> str:
+def _cross_rank_html(report: AnalysisReport, doc: dict, fig) -> str:
     cross = report.cross_rank
     if cross is None or cross.clock is None:
         return '<p class="muted">One rank: no cross-rank analysis.</p>'
     parts = []
-    for s in cross_rank_sections(cross):
+    for s in cross_rank_sections(doc["cross_rank"]):
         parts.append(f"<h3>{_e(s.title)}</h3>")
         parts.append(html_table(s.header, s.rows, text_cols=range(len(s.header))) if s.rows else "<p>(none)</p>")
         if s.caption:
@@ -230,16 +230,17 @@ def report_html(traces: TraceSet, report: AnalysisReport, timeline: TimelineData
     fig = _Figures()
     data = timeline if timeline is not None else report_timeline(traces, report)
     label = report.label or "trace set"
+    doc = report.to_dict()
     notes = list(report.notes) + [f"rank {m.rank}: {n}" for m in report.ranks for n in dict.fromkeys(m.notes)]
     body = [f"<h1>overlapscope — {_e(label)}</h1>",
             f'<p class="muted">{_e(report.fmt)} · {len(report.ranks)} rank(s) · {data.n_activities:,} GPU activities'
             f" · sources: {_e(', '.join(report.sources))}</p>",
-            "<h2>Metrics</h2>", html_table([n for n, _ in render.RANK_COLUMNS], render.rank_rows(report)),
+            "<h2>Metrics</h2>", html_table([n for n, _ in RANK_COLUMNS], rank_rows(doc)),
             fig(overview_bars([(label, report)]), "overview"),
             "<h2>Per iteration</h2>", fig(iteration_figure([(label, report)]), "iterations"),
             f"<h2>Findings ({len(report.findings or [])})</h2>", findings_html(report),
-            "<h2>Blocking host syncs</h2>", _syncs_html(report),
-            "<h2>Cross-rank</h2>", _cross_rank_html(report, fig),
+            "<h2>Blocking host syncs</h2>", _syncs_html(doc),
+            "<h2>Cross-rank</h2>", _cross_rank_html(report, doc, fig),
             "<h2>Timeline</h2>",
             '<p class="muted">Whole trace at the app\'s default level of detail: intervals closer than one pixel '
             "are merged (hover shows how many). Drag to zoom; for every single kernel use the Perfetto export.</p>",
@@ -255,9 +256,9 @@ def diff_html(d: TraceDiff, sides: Sequence[tuple[TraceSet, AnalysisReport]],
     fig = _Figures()
     (ta, ra), (tb, rb) = sides
     datas = [report_timeline(ta, ra, d.labels[0]), report_timeline(tb, rb, d.labels[1])]
-    mh, mrows = ["metric", d.labels[0], d.labels[1], "Δ", "Δ%"], render_diff.metric_rows(d.aggregate, markup=False)
-    rh, rrows = render_diff.rank_rows(d, markup=False)
-    kh, krows = render_diff.kernel_rows(d, top=25)
+    mh, mrows = ["metric", d.labels[0], d.labels[1], "Δ", "Δ%"], diff_tables.metric_rows(d.aggregate, markup=False)
+    rh, rrows = diff_tables.rank_rows(d, markup=False)
+    kh, krows = diff_tables.kernel_rows(d, top=25)
     one_side = []
     for key, label in (("only_a", d.labels[0]), ("only_b", d.labels[1])):
         items = d.findings.get(key) or []
