@@ -316,6 +316,18 @@ def run_grid(algo: str, grid: Path, values: dict[str, str], *, nproc: int, out: 
     sys.stdout.write(grid_markdown(doc["rows"], f"{doc['world']} x {doc['gpu']}"))
 
 
+def tuning_lines(tuning: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per tuned variant: the schedule it ran and how it was chosen."""
+    lines = []
+    for variant, rec in tuning.items():
+        how = str(rec.get("source", "?"))
+        if rec.get("source") == "search":
+            n = len((rec.get("rounds_ms") or [{}])[0])
+            how += f" of {n} candidates in {rec.get('search_s')} s, cache {rec.get('cache_status')}"
+        lines.append(f"{variant}: schedule {rec.get('choice', {}).get('name')} ({how})")
+    return lines
+
+
 def emit_sweep(results: dict[str, Any], reports: dict[str, AnalysisReport],
                groups: list[tuple[str, str, list[str]]], fmt: OutputFormat, out: Path | None = None) -> None:
     """Per workload, trace metrics of its variants against its own baseline (compare_many), with the
@@ -333,16 +345,21 @@ def emit_sweep(results: dict[str, Any], reports: dict[str, AnalysisReport],
     doc = {"timings_ms": timings,
            "groups": [{"workload": w, "baseline": b, "variants": [] if t is None else t.to_dict(orient="records")}
                       for w, b, t in tables]}
+    tuning = {v: r.manifest["tuning"] for v, r in results.items() if r.manifest.get("tuning")}
+    if tuning:  # how each tuned variant's schedule was chosen (the manifest's record)
+        doc["tuning"] = tuning
     if out is not None and Path(out).is_dir():
         (Path(out) / "sweep.json").write_text(plain_json(doc) + "\n")
     if fmt is OutputFormat.json:
         sys.stdout.write(plain_json(doc) + "\n")
         return
     if fmt is OutputFormat.md:
-        sys.stdout.write("\n".join(f"#### {w} (baseline {b})\n\n{sweep_markdown(t)}" for w, b, t in tables
-                                    if t is not None) + "\n")
+        sys.stdout.write("".join(f"- {line}\n" for line in tuning_lines(tuning)) + "\n".join(
+            f"#### {w} (baseline {b})\n\n{sweep_markdown(t)}" for w, b, t in tables if t is not None) + "\n")
         return
     out_console.print(timings_table(results))
+    for line in tuning_lines(tuning):
+        out_console.print(line, markup=False, highlight=False)
     for workload, base, table in tables:
         if table is not None:
             print_sweep(table, out_console.console, f"{workload}, baseline {base}")

@@ -221,3 +221,15 @@ def test_retune_searches_again_and_is_in_the_reproduce_line(tmp_path, monkeypatc
     assert m["launch"]["reproduce"] == ("overlapscope run gemm-rs --variant tuned --profiler none M=64 K=32 N=16 "
                                         "tune=retune")
     assert cli("run", "gemm-rs", "--retune", "tune=off").returncode == 2
+
+
+def test_sweep_records_how_tuned_chose_its_schedule(tmp_path, monkeypatch):
+    monkeypatch.setenv("OVERLAPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    r = cli("sweep", "gemm-rs", "--variants", "baseline,tuned", "--out", str(tmp_path / "s"), "--profiler", "none",
+            "M=64", "K=32", "N=16")
+    assert r.returncode == 0, r.stderr
+    assert "tuned: schedule " in r.stdout and "(search of " in r.stdout
+    doc = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert list(doc["tuning"]) == ["tuned"] and doc["tuning"]["tuned"]["source"] == "search"
+    manifest = json.loads((tmp_path / "s" / "tuned" / "manifest.json").read_text())
+    assert doc["tuning"]["tuned"]["choice"] == manifest["tuning"]["choice"]
