@@ -312,34 +312,34 @@ ENV_RUNS_DIR = "OVERLAPSCOPE_RUNS_DIR"
 ENV_ALLOW_RUN = "OVERLAPSCOPE_ALLOW_RUN"
 
 
-def reproduce_command(manifest: dict[str, Any], out: str | Path, python: str = "python") -> list[str]:
-    """The runner command that makes this sample again (one host, one process per GPU).
+def reproduce_command(manifest: dict[str, Any], out: str | Path) -> list[str]:
+    """The `overlapscope run` command that makes this sample again, as a user types it.
 
     Built from the manifest's recorded facts (algorithm, variant, world size, profiler,
     parameters) rather than its literal command line, which names the original machine's
-    interpreter and output folder.
+    interpreter and output folder; only parameters that differ from the defaults appear
+    (runners/commands.py), so the test hooks show only where the run set them.
     """
+    from runners.commands import user_command  # torch-free
+
     algo = str(manifest.get("algorithm") or "")
     variant = str(manifest.get("variant") or "")
     if not algo or not variant:
         raise ValueError("manifest names no algorithm/variant")
-    cmd = [python, "-m", "runners.launch", algo, "--variants", variant,
-           "--nproc", str(int(manifest.get("world_size") or 1)),
-           "--profiler", str(manifest.get("profiler") or "torch"), "--out", str(out)]
     params = manifest.get("params") or {}
-    for name, value in sorted(params.items()) if isinstance(params, dict) else []:
-        cmd += ["--set", f"{name}={str(value).lower() if isinstance(value, bool) else value}"]
-    return cmd
+    return user_command(algo, [variant], params if isinstance(params, dict) else {},
+                        nproc=int(manifest.get("world_size") or 1), profiler=str(manifest.get("profiler") or "torch"),
+                        out=out, cuda=manifest.get("backend") != "gloo")
 
 
 def existing_run_files(out: str | Path, variant: str) -> list[Path]:
-    """Files of an earlier run where the Run page's command writes (OUT/VARIANT; the runner refuses it too)."""
+    """Files of an earlier run where the Run page's command writes (OUT; `overlapscope run` refuses it too)."""
     from runners.launch import run_files  # torch-free: the launcher only builds and watches torchrun
 
     text = str(out).strip()
     if not text:
         return []
-    return run_files(Path(text).expanduser() / variant, [variant])
+    return run_files(Path(text).expanduser(), [variant])
 
 
 def runs_root() -> Path:

@@ -172,6 +172,9 @@ def _finite_seconds(value: float) -> float:
 TimeoutOpt = Annotated[float, typer.Option(
     "--timeout", min=1.0, max=7 * 24 * 3600.0, callback=_finite_seconds,
     help="Seconds before a hanging run is brought down (the hung rank is named).")]
+RetuneOpt = Annotated[bool, typer.Option(
+    "--retune", help="tuned: search this shape's schedule again and replace the choice cached for this host "
+                     "(same as tune=retune); without it a fresh cached choice is reused.")]
 OverwriteOpt = Annotated[bool, typer.Option(
     "--overwrite", help="Replace a run already in --out (its manifest, logs, rank files); without it such a "
                         "folder is refused.")]
@@ -188,6 +191,7 @@ def run_cmd(
                             "runs/ALGO-VARIANT-TIME folder).", show_default=False)] = None,
     timeout: TimeoutOpt = 1800.0,
     overwrite: OverwriteOpt = False,
+    retune: RetuneOpt = False,
     format: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format of the analysis.")
                       ] = OutputFormat.table,
 ) -> None:
@@ -197,7 +201,7 @@ def run_cmd(
     For several hosts, start `python -m runners.<algo>` with torchrun or Slurm yourself
     (runners/README.md) and analyze the folder.
     """
-    values = parse_params(params or [])
+    values = with_retune(parse_params(params or []), retune)
     _check(algo, [variant], values, profiler)
     launch = _launch_module()
     out = out_folder(out, algo, variant)
@@ -238,6 +242,12 @@ def sweep_cmd(
                             "runs/ALGO-sweep-TIME folder).", show_default=False)] = None,
     timeout: TimeoutOpt = 3600.0,
     overwrite: OverwriteOpt = False,
+    retune: RetuneOpt = False,
+    grid: Annotated[Path | None, typer.Option(
+        "--grid", help="JSON file of shapes ({\"ALGO\": [{\"M\": 4096, \"K\": 2048, \"N\": 2048, \"steps\": 2, "
+                       "\"dtype\": \"bf16\"}, ...]}): tune, check and time tuned, baseline and fused-ref at every "
+                       "shape in one process group, and write OUT/grid.json and OUT/grid.md.",
+        show_default=False)] = None,
     format: Annotated[OutputFormat, typer.Option("--format", "-f", help="table, json or md.")
                       ] = OutputFormat.table,
 ) -> None:
@@ -247,9 +257,12 @@ def sweep_cmd(
     The comparison is also written to OUT/sweep.json (the document `-f json` prints).
     """
     launch = _launch_module()
-    values = parse_params(params or [])
+    values = with_retune(parse_params(params or []), retune)
     if algo not in launch.ALGORITHMS:
         raise UsageFailure(f"unknown algorithm {algo!r} (known: {', '.join(sorted(launch.ALGORITHMS))})")
+    if grid is not None:
+        run_grid(algo, grid, values, nproc=nproc, out=out, timeout=timeout, format=format)
+        return
     chosen = [v.strip() for v in variants.split(",") if v.strip()] if variants else list(
         launch.ALGORITHMS[algo].variants)
     _check(algo, chosen, values, profiler)
@@ -269,6 +282,61 @@ def sweep_cmd(
     emit_sweep(results, reports, groups, format, out)
 
 
+def with_retune(values: dict[str, str], retune: bool) -> dict[str, str]:
+    """--retune is tune=retune (and conflicts with another tune=)."""
+    if not retune:
+        return values
+    if values.get("tune", "retune") != "retune":
+        raise UsageFailure(f"--retune contradicts tune={values['tune']}")
+    return {**values, "tune": "retune"}
+
+
+def run_grid(algo: str, grid: Path, values: dict[str, str], *, nproc: int, out: Path | None, timeout: float,
+             format: OutputFormat) -> None:
+    """`sweep ALGO --grid FILE`: every shape's tuned/baseline/fused-ref times, the schedule chosen, the criteria."""
+    from analyzers.errors import BadInputError
+    from runners.commands import read_grid
+    from runners.results import grid_markdown
+
+    launch = _launch_module()
+    if algo not in ("gemm-rs", "ag-gemm"):
+        raise UsageFailure(f"--grid: {algo} has no tuned variant (gemm-rs and ag-gemm have)")
+    extra = set(values) - {"tune", "iters"}
+    if extra:
+        raise UsageFailure(f"--grid takes the shapes from {grid}; only iters= and --retune apply here, not "
+                           + ", ".join(sorted(extra)))
+    try:
+        read_grid(grid, algo)
+    except ValueError as exc:
+        raise BadInputError(grid, str(exc).removeprefix(f"{grid}: ")) from None
+    out = out_folder(out, algo, "grid")
+    if (out / "grid.json").exists():
+        raise UsageFailure(f"{out / 'grid.json'} exists (an earlier grid); choose another --out")
+    try:
+        doc = launch.grid(algo, grid, nproc=nproc, out=out, iters=int(values.get("iters", 30)),
+                          retune=values.get("tune") == "retune", timeout_s=timeout, on_progress=_progress)
+    except launch.RunFailed as exc:
+        raise _run_failed(exc, out) from None
+    if format is OutputFormat.json:
+        from analyzers.io.plain import to_json as plain_json
+
+        sys.stdout.write(plain_json(doc) + "\n")
+        return
+    sys.stdout.write(grid_markdown(doc["rows"], f"{doc['world']} x {doc['gpu']}"))
+
+
+def tuning_lines(tuning: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per tuned variant: the schedule it ran and how it was chosen."""
+    lines = []
+    for variant, rec in tuning.items():
+        how = str(rec.get("source", "?"))
+        if rec.get("source") == "search":
+            n = len((rec.get("rounds_ms") or [{}])[0])
+            how += f" of {n} candidates in {rec.get('search_s')} s, cache {rec.get('cache_status')}"
+        lines.append(f"{variant}: schedule {rec.get('choice', {}).get('name')} ({how})")
+    return lines
+
+
 def emit_sweep(results: dict[str, Any], reports: dict[str, AnalysisReport],
                groups: list[tuple[str, str, list[str]]], fmt: OutputFormat, out: Path | None = None) -> None:
     """Per workload, trace metrics of its variants against its own baseline (compare_many), with the
@@ -286,16 +354,21 @@ def emit_sweep(results: dict[str, Any], reports: dict[str, AnalysisReport],
     doc = {"timings_ms": timings,
            "groups": [{"workload": w, "baseline": b, "variants": [] if t is None else t.to_dict(orient="records")}
                       for w, b, t in tables]}
+    tuning = {v: r.manifest["tuning"] for v, r in results.items() if r.manifest.get("tuning")}
+    if tuning:  # how each tuned variant's schedule was chosen (the manifest's record)
+        doc["tuning"] = tuning
     if out is not None and Path(out).is_dir():
         (Path(out) / "sweep.json").write_text(plain_json(doc) + "\n")
     if fmt is OutputFormat.json:
         sys.stdout.write(plain_json(doc) + "\n")
         return
     if fmt is OutputFormat.md:
-        sys.stdout.write("\n".join(f"#### {w} (baseline {b})\n\n{sweep_markdown(t)}" for w, b, t in tables
-                                    if t is not None) + "\n")
+        sys.stdout.write("".join(f"- {line}\n" for line in tuning_lines(tuning)) + "\n".join(
+            f"#### {w} (baseline {b})\n\n{sweep_markdown(t)}" for w, b, t in tables if t is not None) + "\n")
         return
     out_console.print(timings_table(results))
+    for line in tuning_lines(tuning):
+        out_console.print(line, markup=False, highlight=False)
     for workload, base, table in tables:
         if table is not None:
             print_sweep(table, out_console.console, f"{workload}, baseline {base}")

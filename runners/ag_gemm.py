@@ -17,11 +17,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runners import symm
-from runners.harness import Ctx, Marker, Streams, Workload, main, region
+from runners import ag_gemm_tuned, symm, tuning
+from runners.context import Ctx
+from runners.harness import main
 from runners.specs import AG_GEMM
-
-GATE_CYCLES = 1000  # about 0.5 µs on the comm stream: it only marks the point the gate opens
+from runners.streams import Streams, region
+from runners.workload import Workload
 
 
 class AgGemm(Workload):
@@ -41,6 +42,8 @@ class AgGemm(Workload):
         self.streams = Streams(ctx, int(p["streams"]))
         self._fns: dict[str, Callable[[], Any]] = {}
         self._tuned_mode: str | None = None
+        self._tuned: Callable[[], Any] | None = None
+        self._tuning: dict[str, Any] | None = None
         self._fallbacks: dict[str, str] = {}
         # baseline buffers (always needed: correctness reference, compute/comm alone)
         self.full = torch.empty(self.D * self.S * self.m, self.K, device=dev, dtype=dt)
@@ -49,7 +52,7 @@ class AgGemm(Workload):
             self.variant_fn(v)  # allocate up front, outside any timing
 
     # ---------------------------------------------------------------- helpers
-    def _canonical_rank_major(self, c: torch.Tensor) -> torch.Tensor:
+    def canonical_rank_major(self, c: torch.Tensor) -> torch.Tensor:
         """[D*S*m, N] in rank-major row order -> [S, D, m, N] view."""
         return c.view(self.D, self.S, self.m, self.N).transpose(0, 1)
 
@@ -59,7 +62,7 @@ class AgGemm(Workload):
             dist.all_gather_into_tensor(self.full, self.a_local.view(-1, self.K), group=self.ctx.group)
         with region("ag-gemm baseline: matmul"):
             torch.matmul(self.full, self.b, out=self.c_base)
-        return self._canonical_rank_major(self.c_base)
+        return self.canonical_rank_major(self.c_base)
 
     def _compute_alone(self) -> None:
         torch.matmul(self.full, self.b, out=self.c_base)
@@ -123,116 +126,28 @@ class AgGemm(Workload):
 
         return run
 
-    def _make_tuned(self) -> Callable[[], torch.Tensor]:
-        """Local rows first: their matmul needs no communication and hides the peers' rows.
+    def _make_tuned(self) -> Callable[[], Any]:
+        """Calls whichever schedule prepare("tuned") chose (runners/ag_gemm_tuned.py)."""
 
-        The peers' rows arrive on a high-priority comm stream, in S chunks, either
-        through the copy engine from symmetric memory (no SMs taken from the GEMM) or
-        through NCCL all-gathers; each chunk's matmul waits only for its own chunk.
-        """
-        ctx = self.ctx
-        p = ctx.params
-        S, D, m, K, N, r = self.S, self.D, self.m, self.K, self.N, ctx.rank
-        mode = str(p["tuned_comm"])
-        if mode in ("auto", "ce"):
-            if symm.available(ctx):
-                mode = "ce"
-            elif mode == "ce" and ctx.cuda:
-                raise RuntimeError(f"--tuned-comm ce: symmetric memory unavailable ({symm.why_unavailable(ctx)})")
-            else:
-                mode = "nccl"
-                self._fallbacks["tuned"] = "ce unavailable here: " + symm.why_unavailable(ctx)
-        self._tuned_mode = mode
-        comm = Streams(ctx, 1, priority=int(p["comm_priority"]))
-        peers = [(r + j) % D for j in range(1, D)]
-        c = torch.empty(D, S, m, N, device=ctx.device, dtype=ctx.dtype)  # rank-major
-        marks = [Marker(ctx) for _ in range(S)]
-
-        if mode == "ce":
-            # A's producer writes straight into symmetric memory; peers read it with copies.
-            handle, a_sym = symm.alloc(ctx, (S, m, K))
-            a_sym.copy_(self.a_local)
-            remote = torch.empty(D, S, m, K, device=ctx.device, dtype=ctx.dtype)
-            peer_views = {q: handle.get_buffer(q, (S, m, K), ctx.dtype) for q in peers}
-            local_a = a_sym
-
-            def src(q: int, s: int) -> torch.Tensor:
-                return remote[q, s]
-
-            def prologue() -> None:
-                # one barrier per iteration: peers' A is written, and they finished reading ours
-                handle.barrier(channel=0)
-
-            def communicate() -> None:
-                for s in range(S):
-                    with region(f"tuned: copy chunk {s}"):
-                        for q in peers:
-                            remote[q, s].copy_(peer_views[q][s])
-                    marks[s].record()
-        else:
-            gathered = torch.empty(S, D, m, K, device=ctx.device, dtype=ctx.dtype)
-            local_a = self.a_local
-            works: list[Any] = []
-
-            def src(q: int, s: int) -> torch.Tensor:
-                return gathered[s, q]
-
-            def prologue() -> None:
-                pass
-
-            def communicate() -> None:
-                for s in range(S):
-                    with region(f"tuned: all_gather chunk {s}"):
-                        # on CUDA the collective runs on the comm stream; gloo runs it async
-                        w = dist.all_gather_into_tensor(gathered[s].view(D * m, K), self.a_local[s],
-                                                        group=ctx.group, async_op=not ctx.cuda)
-                    works.append(w)
-                    marks[s].record()
-
-        a_ready, comm_gate = Marker(ctx), Marker(ctx)
-        gemm_delay = int(p["comm_first"]) if ctx.cuda else 0  # GPU cycles; 0 = no gate
-
-        def local_rows() -> None:
-            with region("tuned: local rows"):
-                torch.matmul(local_a.view(S * m, K), self.b, out=c[r].view(S * m, N))
-
-        def run() -> torch.Tensor:
-            a_ready.record()  # A may have been produced on the main stream
-            with comm.on(0):
-                a_ready.wait()
-                if gemm_delay:
-                    # The GEMM fills every SM: a kernel that is not dispatched before it waits for
-                    # the GEMM's tail, high priority or not (1.3 ms, seen in 1 step in 3). The
-                    # GEMM waits on this gate and then a few µs more, so the comm stream's next
-                    # kernel (the barrier) is dispatched first.
-                    torch.cuda._sleep(GATE_CYCLES)
-                    comm_gate.record()
-                prologue()
-            if ctx.cuda:
-                # Queue the local GEMM before the transfers: if the host is slow to launch
-                # (first step after the profiler starts), copies still land under the GEMM.
-                # Only the barrier goes first, behind the gate.
-                if gemm_delay:
-                    comm_gate.wait()
-                    torch.cuda._sleep(gemm_delay)
-                local_rows()
-            with comm.on(0):
-                communicate()
-            if not ctx.cuda:
-                local_rows()  # gloo: the async all-gathers run while the host computes
-            for s in range(S):
-                marks[s].wait()
-                if mode != "ce" and not ctx.cuda:
-                    works[s].wait()  # gloo: the host waits for chunk s only
-                with region(f"tuned: peer rows chunk {s}"):
-                    for q in peers:
-                        torch.matmul(src(q, s), self.b, out=c[q, s])
-            comm.main_waits(0)
-            if mode != "ce":
-                works.clear()
-            return c.transpose(0, 1)
+        def run() -> Any:
+            if self._tuned is None:
+                raise RuntimeError("tuned: prepare('tuned') has not chosen a schedule yet")
+            return self._tuned()
 
         return run
+
+    def prepare(self, variant: str) -> None:
+        """tuned: the schedule for this shape (cached or searched), or the parameters' own with tune=off."""
+        if variant == "tuned" and self._tuned is None:
+            sched, self._tuned, self._tuning = tuning.choose(self, "ag-gemm", {"M": self.M, "K": self.K, "N": self.N},
+                                                             ag_gemm_tuned)
+            self._tuned_mode = sched.name
+            if not symm.available(self.ctx):
+                self._fallbacks["tuned"] = ("copy-engine and CUDA-graph schedules unavailable here ("
+                                            + symm.why_unavailable(self.ctx) + "): NCCL/gloo ones only")
+
+    def tuning(self, variant: str) -> dict[str, Any] | None:
+        return self._tuning if variant == "tuned" else None
 
     def _make_fused(self) -> Callable[[], torch.Tensor]:
         """PyTorch's fused_all_gather_matmul (CUDA symmetric memory); unfused with gloo."""
@@ -246,7 +161,7 @@ class AgGemm(Workload):
             def unfused() -> torch.Tensor:
                 dist.all_gather_into_tensor(full, a_flat, group=ctx.group)
                 torch.matmul(full, self.b, out=out)
-                return self._canonical_rank_major(out)
+                return self.canonical_rank_major(out)
 
             return unfused
         symm.enable(ctx)
@@ -254,7 +169,7 @@ class AgGemm(Workload):
 
         def fused() -> torch.Tensor:
             _, outs = torch.ops.symm_mem.fused_all_gather_matmul(a_flat, [self.b], gather_dim=0, group_name=name)
-            return self._canonical_rank_major(outs[0])
+            return self.canonical_rank_major(outs[0])
 
         return fused
 
@@ -262,7 +177,7 @@ class AgGemm(Workload):
         d: dict[str, Any] = {"M": self.M, "K": self.K, "N": self.N, "S": self.S, "D": self.D, "m": self.m,
                              "streams": len(self.streams), "layout": "A [S, D, M/(S*D), K] sharded on D"}
         if variant == "tuned":
-            d["tuned_comm"] = self._tuned_mode
+            d["tuned_schedule"] = self._tuned_mode
         if variant in self._fallbacks:
             d["fallback"] = self._fallbacks[variant]
         return d

@@ -24,8 +24,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from runners.harness import Ctx, Workload, main, region, rel_error
+from runners.context import Ctx
+from runners.harness import main
 from runners.specs import FSDP
+from runners.streams import region
+from runners.workload import Workload, rel_error
 
 
 class Block(nn.Module):

@@ -3,23 +3,9 @@
 Rank r holds A_r [M, K/D] and B_r [K/D, N]; the result on rank r is rows
 [r*M/D, (r+1)*M/D) of sum_r A_r @ B_r, as reduce_scatter_tensor gives it.
 
-The `tuned` schedule came from this tool's findings on the recorded 2×H200 traces
-(sample_traces/gemm-rs, sample_traces/symm-mem/fused-matmul-rs):
-
-- ring: `comm-starved-by-compute` on both ranks (its NCCL SendRecv kernels waited
-  2.5–2.6 ms in all for SMs held by the nvjet GEMM) and `late-peer`; overlap 0.64 / 0.54
-  (an older recording; the one in sample_traces shows the same finding).
-  So: no SM-hungry transfer next to the GEMM. tuned pushes by copy engine (a copy into
-  the peer's symmetric memory, `Memcpy PtoP` in the trace), which takes no SM.
-- fused_matmul_reduce_scatter: `late-peer`, its symmetric-memory barriers waited up to
-  0.4 ms for the other rank, because each chunk's barrier sits between producer and copy
-  on the critical path. So: tuned never waits for a peer inside the pipeline. The peers'
-  partial blocks are computed first and pushed while the next one computes; the
-  barriers that say a chunk has arrived run on their own stream, each ready one GEMM
-  before its consumer, so the compute stream only waits where a peer is a whole GEMM late.
-- the reduction: the received partials land in the rank's output buffer, and the rank's
-  own block, computed last, is added into it by the GEMM's epilogue (addmm_, beta = 1):
-  no separate reduction pass.
+The `tuned` variant chooses its schedule per shape, dtype, world size and GPU by a short
+timed search (runners/tuning.py), cached per host; runners/gemm_rs_tuned.py lists the
+candidates and which finding of this tool on the recorded traces led to each.
 
 Run under torchrun:  python -m torch.distributed.run --nproc-per-node 2 -m runners.gemm_rs \
     --variant ring --profiler torch --out out/gemm-rs
@@ -33,9 +19,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runners import symm
-from runners.harness import Ctx, Marker, Streams, Workload, main, region
+from runners import gemm_rs_tuned, symm, tuning
+from runners.context import Ctx
+from runners.harness import main
 from runners.specs import GEMM_RS
+from runners.streams import Streams, region
+from runners.workload import Workload
 
 
 class GemmRs(Workload):
@@ -57,6 +46,8 @@ class GemmRs(Workload):
         self.streams = Streams(ctx, int(p["streams"]))
         self._fns: dict[str, Callable[[], Any]] = {}
         self._tuned_mode: str | None = None
+        self._tuned: Callable[[], Any] | None = None
+        self._tuning: dict[str, Any] | None = None
         self._fallbacks: dict[str, str] = {}
         for v in variants:
             self.variant_fn(v)
@@ -177,129 +168,28 @@ class GemmRs(Workload):
 
         return run
 
-    def _make_tuned(self) -> Callable[[], torch.Tensor]:
-        """Peers' partial blocks first, pushed as they finish; the own block last, reduced in its epilogue.
+    def _make_tuned(self) -> Callable[[], Any]:
+        """Calls whichever schedule prepare("tuned") chose (runners/gemm_rs_tuned.py)."""
 
-        Each rank's output block of M/D rows is split into S chunks. First, on the compute
-        stream: for chunk s = 0..S-1 and every peer q, the partial A_r[q's chunk s] @ B_r;
-        as each finishes, a high-priority copy stream pushes it into q's receive slot (copy
-        engine into q's symmetric memory; NCCL or gloo point-to-point where that is not
-        available). Then the own block, C = received + A_r[own rows] @ B_r, as addmm_ into
-        the receive slot itself, in three GEMMs: chunks 0..S-3, S-2, S-1.
-
-        Before each own GEMM, the peers' pushes of its chunks must be complete: a barrier
-        on a third (high-priority) stream, queued after this rank's push of the group's last
-        chunk. That push ends early in the next GEMM, one GEMM before the barrier's consumer:
-        a rank that runs ahead waits for its peer inside the barrier while its own next GEMM
-        (which does not need it) computes. On 2×H200 every barrier started as its push ended
-        and ran beside a GEMM (the faster rank spun 158–190 µs there); one that found no SM
-        until that GEMM's end would still be a GEMM ahead of its consumer. Receive slots
-        alternate between two buffers by iteration; the barriers keep a peer less than one
-        iteration ahead, so it never overwrites a slot that is still being read.
-        """
-        ctx, p = self.ctx, self.ctx.params
-        D, S, N, kp, r = self.D, self.S, self.N, self.kp, ctx.rank
-        rows = self.M // D
-        mc = rows // S
-        dev, dt = ctx.device, ctx.dtype
-        mode = str(p["tuned_comm"])
-        if mode in ("auto", "ce"):
-            if symm.available(ctx):
-                mode = "ce"
-            elif mode == "ce" and ctx.cuda:
-                raise RuntimeError(f"--tuned-comm ce: symmetric memory unavailable ({symm.why_unavailable(ctx)})")
-            else:
-                mode = "p2p"
-                self._fallbacks["tuned"] = "ce unavailable here: " + symm.why_unavailable(ctx)
-        self._tuned_mode = mode
-        peers = [(r + j) % D for j in range(1, D)]
-        a_blocks = self.a.view(D, S, mc, kp)  # [destination rank, chunk, rows, K/D]
-        partial = torch.empty(S, max(D - 1, 1), mc, N, device=dev, dtype=dt)  # what this rank sends
-        # receive slots: [iteration parity, source (index j-1 holds rank r-j's partials), chunk, rows, N]
-        slot_shape = (2, max(D - 1, 1), S, mc, N)
-        # the own block's GEMMs: chunks 0..S-3 together, then S-2 and S-1 alone (their data comes last)
-        groups = [range(0, S - 2), range(S - 2, S - 1), range(S - 1, S)] if S >= 3 else [range(s, s + 1)
-                                                                                          for s in range(S)]
-        last_of = {g[-1]: gi for gi, g in enumerate(groups)}
-        copies = Streams(ctx, 1, priority=int(p["comm_priority"]))
-        syncs = Streams(ctx, 1, priority=int(p["comm_priority"]))
-        computed = [[Marker(ctx) for _ in peers] for _ in range(S)]
-        pushed = [Marker(ctx) for _ in range(S)]
-        synced = [Marker(ctx) for _ in groups]
-        calls = [0]
-
-        def slot_at(q: int) -> int:
-            """Where this rank's partials go among rank q's receive slots."""
-            return (q - r) % D - 1
-
-        if mode == "ce":
-            handle, recv = symm.alloc(ctx, slot_shape)
-            remote = {q: handle.get_buffer(q, slot_shape, dt) for q in peers}
-
-            def push(par: int, s: int) -> None:
-                with copies.on(0), region(f"tuned: push chunk {s}"):
-                    for qi, q in enumerate(peers):
-                        computed[s][qi].wait()
-                        remote[q][par, slot_at(q), s].copy_(partial[s, qi])
-                    pushed[s].record()
-                if s in last_of:
-                    gi = last_of[s]
-                    with syncs.on(0), region(f"tuned: barrier, chunks {groups[gi][0]}..{s} arrived"):
-                        pushed[s].wait()  # our pushes up to chunk s are complete ...
-                        handle.barrier(channel=0)  # ... and so are the peers' (they queued the same)
-                        synced[gi].record()
-
-            def arrived(par: int, gi: int) -> None:
-                synced[gi].wait()
-        else:
-            recv = torch.empty(slot_shape, device=dev, dtype=dt)
-            works: dict[int, list[Any]] = {}
-
-            def push(par: int, s: int) -> None:
-                with copies.on(0), region(f"tuned: push chunk {s}"):
-                    for qi in range(len(peers)):
-                        computed[s][qi].wait()
-                    ops = [dist.P2POp(dist.isend, partial[s, qi], q, ctx.group) for qi, q in enumerate(peers)]
-                    ops += [dist.P2POp(dist.irecv, recv[par, j - 1, s], (r - j) % D, ctx.group)
-                            for j in range(1, D)]
-                    works[s] = dist.batch_isend_irecv(ops) if ops else []
-
-            def arrived(par: int, gi: int) -> None:
-                for s in groups[gi]:
-                    for w in works.pop(s, []):
-                        w.wait()  # CUDA: the compute stream waits for the transfer; gloo: the host does
-
-        def own(par: int, chunks: range) -> None:
-            first, last = chunks[0], chunks[-1] + 1
-            out = recv[par, 0, first:last].view(len(chunks) * mc, N)
-            with region(f"tuned: own rows, chunks {first}..{last - 1}"):
-                for j in range(1, D - 1):  # more than one peer: add the other received partials first
-                    out.add_(recv[par, j, first:last].view(len(chunks) * mc, N))
-                a_own = a_blocks[r, first:last].reshape(len(chunks) * mc, kp)
-                if D == 1:
-                    torch.matmul(a_own, self.b, out=out)
-                else:
-                    out.addmm_(a_own, self.b)  # the reduction rides in the GEMM's epilogue (beta = 1)
-
-        def run() -> torch.Tensor:
-            par = calls[0] % 2
-            calls[0] += 1
-            for s in range(S):
-                for qi, q in enumerate(peers):
-                    with region(f"tuned: partial for rank {q}, chunk {s}"):
-                        torch.matmul(a_blocks[q, s], self.b, out=partial[s, qi])
-                    computed[s][qi].record()
-                if D > 1:
-                    push(par, s)
-            for gi, g in enumerate(groups):
-                if D > 1:
-                    arrived(par, gi)
-                own(par, g)
-            copies.main_waits(0)
-            syncs.main_waits(0)
-            return recv[par, 0].view(rows, N)
+        def run() -> Any:
+            if self._tuned is None:
+                raise RuntimeError("tuned: prepare('tuned') has not chosen a schedule yet")
+            return self._tuned()
 
         return run
+
+    def prepare(self, variant: str) -> None:
+        """tuned: the schedule for this shape (cached or searched), or the parameters' own with tune=off."""
+        if variant == "tuned" and self._tuned is None:
+            sched, self._tuned, self._tuning = tuning.choose(self, "gemm-rs", {"M": self.M, "K": self.K, "N": self.N},
+                                                             gemm_rs_tuned)
+            self._tuned_mode = sched.name
+            if not symm.available(self.ctx):
+                self._fallbacks["tuned"] = ("copy-engine and CUDA-graph schedules unavailable here ("
+                                            + symm.why_unavailable(self.ctx) + "): NCCL/gloo ones only")
+
+    def tuning(self, variant: str) -> dict[str, Any] | None:
+        return self._tuning if variant == "tuned" else None
 
     def _make_fused(self) -> Callable[[], torch.Tensor]:
         """PyTorch's fused_matmul_reduce_scatter (CUDA symmetric memory); unfused with gloo."""
@@ -326,7 +216,7 @@ class GemmRs(Workload):
         d: dict[str, Any] = {"M": self.M, "K": self.K, "N": self.N, "K_per_rank": self.kp, "S": self.S,
                              "D": self.D, "streams": len(self.streams)}
         if variant == "tuned":
-            d["tuned_comm"] = self._tuned_mode
+            d["tuned_schedule"] = self._tuned_mode
         if variant in self._fallbacks:
             d["fallback"] = self._fallbacks[variant]
         return d

@@ -96,11 +96,11 @@ def _convert(spec: ParamSpec, value: Any) -> ParamValue:
     return converted
 
 
-# Where a rank reports itself (runners/harness.py, StatusFile.set), in order: the test hooks act there.
+# Where a rank reports itself (runners/context.py, StatusFile.set), in order: the test hooks act there.
 # done: this rank's outputs are written; finished: every rank passed the final barrier (only the
 # process-group teardown is left: a crash there loses nothing, runners.launch reports it as a
 # warning); exit: the process group is destroyed
-PHASES = ("init", "setup", "warmup", "check", "timing", "profile", "done", "finished", "exit")
+PHASES = ("init", "setup", "tune", "warmup", "check", "timing", "profile", "done", "finished", "exit")
 
 # Parameters every algorithm takes. Test hooks (fail_*/hang_*/kill_*) let the test suite check
 # that a failing, hanging or killed rank brings the run down with a message naming it.
@@ -127,6 +127,16 @@ COMMON: tuple[ParamSpec, ...] = (
 
 _STREAMS = ParamSpec("streams", int, 2, "number of worker CUDA streams the steps rotate over")
 
+# The tuned variants' schedule search (runners/autotune.py, runners/tuning.py).
+TUNING: tuple[ParamSpec, ...] = (
+    ParamSpec("tune", str, "auto", "tuned: auto = the schedule cached for this host and shape, else a timed search "
+              "(then cached); retune = search again and replace the cached choice; off = the schedule the "
+              "parameters name (steps, tuned_comm, comm_priority, graph)", choices=("auto", "retune", "off")),
+    ParamSpec("tune_budget_s", float, 30.0, "tuned: seconds the search may take (its second round is skipped "
+              "when the first used half of them)"),
+    ParamSpec("graph", bool, False, "tuned with tune=off: capture the iteration as CUDA graphs and replay them"),
+)
+
 AG_GEMM = AlgorithmSpec(
     name="ag-gemm",
     module="runners.ag_gemm",
@@ -137,8 +147,8 @@ AG_GEMM = AlgorithmSpec(
                         "joined the previous step (serializes the streams)",
         "sync-before-loop": "same steps, all fork waits issued in a loop before the work loop",
         "host-sync": "same steps, stream.synchronize() on the host after each step",
-        "tuned": "local rows first while the peers' rows arrive on a high-priority comm stream "
-                 "(copy engine via symmetric memory, or NCCL: --tuned-comm)",
+        "tuned": "local rows first while the peers' rows arrive on a high-priority comm stream; transport, "
+                 "chunks, gate, priority and CUDA graphs chosen per shape by a timed search (cached per host)",
         "fused-ref": "PyTorch's torch.ops.symm_mem.fused_all_gather_matmul, as the reference to beat",
     },
     params=(
@@ -147,18 +157,19 @@ AG_GEMM = AlgorithmSpec(
         ParamSpec("N", int, 8192, "columns of B and C", cpu_default=128),
         ParamSpec("steps", int, 4, "S: pipeline steps (A is [S, ranks, M/(S*ranks), K])"),
         _STREAMS,
-        ParamSpec("tuned_comm", str, "auto", "tuned variant's transport: ce (copy engine, symmetric memory), "
+        ParamSpec("tuned_comm", str, "auto", "tuned with tune=off: transport, ce (copy engine, symmetric memory), "
                   "nccl, or auto (ce when CUDA symmetric memory works, else nccl/gloo)",
                   choices=("auto", "ce", "nccl")),
-        ParamSpec("comm_priority", int, -1, "CUDA priority of the tuned variant's comm stream (-1 = high)"),
+        ParamSpec("comm_priority", int, -1, "tuned with tune=off: CUDA priority of the comm streams (-1 = high)"),
         ParamSpec("nccl_max_ctas", int, 0, "set NCCL_MAX_CTAS for this run (0 = NCCL's default)"),
         ParamSpec("comm_first", int, 16000, "tuned: the local GEMM waits for a gate on the comm stream, then sleeps "
                   "this many GPU cycles (16000 = about 8 µs), so the barrier is dispatched before the GEMM takes "
                   "every SM; 0 = no gate"),
+        *TUNING,
         *COMMON,
     ),
     cuda_only={
-        "tuned": "with gloo: the same local-first schedule with async all-gathers (no copy engine)",
+        "tuned": "with gloo: the search over the serial and all-gather schedules (no copy engine, no graphs)",
         "fused-ref": "with gloo: all-gather then matmul (the unfused semantics)",
     },
     workload="all-gather + matmul",
@@ -174,8 +185,9 @@ GEMM_RS = AlgorithmSpec(
         "ring": "ring reduce-scatter: step j computes the partial for rank (r+j+1) % D, adds what the "
                 "right neighbour sent, passes it left with coalesced batch_isend_irecv",
         "ring-uncoalesced": "the ring with separate isend/irecv (ordered by rank parity to avoid deadlock)",
-        "tuned": "peers' partial blocks first, each pushed by copy engine into the peer's symmetric memory "
-                 "while the next computes; own block last, the received partials added in its GEMM epilogue",
+        "tuned": "peers' partial blocks first, each pushed (copy engine or NCCL) while the next computes; own "
+                 "block last, reduced in its GEMM epilogue; chunks, barriers, priority and CUDA graphs chosen "
+                 "per shape by a timed search (cached per host)",
         "fused-ref": "PyTorch's torch.ops.symm_mem.fused_matmul_reduce_scatter, as the reference to beat",
     },
     params=(
@@ -183,16 +195,17 @@ GEMM_RS = AlgorithmSpec(
         ParamSpec("K", int, 16384, "global K (each rank holds K / ranks)", cpu_default=128),
         ParamSpec("N", int, 8192, "columns of B and C", cpu_default=128),
         ParamSpec("steps", int, 4, "S: pipeline steps (for ring: a multiple of the number of ranks; "
-                  "tuned: chunks per rank's block)"),
+                  "tuned with tune=off: chunks per rank's block)"),
         _STREAMS,
-        ParamSpec("tuned_comm", str, "auto", "tuned variant's transport: ce (copy engine, symmetric memory), "
+        ParamSpec("tuned_comm", str, "auto", "tuned with tune=off: transport, ce (copy engine, symmetric memory), "
                   "p2p (NCCL/gloo send/recv), or auto (ce when CUDA symmetric memory works, else p2p)",
                   choices=("auto", "ce", "p2p")),
-        ParamSpec("comm_priority", int, -1, "CUDA priority of the tuned variant's comm stream (-1 = high)"),
+        ParamSpec("comm_priority", int, -1, "tuned with tune=off: CUDA priority of the comm streams (-1 = high)"),
+        *TUNING,
         *COMMON,
     ),
     cuda_only={
-        "tuned": "with gloo: the same schedule with batch_isend_irecv instead of copy-engine pushes",
+        "tuned": "with gloo: the search over the serial and send/recv schedules (no copy engine, no graphs)",
         "fused-ref": "with gloo: matmul then reduce-scatter (the unfused semantics)",
     },
     workload="matmul + reduce-scatter",

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from runners.harness import Ctx
+from runners.context import Ctx
 
 
 def why_unavailable(ctx: Ctx) -> str:
@@ -51,3 +51,29 @@ def alloc(ctx: Ctx, shape: tuple[int, ...], dtype: torch.dtype | None = None) ->
     t = sm.empty(shape, dtype=dtype or ctx.dtype, device=ctx.device)
     handle = sm.rendezvous(t, ctx.group.group_name)
     return handle, t
+
+
+_SCRATCH: dict[tuple[str, torch.dtype], tuple[Any, torch.Tensor]] = {}
+
+
+def scratch(ctx: Ctx, shape: tuple[int, ...], tag: str) -> tuple[Any, torch.Tensor, Any]:
+    """A symmetric buffer of `shape` carved from one per-tag allocation that only grows.
+
+    Every tuning candidate (and every shape of a grid) views the same memory instead of
+    allocating and rendezvousing its own: returns (handle, local view, remote(q) -> peer q's view).
+    Collective: every rank must ask for the same shapes in the same order.
+    """
+    numel = 1
+    for n in shape:
+        numel *= n
+    key = (tag, ctx.dtype)
+    have = _SCRATCH.get(key)
+    if have is None or have[1].numel() < numel:
+        _SCRATCH.pop(key, None)
+        _SCRATCH[key] = alloc(ctx, (numel,))
+    handle, flat = _SCRATCH[key]
+
+    def remote(q: int) -> torch.Tensor:
+        return handle.get_buffer(q, shape, ctx.dtype)
+
+    return handle, flat[:numel].view(shape), remote

@@ -24,8 +24,11 @@ import torch
 import torch.distributed as dist
 
 from runners import symm
-from runners.harness import Ctx, Streams, Workload, main, region
+from runners.context import Ctx
+from runners.harness import main
 from runners.specs import SYMM_MEM
+from runners.streams import Streams, region
+from runners.workload import Workload
 
 AG_VARIANTS = ("fused-ag-matmul",)
 

@@ -417,10 +417,9 @@ def test_fingerprint_changes_with_the_file(tmp_path: Path, hta_dir: Path) -> Non
 def test_reproduce_command(samples: Path) -> None:
     m = data.read_manifest(samples / "demo" / "kineto" / "manifest.json")
     cmd = data.reproduce_command(m, "/out/x")
-    assert cmd[:4] == ["python", "-m", "runners.launch", "demo"]
-    assert cmd[cmd.index("--variants") + 1] == "kineto" and cmd[cmd.index("--nproc") + 1] == "2"
-    sets = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--set"]
-    assert sets == ["check=true", "m=4096", "streams=2"]
+    assert cmd[:5] == ["overlapscope", "run", "demo", "--variant", "kineto"]
+    assert "--nproc" not in cmd and "--profiler" not in cmd and cmd[cmd.index("--out") + 1] == "/out/x"
+    assert [a for a in cmd if "=" in a] == ["m=4096", "streams=2", "check=true"]
     with pytest.raises(ValueError):
         data.reproduce_command({}, "/out")
 
@@ -575,7 +574,7 @@ def test_run_page_without_gpus(app_env: Path, monkeypatch: pytest.MonkeyPatch) -
     at.switch_page("views/run.py").run()
     _no_errors(at)
     code = at.code[0].value
-    assert code.startswith("python -m runners.launch demo --variants kineto --nproc 2 --profiler torch")
+    assert code.startswith("overlapscope run demo --variant kineto --out ")
     assert "SECRET_TOKEN" not in str(at.json[0].value if at.json else "")
     assert any("GPU host" in i.value for i in at.info)
     assert "run_go" not in [b.key for b in at.button]  # no Run button without the GPUs

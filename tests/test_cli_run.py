@@ -178,3 +178,58 @@ def test_runners_launch_refuses_a_folder_holding_a_run(tmp_path):
                        timeout=300)
     assert r.returncode == 2 and "already holds a run (launch.log)" in r.stderr, r.stderr
     assert (tmp_path / "baseline" / "launch.log").read_text() == "earlier\n"
+
+
+def test_sweep_grid_tunes_and_times_every_shape(tmp_path, monkeypatch):
+    """`sweep ALGO --grid FILE` on gloo: one row per shape with the schedule chosen and the criteria."""
+    monkeypatch.setenv("OVERLAPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({"ag-gemm": [{"M": 64, "K": 32, "N": 16, "steps": 2, "dtype": "fp32"},
+                                            {"M": 128, "K": 16, "N": 32}]}))
+    r = cli("sweep", "ag-gemm", "--grid", str(grid), "--out", str(tmp_path / "g"), "-f", "json", "iters=10")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc == json.loads((tmp_path / "g" / "grid.json").read_text()) and doc["world"] == 2
+    assert [(row["M"], row["steps"], row["dtype"]) for row in doc["rows"]] == [(64, 2, "fp32"), (128, 4, "bf16")]
+    for row in doc["rows"]:
+        assert row["schedule"] and row["max_rel_error"] <= row["rel_error_bound"]
+        ratio = row["tuned_ms"] / min(row["baseline_ms"], row["fused-ref_ms"])  # from the rounded medians
+        assert abs(row["tuned_vs_best_ref"] - ratio) <= 1e-3 * ratio
+    assert "| ag-gemm | 64 | 32 | 16 | 2 | fp32 |" in (tmp_path / "g" / "grid.md").read_text()
+
+
+def test_bad_grid_file_is_one_line_and_exit_3(tmp_path):
+    bad = tmp_path / "grid.json"
+    for text, problem in [("{nope", "not a readable JSON grid file"), ('{"gemm-rs": []}', "no list of shapes"),
+                          ('{"ag-gemm": [{"M": 64, "K": "x", "N": 4}]}', "expected int, got 'x'"),
+                          ('{"ag-gemm": [{"M": 64, "N": 4}]}', "expected M, K, N")]:
+        bad.write_text(text)
+        r = cli("sweep", "ag-gemm", "--grid", str(bad), "--out", str(tmp_path / "never"))
+        assert r.returncode == 3, (text, r.stderr)
+        assert str(bad) in r.stderr and problem in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "never").exists()
+
+
+def test_retune_searches_again_and_is_in_the_reproduce_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("OVERLAPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "t"
+    r = cli("run", "gemm-rs", "--variant", "tuned", "--retune", "--profiler", "none", "--out", str(out), "-f", "json",
+            "M=64", "K=32", "N=16")
+    assert r.returncode == 0, r.stderr
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["tuning"]["source"] == "search" and m["tuning"]["cache_status"] == "retune"
+    assert m["launch"]["reproduce"] == ("overlapscope run gemm-rs --variant tuned --profiler none M=64 K=32 N=16 "
+                                        "tune=retune")
+    assert cli("run", "gemm-rs", "--retune", "tune=off").returncode == 2
+
+
+def test_sweep_records_how_tuned_chose_its_schedule(tmp_path, monkeypatch):
+    monkeypatch.setenv("OVERLAPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    r = cli("sweep", "gemm-rs", "--variants", "baseline,tuned", "--out", str(tmp_path / "s"), "--profiler", "none",
+            "M=64", "K=32", "N=16")
+    assert r.returncode == 0, r.stderr
+    assert "tuned: schedule " in r.stdout and "(search of " in r.stdout
+    doc = json.loads((tmp_path / "s" / "sweep.json").read_text())
+    assert list(doc["tuning"]) == ["tuned"] and doc["tuning"]["tuned"]["source"] == "search"
+    manifest = json.loads((tmp_path / "s" / "tuned" / "manifest.json").read_text())
+    assert doc["tuning"]["tuned"]["choice"] == manifest["tuning"]["choice"]

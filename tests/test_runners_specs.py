@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from runners import launch
+from runners import launch, results
 from runners.specs import ALGORITHMS, COMMON
 
 
@@ -72,8 +72,8 @@ def test_command_for_torch_and_nsys(tmp_path: Path) -> None:
 def test_torchrun_summary_names_rank() -> None:
     log = ("Root Cause (first observed failure):\n[0]:\n  time      : x\n  host      : h\n"
            "  rank      : 3 (local_rank: 1)\n")
-    assert launch._rank_from_torchrun_log(log) == 3
-    assert launch._rank_from_torchrun_log("nothing here") is None
+    assert launch.rank_from_torchrun_log(log) == 3
+    assert launch.rank_from_torchrun_log("nothing here") is None
 
 
 def test_sweep_groups_variants_by_workload() -> None:
@@ -101,5 +101,37 @@ def test_spread_is_the_reported_ranks() -> None:
         {"timings_ms": {"variant": {"median": 1.0, "samples": [1, 1, 5, 5]}}},  # chunk medians 1, 5
         {"timings_ms": {"variant": {"median": 2.5, "samples": [1, 3, 2, 6]}}},  # chunk medians 2, 4
     ]}
-    assert launch._spread(manifest, "variant") == 1.0
-    assert launch._spread(manifest, "baseline") != launch._spread(manifest, "baseline")  # NaN: not recorded
+    assert results.spread(manifest, "variant") == 1.0
+    assert results.spread(manifest, "baseline") != results.spread(manifest, "baseline")  # NaN: not recorded
+
+
+def test_user_command_shows_only_what_differs_from_the_defaults() -> None:
+    from runners.commands import user_command
+    from runners.specs import ALGORITHMS as ALGOS
+
+    gpu = {**ALGOS["gemm-rs"].defaults(cuda=True), "backend": "nccl", "dtype": "bf16"}  # a manifest's params
+    assert user_command("gemm-rs", ["tuned"], gpu) == ["overlapscope", "run", "gemm-rs", "--variant", "tuned"]
+    changed = {**gpu, "M": 8192, "dtype": "fp16", "graph": True, "fail_rank": 1, "fail_phase": "timing"}
+    assert user_command("gemm-rs", ["tuned"], changed, nproc=4, profiler="nsys", out="o") == [
+        "overlapscope", "run", "gemm-rs", "--variant", "tuned", "--nproc", "4", "--profiler", "nsys", "--out", "o",
+        "M=8192", "graph=true", "dtype=fp16", "fail_rank=1", "fail_phase=timing"]
+    # a CPU run's small sizes are its defaults; there, fp32 and gloo are what auto picks
+    cpu = {**ALGOS["ag-gemm"].defaults(cuda=False), "backend": "gloo", "dtype": "fp32", "M": 64}
+    assert user_command("ag-gemm", ["baseline", "tuned"], cpu, cuda=False) == [
+        "overlapscope", "sweep", "ag-gemm", "--variants", "baseline,tuned", "M=64"]
+    # a manifest from an algorithm this version does not know: only the shared defaults drop out
+    other = {"size": 3, "fail_rank": -1, "hang_phase": "setup", "corrupt_rank": 0}
+    assert user_command("demo", ["x"], other)[5:] == ["size=3", "corrupt_rank=0"]
+
+
+def test_no_shown_command_names_a_test_hook_left_at_its_default() -> None:
+    """Every algorithm, GPU and CPU defaults: the hooks never appear unless set."""
+    from runners.commands import user_command
+    from runners.specs import ALGORITHMS as ALGOS
+
+    hooks = [p.name for p in COMMON if p.name.endswith(("_rank", "_phase"))]
+    assert len(hooks) == 9
+    for algo, spec in ALGOS.items():
+        for cuda in (True, False):
+            cmd = user_command(algo, ["x"], spec.defaults(cuda), cuda=cuda)
+            assert not [a for a in cmd if a.split("=")[0] in hooks], (algo, cuda, cmd)

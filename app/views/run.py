@@ -52,7 +52,7 @@ try:
 except ValueError as exc:
     st.error(f"{src.label}: cannot build a command ({exc})")
     st.stop()
-st.markdown("**Reproduce it** (on a host with the GPUs, from the overlapscope checkout, torch installed):")
+st.markdown("**Reproduce it** (on a host with the GPUs and torch, overlapscope installed):")
 st.code(shlex.join(cmd), language="bash", wrap_lines=True)
 st.caption("Then open the result: `overlapscope app OUTPUT_FOLDER`, or add the folder in the sidebar.")
 with st.expander("Parameters and versions recorded in the manifest"):
@@ -76,7 +76,7 @@ elif have < need:
 elif st.button(f"Run it here on {need} of {have} GPU(s)", type="primary", key="run_go"):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(data.REPO_ROOT), env.get("PYTHONPATH")]))
-    cmd[0] = sys.executable
+    cmd = [sys.executable, "-m", "overlapscope", *cmd[1:]]  # this app's own overlapscope
     log = st.empty()
     lines: list[str] = []
     with st.spinner("Running…"):

@@ -1,0 +1,184 @@
+"""Choosing a tuned variant's schedule: candidates, a timed search, and a per-host cache of the choice.
+
+Pure Python (no torch): the search is given a `measure` callable that times a list of
+candidates and returns each one's median in ms, so the logic is tested with a fake timer and
+runs unchanged on GPUs (runners/tuning.py measures there with CUDA events, interleaved in
+chunks like the harness's final measurement, the slowest rank's median).
+
+Why a search: a schedule that wins at one shape loses at another. On two shapes that the
+hand-tuned GEMM+reduce-scatter had not been tuned on, it ran 8-19 % slower than the baseline;
+the analysis of those traces found `launch-bound-gaps` over 69 % of one rank's span (many
+small launches: chunks, copies, barriers) and the other rank's barrier kernels waiting 99.8 %
+of their time. So the candidates span the number of chunks (fewer launches), CUDA-graph
+capture (no launch gaps), the transport, the comm stream's priority and the barrier placement,
+and always include a schedule that is the baseline itself (chunks=1, no overlap): picked by
+measured time, the tuned variant can then lose to the baseline only by the timing noise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+CACHE_VERSION = 1
+ENV_CACHE_DIR = "OVERLAPSCOPE_CACHE_DIR"  # the same override as the analyzer's caches
+
+ProgressFn = Callable[[str], None]
+MeasureFn = Callable[[Sequence["Schedule"], int], dict[str, float]]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One candidate schedule of a tuned variant.
+
+    transport: "serial" (the baseline's collective after the whole GEMM: no overlap), "ce"
+    (copy engine through symmetric memory) or "nccl" (NCCL collectives / point-to-point).
+    chunks: pipeline chunks per rank's block. priority: CUDA priority of the comm streams.
+    barrier: where the schedule waits for its peers (algorithm-specific names). graph: the
+    iteration is captured once as CUDA graphs and replayed. lanes: copy streams each transfer is
+    split over (copy engines working in parallel).
+    """
+
+    transport: str
+    chunks: int = 1
+    priority: int = -1
+    barrier: str = "-"
+    graph: bool = False
+    lanes: int = 1
+
+    @property
+    def name(self) -> str:
+        if self.transport == "serial":
+            return "serial" + ("+graph" if self.graph else "")
+        return (f"{self.transport}{'' if self.lanes == 1 else f'*{self.lanes}'} x{self.chunks} "
+                f"prio{self.priority} {self.barrier}"
+                + (" +graph" if self.graph else ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Schedule:
+        return cls(transport=str(d["transport"]), chunks=int(d["chunks"]), priority=int(d["priority"]),
+                   barrier=str(d["barrier"]), graph=bool(d["graph"]), lanes=int(d.get("lanes", 1)))
+
+
+@dataclass
+class SearchResult:
+    """The chosen schedule, every candidate's median (ms, per round) and how long the search took."""
+
+    choice: Schedule
+    rounds: list[dict[str, float]]
+    seconds: float
+    skipped: dict[str, str]
+
+    def record(self) -> dict[str, Any]:
+        return {"choice": self.choice.to_dict(), "rounds_ms": [{k: round(v, 5) for k, v in r.items()}
+                                                              for r in self.rounds],
+                "search_s": round(self.seconds, 2), "skipped": self.skipped}
+
+
+def search(candidates: Sequence[Schedule], measure: MeasureFn, *, keep: int = 4, reps: tuple[int, int] = (2, 10),
+           budget_s: float = 30.0, clock: Callable[[], float] = time.monotonic,
+           progress: ProgressFn | None = None, skipped: dict[str, str] | None = None) -> SearchResult:
+    """Two rounds: every candidate for reps[0] timing chunks, then the best `keep` (and every serial
+    candidate, the baseline-equivalent ones) again for reps[1] chunks; the lowest median of the
+    last round wins. The second round is skipped when the first one used up the time budget.
+    """
+    if not candidates:
+        raise ValueError("no candidate schedule to search")
+    t0 = clock()
+    say = progress or (lambda _msg: None)
+    say(f"tuning: round 1, {len(candidates)} candidate schedules")
+    first = measure(list(candidates), reps[0])
+    rounds = [first]
+    ranked = sorted(candidates, key=lambda c: first[c.name])
+    if len(candidates) > 1 and clock() - t0 < budget_s / 2:
+        finalists = list(dict.fromkeys([*ranked[:keep], *[c for c in candidates if c.transport == "serial"]]))
+        say(f"tuning: round 2, {len(finalists)} finalists: " + ", ".join(c.name for c in finalists))
+        rounds.append(measure(finalists, reps[1]))
+        ranked = sorted(finalists, key=lambda c: rounds[-1][c.name])
+    elif len(candidates) > 1:
+        say(f"tuning: round 2 skipped (round 1 took {clock() - t0:.1f} s of the {budget_s:.0f} s budget)")
+    choice = ranked[0]
+    say(f"tuning: chose {choice.name} ({rounds[-1][choice.name]:.3f} ms) in {clock() - t0:.1f} s")
+    return SearchResult(choice=choice, rounds=rounds, seconds=clock() - t0, skipped=dict(skipped or {}))
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def cache_dir() -> Path:
+    """$OVERLAPSCOPE_CACHE_DIR/tuning, else the user cache folder's overlapscope/tuning."""
+    override = os.environ.get(ENV_CACHE_DIR)
+    if override:
+        return Path(override) / "tuning"
+    try:
+        from platformdirs import user_cache_dir  # the analyzer's choice of folder, where installed
+    except ImportError:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "overlapscope"
+    else:
+        base = Path(user_cache_dir("overlapscope"))
+    return base / "tuning"
+
+
+def shape_key(algo: str, shape: dict[str, Any], host: str) -> str:
+    """What a choice is valid for: algorithm, shape, dtype, world size, GPU model, host."""
+    fields = ",".join(f"{k}={shape[k]}" for k in sorted(shape))
+    return f"{algo}|{fields}|host={host}"
+
+
+def fingerprint(candidates: Sequence[Schedule], code: str, versions: dict[str, Any]) -> str:
+    """Changes when the candidate space, the schedule code or the software stack does: a stale choice."""
+    h = hashlib.sha256()
+    h.update(json.dumps([c.name for c in candidates]).encode())
+    h.update(code.encode())
+    h.update(json.dumps(versions, sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
+
+
+class TuneCache:
+    """One JSON file per algorithm under the cache folder: key -> {choice, fingerprint, ...}."""
+
+    def __init__(self, folder: Path, algo: str) -> None:
+        self.path = Path(folder) / f"{algo}.json"
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            doc = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(doc, dict) or doc.get("version") != CACHE_VERSION:
+            return {}
+        entries = doc.get("entries")
+        return entries if isinstance(entries, dict) else {}
+
+    def lookup(self, key: str, fp: str, candidates: Sequence[Schedule]) -> tuple[str, Schedule | None]:
+        """("hit", schedule), ("stale", None) when the entry was made by other code or software, or
+        ("miss", None)."""
+        entry = self._load().get(key)
+        if not isinstance(entry, dict):
+            return "miss", None
+        try:
+            choice = Schedule.from_dict(entry["choice"])
+        except (KeyError, TypeError, ValueError):
+            return "stale", None
+        if entry.get("fingerprint") != fp or choice not in candidates:
+            return "stale", None
+        return "hit", choice
+
+    def store(self, key: str, fp: str, result: SearchResult) -> None:
+        """Write atomically (a rename), so a reader never sees half a file."""
+        entries = self._load()
+        entries[key] = {"fingerprint": fp, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **result.record()}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"version": CACHE_VERSION, "entries": entries}, indent=1))
+        tmp.replace(self.path)
+

@@ -1,0 +1,227 @@
+"""GEMM+RS `tuned`: the candidate schedules its search chooses from, and how each one runs.
+
+Each finding of this tool on the recorded traces became a dimension of the search:
+
+- ring (`comm-starved-by-compute`: its NCCL SendRecv kernels waited 2.5-2.6 ms for SMs held by
+  the GEMM): transport "ce" pushes each finished partial block by copy engine into the peer's
+  symmetric memory (`Memcpy PtoP`, no SM); "p2p" (NCCL send/recv) stays a candidate, since
+  at small blocks the copy engine's fixed cost can lose.
+- fused_matmul_reduce_scatter (`late-peer`: its barriers waited up to 0.4 ms because each
+  chunk's barrier sits between producer and copy): the peers' partial blocks are computed
+  first and pushed while the next one computes; the barriers that say a chunk arrived run on
+  their own stream, one GEMM ahead of their consumer (barrier "group": one barrier per own
+  GEMM, the own block as chunks 0..S-3, S-2, S-1), once before a single own GEMM (barrier
+  "once": fewer launches and barriers), or per chunk (barrier "chunk": where the pushes take
+  longer than the peers' GEMMs, each own chunk starts as soon as its own data has arrived).
+- the copy engine moves less while a GEMM runs beside it (a 256 MB push of 8192 × 32768 fp16
+  took ~1.5 ms next to the GEMM, the NCCL reduce-scatter alone 1.17 ms): "ce*2" splits every
+  push over two copy streams, so two copy engines share it.
+- the shapes the hand-tuned schedule lost on (`launch-bound-gaps` over 69 % of a rank's span,
+  the peer's barriers waiting 99.8 % of their time): chunks 2/4/8 (fewer launches at small
+  shapes), CUDA-graph capture (no launch gaps), and "serial", the baseline itself (one GEMM,
+  then reduce_scatter_tensor), for shapes where no overlap pays for its extra launches.
+- the reduction: received partials land in the rank's output buffer and the rank's own block,
+  computed last, is added by the GEMM's epilogue (addmm_, beta = 1): no separate pass.
+
+Receive slots alternate between two buffers by iteration; the barriers keep a peer less than
+one iteration ahead, so it never overwrites a slot that is still being read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from runners import symm
+from runners.autotune import Schedule
+from runners.graphs import capture
+from runners.streams import Marker, Streams, region
+from runners.workload import Workload
+
+CODE_VERSION = "gemm-rs tuned 4"  # part of the cache fingerprint: bump when a schedule's code changes
+CHUNKS = (2, 4, 8)
+
+
+def candidates(wl: Workload) -> list[Schedule]:
+    """The search space for this shape on this machine (serial first: the baseline itself)."""
+    ctx, rows = wl.ctx, wl.M // wl.D
+    graphs = (False, True) if ctx.cuda else (False,)
+    out = [Schedule("serial", graph=g) for g in graphs]
+    chunks = [s for s in CHUNKS if rows % s == 0]
+    if symm.available(ctx) and wl.D > 1:
+        out += [Schedule("ce", s, -1, b, g) for s in chunks for b in ("group", "once") for g in graphs]
+        out += [Schedule("ce", s, -1, "chunk", g) for s in chunks if s >= 4 for g in graphs]
+        out += [Schedule("ce", s, -1, "group", g, lanes=2) for s in chunks[:2] for g in graphs]
+        out += [Schedule("ce", s, 0, "group", g) for s in chunks[1:2] for g in graphs]
+    if wl.D > 1:  # eager only: a capture of batch_isend_irecv fails and leaves torch's capture state broken
+        out += [Schedule("p2p", s, -1, "group") for s in chunks[:2]]
+    return out
+
+
+def fixed(wl: Workload) -> Schedule:
+    """The schedule the parameters name (tune=off): steps, tuned_comm, comm_priority, graph."""
+    p, ctx = wl.ctx.params, wl.ctx
+    if wl.D == 1:
+        return Schedule("serial", graph=bool(p["graph"]) and ctx.cuda)
+    mode = str(p["tuned_comm"])
+    if mode in ("auto", "ce"):
+        if symm.available(ctx):
+            mode = "ce"
+        elif mode == "ce" and ctx.cuda:
+            raise RuntimeError(f"--tuned-comm ce: symmetric memory unavailable ({symm.why_unavailable(ctx)})")
+        else:
+            mode = "p2p"
+    graph = bool(p["graph"]) and ctx.cuda and mode == "ce"
+    return Schedule(mode, int(p["steps"]), int(p["comm_priority"]), "group", graph)
+
+
+class TunedGemmRs:
+    """Builds any candidate over buffers shared by all of them (one symmetric allocation per shape)."""
+
+    def __init__(self, wl: Workload) -> None:
+        self.wl = wl
+        ctx = wl.ctx
+        self.rows = wl.M // wl.D
+        self.peers = max(wl.D - 1, 1)
+        self.partial = torch.empty(self.peers * self.rows * wl.N, device=ctx.device, dtype=ctx.dtype)
+        self._recv: Any = None
+        self._serial: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.calls = [0]
+
+    def build(self, s: Schedule) -> Callable[[], Any]:
+        if s.transport == "serial":
+            step: Callable[[int], Any] = lambda _par: self._serial_step()  # noqa: E731
+            parities = 1
+        else:
+            step = self._pipelined(s)
+            parities = 2
+        if s.graph:
+            return capture(self.wl.ctx, step, parities)
+        calls = self.calls
+
+        def eager() -> Any:
+            calls[0] += 1
+            return step(calls[0] % parities)
+
+        return eager
+
+    def _serial_step(self) -> torch.Tensor:
+        wl = self.wl
+        if self._serial is None:
+            self._serial = (torch.empty_like(wl.c_full), torch.empty_like(wl.out_base))
+        c, out = self._serial
+        with region("tuned serial: matmul"):
+            torch.matmul(wl.a, wl.b, out=c)
+        with region("tuned serial: reduce_scatter"):
+            dist.reduce_scatter_tensor(out, c, group=wl.ctx.group)
+        return out
+
+    def _recv_slots(self, shape: tuple[int, ...], ce: bool) -> tuple[Any, torch.Tensor, Any]:
+        if ce:
+            return symm.scratch(self.wl.ctx, shape, "gemm-rs recv")
+        if self._recv is None:
+            n = 1
+            for x in shape:
+                n *= x
+            self._recv = torch.empty(n, device=self.wl.ctx.device, dtype=self.wl.ctx.dtype)
+        return None, self._recv.view(shape), None
+
+    def _pipelined(self, sched: Schedule) -> Callable[[int], torch.Tensor]:
+        """Peers' partial blocks first, pushed as they finish; the own block last, reduced in its epilogue."""
+        wl, ctx = self.wl, self.wl.ctx
+        D, S, N, kp, r = wl.D, sched.chunks, wl.N, wl.kp, ctx.rank
+        rows, mc = self.rows, self.rows // sched.chunks
+        peers = [(r + j) % D for j in range(1, D)]
+        a_blocks = wl.a.view(D, S, mc, kp)  # [destination rank, chunk, rows, K/D]
+        partial = self.partial.view(S, self.peers, mc, N)  # what this rank sends
+        slot_shape = (2, self.peers, S, mc, N)  # [parity, source (j-1: rank r-j), chunk, rows, N]
+        ce = sched.transport == "ce"
+        handle, recv, remote_of = self._recv_slots(slot_shape, ce)
+        if sched.barrier == "once":
+            groups = [range(0, S)]
+        elif sched.barrier == "chunk" or S < 3:
+            groups = [range(s, s + 1) for s in range(S)]
+        else:  # chunks 0..S-3 together, then S-2 and S-1 alone (their data comes last)
+            groups = [range(0, S - 2), range(S - 2, S - 1), range(S - 1, S)]
+        last_of = {g[-1]: gi for gi, g in enumerate(groups)}
+        lanes = sched.lanes if ce else 1
+        copies = Streams(ctx, lanes, priority=sched.priority)
+        lane_done = [[Marker(ctx) for _ in range(lanes)] for _ in range(S)]
+        syncs = Streams(ctx, 1, priority=sched.priority)
+        computed = [[Marker(ctx) for _ in peers] for _ in range(S)]
+        pushed = [Marker(ctx) for _ in range(S)]
+        synced = [Marker(ctx) for _ in groups]
+        works: dict[int, list[Any]] = {}
+        remote = {q: remote_of(q) for q in peers} if ce else {}
+
+        def slot_at(q: int) -> int:
+            """Where this rank's partials go among rank q's receive slots."""
+            return (q - r) % D - 1
+
+        def push(par: int, s: int) -> None:
+            for lane in range(1, lanes):  # extra copy engines take an equal share of the rows
+                with copies.on(lane), region(f"tuned: push chunk {s}, lane {lane}"):
+                    for qi, q in enumerate(peers):
+                        computed[s][qi].wait()
+                        rows_of = slice(lane * mc // lanes, (lane + 1) * mc // lanes)
+                        remote[q][par, slot_at(q), s, rows_of].copy_(partial[s, qi, rows_of])
+                    lane_done[s][lane].record()
+            with copies.on(0), region(f"tuned: push chunk {s}"):
+                for qi in range(len(peers)):
+                    computed[s][qi].wait()
+                if ce:
+                    for qi, q in enumerate(peers):
+                        mine = slice(0, mc // lanes)
+                        remote[q][par, slot_at(q), s, mine].copy_(partial[s, qi, mine])
+                    for lane in range(1, lanes):
+                        lane_done[s][lane].wait()
+                    pushed[s].record()
+                else:
+                    ops = [dist.P2POp(dist.isend, partial[s, qi], q, ctx.group) for qi, q in enumerate(peers)]
+                    ops += [dist.P2POp(dist.irecv, recv[par, j - 1, s], (r - j) % D, ctx.group)
+                            for j in range(1, D)]
+                    works[s] = dist.batch_isend_irecv(ops)
+            if ce and s in last_of:
+                gi = last_of[s]
+                with syncs.on(0), region(f"tuned: barrier, chunks {groups[gi][0]}..{s} arrived"):
+                    pushed[s].wait()  # our pushes up to chunk s are complete ...
+                    handle.barrier(channel=0)  # ... and so are the peers' (they queued the same)
+                    synced[gi].record()
+
+        def arrived(gi: int) -> None:
+            if ce:
+                synced[gi].wait()
+                return
+            for s in groups[gi]:
+                for w in works.pop(s, []):
+                    w.wait()  # CUDA: the compute stream waits for the transfer; gloo: the host does
+
+        def own(par: int, chunks: range) -> None:
+            first, last = chunks[0], chunks[-1] + 1
+            out = recv[par, 0, first:last].view(len(chunks) * mc, N)
+            with region(f"tuned: own rows, chunks {first}..{last - 1}"):
+                for j in range(1, D - 1):  # more than one peer: add the other received partials first
+                    out.add_(recv[par, j, first:last].view(len(chunks) * mc, N))
+                out.addmm_(a_blocks[r, first:last].reshape(len(chunks) * mc, kp), wl.b)  # beta = 1
+
+        def step(par: int) -> torch.Tensor:
+            for s in range(S):
+                for qi, q in enumerate(peers):
+                    with region(f"tuned: partial for rank {q}, chunk {s}"):
+                        torch.matmul(a_blocks[q, s], wl.b, out=partial[s, qi])
+                    computed[s][qi].record()
+                push(par, s)
+            for gi, g in enumerate(groups):
+                arrived(gi)
+                own(par, g)
+            copies.join_all()
+            syncs.main_waits(0)
+            return recv[par, 0].view(rows, N)
+
+        return step
+
+
+builder = TunedGemmRs  # what runners.tuning.choose builds candidates with

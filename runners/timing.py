@@ -1,0 +1,72 @@
+"""CUDA-event timing of iteration callables, interleaved so that every callable sees the same GPU.
+
+The harness's final measurement and the tuned variants' schedule search both time through
+here, so a schedule is chosen under the conditions it is later reported under.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from runners.context import Ctx
+
+TIMING_CHUNK = 5  # iterations per timing chunk; kinds alternate between chunks
+
+
+def synchronize(ctx: Ctx) -> None:
+    if ctx.cuda:
+        torch.cuda.synchronize(ctx.device)
+
+
+def time_ms(ctx: Ctx, fn: Callable[[], Any], iters: int) -> list[float]:
+    """Per-iteration times in ms: CUDA events on the current stream, back to back.
+
+    Every callable joins its worker streams into the current stream before it
+    returns, so an end event covers all of the iteration's GPU work.
+    """
+    dist.barrier(group=ctx.group)
+    synchronize(ctx)
+    if ctx.cuda:
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        for i in range(iters):
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize(ctx.device)
+        return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def time_interleaved(ctx: Ctx, fns: dict[str, Callable[[], Any]], iters: int,
+                     chunk: int = TIMING_CHUNK) -> dict[str, list[float]]:
+    """Time several callables in alternating chunks of iterations.
+
+    GPUs slow down as they heat up under sustained GEMMs, so whatever is timed last
+    looks slower; alternating small chunks gives every callable the same conditions.
+    """
+    for f in fns.values():  # one untimed call each (allocator, cuBLAS heuristics)
+        f()
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    done = 0
+    while done < iters:
+        n = min(chunk, iters - done)
+        for k, f in fns.items():
+            samples[k] += time_ms(ctx, f, n)
+        done += n
+    return samples
+
+
+def stats(samples: Sequence[float]) -> dict[str, float]:
+    return {"median": statistics.median(samples), "min": min(samples), "max": max(samples), "n": len(samples)}

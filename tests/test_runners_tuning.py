@@ -1,0 +1,148 @@
+"""The tuned variants' schedule search and its cache, with a fake timer (no GPU), and on gloo end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runners import autotune
+from runners.autotune import Schedule, TuneCache, search
+
+SERIAL = Schedule("serial")
+CANDS = [SERIAL, Schedule("ce", 2, -1, "group"), Schedule("ce", 4, -1, "group", True), Schedule("p2p", 2),
+         Schedule("ce", 8, 0, "once"), Schedule("ce", 2, -1, "group", True, lanes=2)]
+
+
+class FakeTimer:
+    """measure(): medians from a table per round; records what each round timed."""
+
+    def __init__(self, *rounds: dict[str, float]) -> None:
+        self.rounds = list(rounds)
+        self.asked: list[list[str]] = []
+
+    def __call__(self, cands, reps):
+        self.asked.append([c.name for c in cands])
+        table = self.rounds[min(len(self.asked), len(self.rounds)) - 1]
+        return {c.name: table[c.name] for c in cands}
+
+
+def test_search_takes_the_fastest_of_the_second_round_and_always_times_the_baseline_schedule() -> None:
+    first = {c.name: t for c, t in zip(CANDS, [3.0, 1.0, 1.1, 2.0, 1.2, 1.3], strict=True)}
+    # round 2 reverses the two leaders: its longer measurement decides
+    second = {**first, CANDS[1].name: 1.15, CANDS[2].name: 1.05}
+    timer = FakeTimer(first, second)
+    result = search(CANDS, timer, keep=3)
+    assert timer.asked[0] == [c.name for c in CANDS]
+    assert timer.asked[1] == [CANDS[1].name, CANDS[2].name, CANDS[4].name, SERIAL.name]  # 3 best + serial
+    assert result.choice == CANDS[2] and result.rounds == [first, {k: second[k] for k in timer.asked[1]}]
+
+
+def test_search_returns_the_baseline_schedule_when_nothing_beats_it() -> None:
+    times = {c.name: (0.9 if c == SERIAL else 1.0 + i / 10) for i, c in enumerate(CANDS)}
+    assert search(CANDS, FakeTimer(times)).choice == SERIAL
+
+
+def test_search_skips_round_two_when_round_one_used_half_the_budget() -> None:
+    ticks = iter([0.0, 20.0, 20.0, 20.0, 20.0])
+    timer = FakeTimer({c.name: 1.0 + i for i, c in enumerate(CANDS)})
+    said: list[str] = []
+    result = search(CANDS, timer, budget_s=30.0, clock=lambda: next(ticks), progress=said.append)
+    assert len(timer.asked) == 1 and result.choice == CANDS[0] and len(result.rounds) == 1
+    assert any("round 2 skipped" in s for s in said)
+
+
+def test_search_needs_a_candidate() -> None:
+    with pytest.raises(ValueError, match="no candidate"):
+        search([], FakeTimer({}))
+
+
+def test_schedule_names_and_round_trip() -> None:
+    assert SERIAL.name == "serial" and Schedule("serial", graph=True).name == "serial+graph"
+    assert CANDS[5].name == "ce*2 x2 prio-1 group +graph"
+    for c in CANDS:
+        assert Schedule.from_dict(json.loads(json.dumps(c.to_dict()))) == c
+    assert len({c.name for c in CANDS}) == len(CANDS)
+
+
+def _result(choice: Schedule) -> autotune.SearchResult:
+    return autotune.SearchResult(choice=choice, rounds=[{choice.name: 1.0}], seconds=0.5, skipped={})
+
+
+def test_cache_hit_stale_and_miss(tmp_path: Path) -> None:
+    cache = TuneCache(tmp_path, "gemm-rs")
+    fp = autotune.fingerprint(CANDS, "code 1", {"torch": "2.x"})
+    key = autotune.shape_key("gemm-rs", {"M": 64, "K": 32, "N": 16, "dtype": "bf16", "world": 2, "gpu": "X"}, "h")
+    assert cache.lookup(key, fp, CANDS) == ("miss", None)
+    cache.store(key, fp, _result(CANDS[2]))
+    assert cache.lookup(key, fp, CANDS) == ("hit", CANDS[2])
+    # other code, other software, or a choice no longer among the candidates: stale
+    assert cache.lookup(key, autotune.fingerprint(CANDS, "code 2", {"torch": "2.x"}), CANDS)[0] == "stale"
+    assert cache.lookup(key, autotune.fingerprint(CANDS, "code 1", {"torch": "2.y"}), CANDS)[0] == "stale"
+    assert cache.lookup(key, fp, [c for c in CANDS if c != CANDS[2]])[0] == "stale"
+    # another shape or host is another key
+    other = key.replace("M=64", "M=128")
+    assert cache.lookup(other, fp, CANDS) == ("miss", None)
+    cache.store(other, fp, _result(SERIAL))
+    assert cache.lookup(key, fp, CANDS) == ("hit", CANDS[2]) and cache.lookup(other, fp, CANDS) == ("hit", SERIAL)
+    assert key.endswith("|host=h") and "dtype=bf16" in key and "gpu=X" in key and "world=2" in key
+
+
+def test_cache_file_from_elsewhere_is_a_miss_not_an_error(tmp_path: Path) -> None:
+    cache = TuneCache(tmp_path, "ag-gemm")
+    cache.path.write_text("{not json")
+    assert cache.lookup("k", "fp", CANDS) == ("miss", None)
+    cache.path.write_text(json.dumps({"version": 999, "entries": {"k": {}}}))
+    assert cache.lookup("k", "fp", CANDS) == ("miss", None)
+    cache.store("k", "fp", _result(SERIAL))  # replaces the unreadable file
+    assert cache.lookup("k", "fp", CANDS) == ("hit", SERIAL)
+
+
+def test_cache_folder_follows_the_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(autotune.ENV_CACHE_DIR, str(tmp_path))
+    assert autotune.cache_dir() == tmp_path / "tuning"
+
+
+def test_tuned_run_searches_then_reuses_retunes_and_replaces_a_stale_choice(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """On 2 gloo processes through the launcher: the manifest records how the schedule was chosen."""
+    pytest.importorskip("torch")
+    from runners import launch
+
+    monkeypatch.setenv(autotune.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    params = {"M": 64, "K": 32, "N": 16}
+
+    def tuned(name: str, **extra: str) -> dict:
+        res = launch.run("gemm-rs", "tuned", nproc=2, profiler="none", out=tmp_path / name,
+                         params={**params, **extra}, timeout_s=240)
+        return res.manifest
+
+    first = tuned("first")
+    rec = first["tuning"]
+    assert rec["source"] == "search" and rec["cache_status"] == "miss"
+    names = set(rec["rounds_ms"][0])
+    assert {"serial", "p2p x2 prio-1 group"} <= names and rec["choice"]["name"] in names
+    assert "serial" in rec["rounds_ms"][-1]  # the baseline schedule always reaches the final round
+    assert first["workload"]["tuned_schedule"] == rec["choice"]["name"]
+    cache_file = Path(rec["cache"])
+    assert cache_file == tmp_path / "cache" / "tuning" / "gemm-rs.json" and rec["key"].startswith("gemm-rs|K=32,M=64")
+
+    again = tuned("again")["tuning"]
+    assert again["source"] == "cache" and again["choice"] == rec["choice"] and "rounds_ms" not in again
+
+    forced = tuned("forced", tune="retune")["tuning"]
+    assert forced["source"] == "search" and forced["cache_status"] == "retune"
+
+    doc = json.loads(cache_file.read_text())
+    doc["entries"][rec["key"]]["fingerprint"] = "made-by-older-code"
+    cache_file.write_text(json.dumps(doc))
+    stale = tuned("stale")["tuning"]
+    assert stale["source"] == "search" and stale["cache_status"] == "stale"
+    assert json.loads(cache_file.read_text())["entries"][rec["key"]]["fingerprint"] != "made-by-older-code"
+
+    fixed = tuned("fixed", tune="off", steps="8")
+    assert fixed["tuning"]["source"] == "parameters (tune=off)"
+    assert fixed["tuning"]["choice"]["name"] == "p2p x8 prio-1 group"
+    assert fixed["launch"]["reproduce"] == ("overlapscope run gemm-rs --variant tuned --profiler none "
+                                            "M=64 K=32 N=16 steps=8 tune=off")
