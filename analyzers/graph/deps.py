@@ -51,7 +51,7 @@ def _stream_device(uniq: pd.MultiIndex) -> np.ndarray:
 
 
 def sync_targets(syncs: pd.DataFrame, start: np.ndarray, end: np.ndarray, device: np.ndarray, stream: np.ndarray,
-                 uniq: pd.MultiIndex, launch: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                 uniq: pd.MultiIndex, launch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per blocking sync: the GPU row it waited for (-1) and its wake latency (see module docstring)."""
     n = len(syncs)
     awaited = np.full(n, -1, dtype=np.int64)

@@ -166,7 +166,7 @@ def build_rank_graph(trace: RankTrace, syncs: pd.DataFrame, step_pattern: str) -
     syncs = syncs[syncs["tid"].to_numpy() >= 0].reset_index(drop=True) if len(syncs) else syncs
     seg, off, seg_base, seg_opened_by, sync_seg, sync_off = _segments(launch, ltid, syncs)
     device = gpu["device"].to_numpy(np.int64)
-    awaited, sync_lat = deps.sync_targets(syncs, start, end, device, stream, uniq, launch, gpu["correlation"].to_numpy())
+    awaited, sync_lat = deps.sync_targets(syncs, start, end, device, stream, uniq, launch)
     lat_ns, turn_ns = deps.latencies(start, end, prev, launch)
     dep, dep_lat, dep_note = deps.event_waits(trace, start, end, device, stream, uniq, launch, prev, lat_ns, turn_ns)
     lat_ns, turn_ns = deps.latencies(start, end, prev, launch, dep)
@@ -183,5 +183,6 @@ def build_rank_graph(trace: RankTrace, syncs: pd.DataFrame, step_pattern: str) -
         sync_awaited=awaited, sync_lat=sync_lat,
         sync_dur=(s_end - syncs["start_ns"].to_numpy(np.int64)) if len(syncs) else np.zeros(0, dtype=np.int64),
         sync_end=s_end, sync_after=deps.rows_after_syncs(syncs, device, stream, launch),
-        launch_latency_ns=lat_ns, turnaround_ns=turn_ns, names=[str(x) for x in trace.names_of(used)], stream_labels=labels,
+        launch_latency_ns=lat_ns, turnaround_ns=turn_ns, names=[str(x) for x in trace.names_of(used)],
+        stream_labels=labels,
         has_steps=bool((step >= 0).any()), notes=notes)

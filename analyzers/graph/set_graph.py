@@ -158,3 +158,12 @@ def build_set_graph(graphs: dict[int, RankGraph], offsets: dict[int, int], membe
         sync_off=c["soff"], sync_awaited=c["sawait"], sync_lat=c["slat"], sync_dur=c["sdur"], sync_end=c["send"],
         sync_opens=sync_opens, sync_after=safter, coll=coll, coll_ptr=ptr, coll_nodes=nodes, transfer=transfer,
         order_key=key, notes=notes)
+
+
+def rank_graphs_of(traces, syncs: dict[int, pd.DataFrame], step_pattern: str,
+                   pre: dict[int, RankGraph | None] | None = None) -> dict[int, RankGraph]:
+    """Each rank's graph: the one made beside the parse, else built here (needs the host tables)."""
+    from analyzers.graph.rank_graph import build_rank_graph
+
+    pre = pre or {}
+    return {r: pre.get(r) or build_rank_graph(traces.ranks[r], syncs[r], step_pattern) for r in traces.rank_ids()}
