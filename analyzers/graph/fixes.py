@@ -23,7 +23,9 @@ FIXES: dict[str, str] = {
     "launch-gaps": "launches cost nothing, as under CUDA graphs: the host's time between launches is removed",
     "comm-contention": "communication runs at its uncontended speed (the median transfer of the same "
                        "collective and size while no compute ran beside it)",
-    "serialized-streams": "the cross-stream event waits of communication on compute of another stream are removed",
+    "serialized-streams": "the cross-stream event waits of communication on compute of another stream are removed; "
+                          "compute kernels of a device still run one at a time, in their measured order (each "
+                          "fills the GPU)",
     "no-copies": "copy and memset activities take no time (buffers preallocated, views instead of copies)",
     "comm-speed": "comm-speed=F: communication transfers run F times as fast",
     "compute-speed": "compute-speed=F: compute kernels run F times as fast",
@@ -121,6 +123,19 @@ def _uncontended(sg: SetGraph, dur: np.ndarray) -> np.ndarray:
     return out
 
 
+def _compute_in_series(sg: SetGraph, inp: ReplayInputs) -> None:
+    """Each compute kernel waits for the device's previous compute kernel (measured order) on another
+    stream: removing a stream wait must not let two GPU-filling kernels run side by side at full speed."""
+    comp = np.flatnonzero(sg.cat == CAT_CODES["compute"])
+    if len(comp) < 2:
+        return
+    o = comp[np.lexsort((sg.start[comp], sg.rank_of[comp]))]
+    same = sg.rank_of[o[1:]] == sg.rank_of[o[:-1]]
+    tgt, src = o[1:][same], o[:-1][same]
+    free = inp.dep2[tgt] < 0
+    inp.dep2[tgt[free]] = src[free]
+
+
 def apply_fixes(sg: SetGraph, fixes: list[Fix]) -> ReplayInputs:
     """The replay inputs with every fix applied, in order."""
     inp = baseline_inputs(sg)
@@ -142,6 +157,7 @@ def apply_fixes(sg: SetGraph, fixes: list[Fix]) -> ReplayInputs:
             has = d >= 0
             drop = has & (sg.cat == CAT_CODES["comm"]) & (sg.cat[np.maximum(d, 0)] == CAT_CODES["compute"])
             inp.dep = np.where(drop, -1, d)
+            _compute_in_series(sg, inp)
         elif fix.name == "no-copies":
             copies = (sg.cat == CAT_CODES["copy"]) | (sg.cat == CAT_CODES["memset"])
             inp.dur = np.where(copies, 0, inp.dur)
