@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -51,10 +53,8 @@ def main() -> None:
     for a, fix, b, what, m, r, p, f, e in rows:
         print(f"| {a} | {fix} | {b} | {what} | {m / 1e6:.3f} ms | {r / 1e6:.3f} ms | {p / 1e6:.3f} ms | "
               f"{f / 1e6:.3f} ms | {100 * e:+.1f} % |")
-    errs = sorted(abs(r[-1]) for r in rows)
-    print(f"\nmedian |error| {100 * errs[len(errs) // 2] if len(errs) % 2 else 50 * (errs[len(errs)//2-1] + errs[len(errs)//2]):.1f} %, "
-          f"max {100 * errs[-1]:.1f} %")
-
+    errs = [abs(r[-1]) for r in rows]
+    print(f"\nmedian |error| {100 * float(np.median(errs)):.1f} %, max {100 * max(errs):.1f} %")
 
 if __name__ == "__main__":
     main()

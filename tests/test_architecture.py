@@ -19,7 +19,7 @@ MAX_LINES = 400
 SIZE_ALLOW_LIST: dict[str, str] = {}
 
 # analyzers' sub-packages, lowest first: a module may import its own layer or lower ones, never a higher one.
-LAYERS = ("errors", "timeline", "io", "overlap", "syncs", "crossrank", "findings", "report", "diff", "export")
+LAYERS = ("errors", "timeline", "io", "overlap", "syncs", "crossrank", "graph", "findings", "report", "diff", "export")
 
 
 def module_name(path: Path) -> str:
