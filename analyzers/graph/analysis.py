@@ -73,11 +73,21 @@ def fidelity(run: GraphRun) -> dict[str, Any]:
                       for s, m, r, e in zip(t["step"], t["measured_ns"], t["replayed_ns"], err, strict=True)]}
 
 
-def whatif(run: GraphRun, fixes: list[Fix]) -> dict[str, Any]:
-    """Measured, replayed and predicted step (medians over steps of the slowest rank), per step and rank."""
+def _predicted(run: GraphRun, fixes: list[Fix]) -> tuple[pd.DataFrame, pd.DataFrame]:
     _, rp = run.run(fixes)
     pred = rank_steps(run.sg, rp.start, rp.end)
-    t = _steps_table(run, pred)
+    return pred, _steps_table(run, pred)
+
+
+def _saving(t: pd.DataFrame) -> tuple[int | None, float | None]:
+    replayed = median_ns(t["replayed_ns"])
+    saving = median_ns(t["replayed_ns"] - t["predicted_ns"]) if len(t) else None
+    return saving, (saving / replayed if saving is not None and replayed else None)
+
+
+def whatif(run: GraphRun, fixes: list[Fix]) -> dict[str, Any]:
+    """Measured, replayed and predicted step (medians over steps of the slowest rank), per step and rank."""
+    pred, t = _predicted(run, fixes)
     per_rank = []
     for r in run.sg.ranks:
         m = run.measured[run.measured["rank"] == r]["dur_ns"]
@@ -85,13 +95,11 @@ def whatif(run: GraphRun, fixes: list[Fix]) -> dict[str, Any]:
         p = pred[pred["rank"] == r]["dur_ns"]
         per_rank.append({"rank": r, "measured_step_ns": median_ns(m), "replayed_step_ns": median_ns(b),
                          "predicted_step_ns": median_ns(p)})
-    replayed, predicted = median_ns(t["replayed_ns"]), median_ns(t["predicted_ns"])
-    saving = median_ns(t["replayed_ns"] - t["predicted_ns"]) if len(t) else None
+    saving, fraction = _saving(t)
     return {
         "fixes": [f.label for f in fixes],
-        "measured_step_ns": median_ns(t["measured_ns"]), "replayed_step_ns": replayed,
-        "predicted_step_ns": predicted, "saving_ns": saving,
-        "saving_fraction": saving / replayed if saving is not None and replayed else None,
+        "measured_step_ns": median_ns(t["measured_ns"]), "replayed_step_ns": median_ns(t["replayed_ns"]),
+        "predicted_step_ns": median_ns(t["predicted_ns"]), "saving_ns": saving, "saving_fraction": fraction,
         "fidelity": fidelity(run),
         "per_step": [{k: (int(v) if k != "step" else int(v)) for k, v in row.items()}
                      for row in t.to_dict("records")],
@@ -140,7 +148,8 @@ def finding_savings(run: GraphRun, finding_ids: list[str]) -> dict[str, dict[str
     for fid in finding_ids:
         fix = FIX_OF_FINDING.get(fid)
         if fix and fix not in out:
-            res = whatif(run, [Fix(fix)])
-            out[fix] = {"fix": fix, "saving_ns": res["saving_ns"], "saving_fraction": res["saving_fraction"],
-                        "predicted_step_ns": res["predicted_step_ns"]}
+            _, t = _predicted(run, [Fix(fix)])
+            saving, fraction = _saving(t)
+            out[fix] = {"fix": fix, "saving_ns": saving, "saving_fraction": fraction,
+                        "predicted_step_ns": median_ns(t["predicted_ns"])}
     return out
