@@ -3,8 +3,8 @@
 No streamlit here, so the same figures work in a notebook:
 
     from analyzers.io.load import load_traces
-    from app.timeline import prepare_timeline, lod_for_windows
-    from app.figures import timeline_figure
+    from viz.timeline import prepare_timeline, lod_for_windows
+    from viz.figures import timeline_figure
     data = prepare_timeline(load_traces(["run_dir"]))
     fig = timeline_figure(lod_for_windows([data], [(data.t_min, data.t_min, data.t_max)]))
 
