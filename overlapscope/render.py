@@ -17,6 +17,7 @@ from analyzers.report import AnalysisReport
 from viz.formats import UNDEFINED, ms, pct  # noqa: F401  (render.pct is the formatter commands use)
 from viz.tables import RANK_COLUMNS, rank_rows
 
+from .render_critical import critical_markdown, critical_tables
 from .render_crossrank import cross_rank_markdown, cross_rank_table
 from .render_findings import findings_markdown, findings_table, syncs_table
 
@@ -70,6 +71,9 @@ def print_table(report: AnalysisReport, console: Console, streams: bool = False)
     syncs = _all_syncs(report)
     if syncs is not None:
         console.print(syncs_table(syncs))
+    if report.critical_path is not None:
+        for t in critical_tables(report.critical_path):
+            console.print(t)
     if report.findings is not None:
         console.print(findings_table(report.findings))
     for note in report.notes:
@@ -90,6 +94,8 @@ def to_markdown(report: AnalysisReport) -> str:
         lines += [""] + [f"- {n}" for n in notes]
     if report.cross_rank is not None:
         lines += ["", cross_rank_markdown(report.cross_rank)]
+    if report.critical_path is not None:
+        lines += ["", critical_markdown(report.critical_path)]
     if report.findings is not None:
         lines += ["", findings_markdown(report.findings)]
     return "\n".join(lines) + "\n"

@@ -13,6 +13,7 @@ import pandas as pd
 from rich.table import Table
 
 from analyzers.findings.finding import Finding, Severity, sort_findings
+from viz.critical import saving_text
 from viz.tables import syncs_summary
 
 SEVERITY_STYLE = {Severity.critical: "bold red", Severity.warning: "yellow", Severity.info: "cyan"}
@@ -28,20 +29,22 @@ def _ms(ns: float | int) -> str:
 
 
 def findings_table(findings: list[Finding], title: str = "findings") -> Table:
-    """One row per finding, most severe first: severity, id, ranks, what was found, the fix."""
+    """One row per finding, largest saving first: severity, id, ranks, saving per step, what was found, the fix."""
     table = Table(title=title, title_justify="left", header_style="bold", show_lines=True)
     table.add_column("severity", no_wrap=True)
     table.add_column("finding", no_wrap=True)
     table.add_column("ranks", justify="right")
+    table.add_column("saves / step", justify="right")
     table.add_column("what")
     table.add_column("fix")
     if not findings:
-        table.add_row("", "none", "", "no cause of lost overlap found", "")
+        table.add_row("", "none", "", "", "no cause of lost overlap found", "")
         return table
     for f in sort_findings(findings):
         style = SEVERITY_STYLE.get(f.severity, "")
         sev = f"[{style}]{f.severity}[/{style}]" if style else str(f.severity)
-        table.add_row(sev, f.id, _ranks(f.ranks), f.title, f.fix)
+        saves = "" if f.saving_ns is None else f"{_ms(f.saving_ns)} ms\n{100 * (f.saving_fraction or 0):.1f}%"
+        table.add_row(sev, f.id, _ranks(f.ranks), saves, f.title, f.fix)
     return table
 
 
@@ -88,6 +91,7 @@ def findings_markdown(findings: list[Finding], heading_level: int = 3) -> str:
             lines.append(f"- time range: {f.start_ns} – {f.end_ns} ns (ranks {_ranks(f.ranks)})")
         for k, v in f.evidence.items():
             lines.append(f"- {k}: `{_evidence_value(v)}`")
-        lines += ["", f"**Fix:** {f.fix}", ""]
+        lines += ["", f"**Fix:** {f.fix}" + (f" — {saving_text(f.saving_ns, f.saving_fraction)}"
+                                             if f.saving_ns is not None else ""), ""]
         parts.append("\n".join(lines))
     return "\n".join(parts)
