@@ -20,9 +20,9 @@ from analyzers.errors import BadInputError
 from analyzers.overlap.metrics import AnalysisOptions, OverlapMetrics, window_metrics
 from analyzers.report import AnalysisReport, analyze
 from analyzers.timeline.model import TraceSet
+from viz.timeline import SYNC_COLUMNS, TimelineData, normalize_syncs, prepare_timeline
 
 from . import data
-from .timeline import SYNC_COLUMNS, TimelineData, normalize_syncs, prepare_timeline
 
 MAIN_SCRIPT = Path(__file__).resolve().parent / "main.py"
 PAGE_FILES = {
@@ -68,6 +68,11 @@ def _aligned_set(fp: data.Fingerprint, label: str) -> TraceSet:
     if cross is not None and cross.clock is not None and cross.clock.applied and cross.aligned is not None:
         return cross.aligned
     return _trace_set(fp, label)
+
+
+def aligned_set(run: Any) -> TraceSet:
+    """The set a run's Timeline is drawn from (the common clock when offsets were applied)."""
+    return _aligned_set(run.fp, run.label)
 
 
 @st.cache_resource(max_entries=16, show_spinner="Preparing the timeline…")

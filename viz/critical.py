@@ -69,3 +69,49 @@ def attribution_figure(cp: dict[str, Any]) -> go.Figure:
                       margin=dict(l=10, r=10, t=30, b=10), legend=dict(orientation="h"),
                       title="what sets each rank's step (critical path)")
     return fig
+
+
+MAX_OVERLAY = 5_000  # critical activities drawn per variant (the longest when there are more)
+
+
+def critical_overlay(fig: go.Figure, variants: list, trace_sets: list, cps: list[dict[str, Any] | None]) -> int:
+    """Outline the critical activities on a timeline_figure (viz.figures): a thin dark line on top of
+    each activity's stream lane, per variant row; returns how many were drawn. trace_sets: the sets
+    the timeline was drawn from (same row order as the graph's, aligned clock)."""
+    import numpy as np
+
+    drawn = 0
+    for row, (v, ts, cp) in enumerate(zip(variants, trace_sets, cps, strict=True), start=1):
+        if not cp:
+            continue
+        lanes = v.data.lanes
+        top = len(lanes) - 1
+        streams = lanes[lanes["kind"] == "stream"]
+        lane_of = {(int(r), int(d), int(s)): int(ln) for r, d, s, ln in
+                   zip(streams["rank"], streams["device"], streams["stream"], streams["lane"], strict=True)}
+        xs, ys = [], []
+        for r_key, rows in cp.get("critical_rows", {}).items():
+            t = ts.ranks.get(int(r_key))
+            if t is None or not rows:
+                continue
+            idx = np.asarray(rows, dtype=np.int64)
+            idx = idx[idx < len(t.gpu)]
+            g = t.gpu
+            s, e = g["start_ns"].to_numpy(np.int64)[idx], g["end_ns"].to_numpy(np.int64)[idx]
+            keep = (e > v.lo_ns) & (s < v.hi_ns)
+            idx, s, e = idx[keep], s[keep], e[keep]
+            if len(idx) > MAX_OVERLAY:
+                longest = np.argsort(s - e, kind="stable")[:MAX_OVERLAY]
+                idx, s, e = idx[longest], s[longest], e[longest]
+            lane = [lane_of.get((int(r_key), int(d), int(st)), -1) for d, st in
+                    zip(g["device"].to_numpy()[idx], g["stream"].to_numpy()[idx], strict=True)]
+            for a, b, ln in zip(s, e, lane, strict=True):
+                if ln >= 0:
+                    xs += [(a - v.origin_ns) / 1e6, (b - v.origin_ns) / 1e6, None]
+                    ys += [top - ln + 0.3, top - ln + 0.3, None]
+        if xs:
+            drawn += len(xs) // 3
+            fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line=dict(color="#111111", width=3),
+                                       name="critical path", legendgroup="critical", showlegend=row == 1,
+                                       hoverinfo="skip"), row=row, col=1)
+    return drawn
