@@ -46,12 +46,12 @@ def _by_stream(stream: np.ndarray, key: np.ndarray, rows: np.ndarray) -> dict[in
     return out
 
 
-def _stream_device(uniq: pd.MultiIndex) -> np.ndarray:
+def _stream_device(uniq: list[tuple[int, int]]) -> np.ndarray:
     return np.asarray([int(d) for d, _ in uniq], dtype=np.int64)
 
 
 def sync_targets(syncs: pd.DataFrame, start: np.ndarray, end: np.ndarray, device: np.ndarray, stream: np.ndarray,
-                 uniq: pd.MultiIndex, launch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                 uniq: list[tuple[int, int]], launch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per blocking sync: the GPU row it waited for (-1) and its wake latency (see module docstring)."""
     n = len(syncs)
     awaited = np.full(n, -1, dtype=np.int64)
@@ -129,7 +129,7 @@ def _wait_calls(trace: RankTrace, stream_of: dict[tuple[int, int], int]) -> tupl
 
 
 def event_waits(trace: RankTrace, start: np.ndarray, end: np.ndarray, device: np.ndarray, stream: np.ndarray,
-                uniq: pd.MultiIndex, launch: np.ndarray, prev: np.ndarray, lat: int, turn: int
+                uniq: list[tuple[int, int]], launch: np.ndarray, prev: np.ndarray, lat: int, turn: int
                 ) -> tuple[np.ndarray, np.ndarray, str]:
     """dep per GPU row (-1), the edge's latency (start minus the source's end: negative where the
     activity started in the tail of the one that held the GPU), and a note on how they were found."""

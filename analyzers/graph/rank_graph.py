@@ -69,11 +69,27 @@ class RankGraph:
 
 
 def _category_codes(gpu: pd.DataFrame) -> np.ndarray:
-    cat = gpu["category"].astype(str).to_numpy()
+    col = gpu["category"]
+    if isinstance(col.dtype, pd.CategoricalDtype):  # map the few categories, not every row's string
+        table = np.asarray([CAT_CODES.get(str(c), CAT_CODES["other"]) for c in col.cat.categories] + [4],
+                           dtype=np.int8)
+        return table[col.cat.codes.to_numpy()]
+    cat = col.astype(str).to_numpy()
     out = np.full(len(gpu), CAT_CODES["other"], dtype=np.int8)
     for name, code in CAT_CODES.items():
         out[cat == name] = code
     return out
+
+
+def _stream_codes(device: np.ndarray, stream: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """A dense code per (device, stream), in sorted order, and the pairs."""
+    if not len(device):
+        return np.zeros(0, dtype=np.int64), []
+    if stream.min() >= 0 and stream.max() < (1 << 40) and device.min() >= 0:
+        uniq, inv = np.unique(device.astype(np.int64) * (1 << 40) + stream, return_inverse=True)
+        return inv.astype(np.int64), [(int(u >> 40), int(u & ((1 << 40) - 1))) for u in uniq]
+    codes, pairs = pd.factorize(pd.MultiIndex.from_arrays([device, stream]), sort=True)
+    return codes.astype(np.int64), [(int(d), int(s)) for d, s in pairs]
 
 
 def _launch_calls(trace: RankTrace) -> tuple[np.ndarray, np.ndarray]:
@@ -153,9 +169,7 @@ def build_rank_graph(trace: RankTrace, syncs: pd.DataFrame, step_pattern: str) -
     notes: list[str] = []
     start = gpu["start_ns"].to_numpy(np.int64)
     end = np.maximum(gpu["end_ns"].to_numpy(np.int64), start)
-    keys = pd.MultiIndex.from_arrays([gpu["device"].to_numpy(), gpu["stream"].to_numpy()])
-    stream_codes, uniq = pd.factorize(keys, sort=True)
-    stream = stream_codes.astype(np.int64)
+    stream, uniq = _stream_codes(gpu["device"].to_numpy(np.int64), gpu["stream"].to_numpy(np.int64))
     labels = [f"device {d} stream {s}" for d, s in uniq]
     prev = _stream_order(stream, start)
     launch, ltid = _launch_calls(trace)

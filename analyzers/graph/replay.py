@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from analyzers.graph.fixes import ReplayInputs
 from analyzers.graph.set_graph import SetGraph
@@ -55,6 +56,7 @@ class _Static:
     """The graph's lists that no fix changes, made once per graph (tolist costs ~1 ms per 100k)."""
 
     def __init__(self, sg: SetGraph, order: np.ndarray) -> None:
+        self.order_arr = order
         self.order = order.tolist()
         self.prev, self.turn, self.dlat = sg.prev.tolist(), sg.turnaround.tolist(), sg.dep_lat.tolist()
         self.anchor, self.coll = sg.start.tolist(), sg.coll.tolist()
@@ -63,8 +65,10 @@ class _Static:
         self.s_opens = sg.sync_opens.tolist()
         has = sg.seg >= 0
         # launches in a thread's first segment have a fixed host time; the others move with their sync
-        self.static = has & (sg.seg_opened_by[np.maximum(sg.seg, 0)] < 0)
-        self.dseg = np.where(has & ~self.static, sg.seg, -1).tolist()
+        opened = sg.seg_opened_by[np.maximum(sg.seg, 0)] if len(sg.seg_opened_by) else np.zeros(sg.n, dtype=np.int64)
+        self.static = has & (opened < 0)
+        self.dseg_arr = np.where(has & ~self.static, sg.seg, -1)
+        self.dseg = self.dseg_arr.tolist()
 
 
 def _static(sg: SetGraph, order: np.ndarray | None) -> _Static:
@@ -75,8 +79,63 @@ def _static(sg: SetGraph, order: np.ndarray | None) -> _Static:
     return cached
 
 
-def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None) -> Replay:
-    """Run the simulation once (see the module docstring)."""
+class _Runs:
+    """Stream runs the loop skips: a *follower* is an activity whose only input besides its fixed
+    launch time is its stream predecessor, and whose predecessor nobody else reads. A run (a head and
+    its followers) is a max-plus map of the head's end: follower k ends at max(head end + P_k, Q_k), so
+    the loop sets the run's last end from the head's and the followers are filled in afterwards,
+    vectorized (the same times as visiting each; tests check it)."""
+
+    def __init__(self, sg: SetGraph, inp: ReplayInputs, st: _Static, ready0: np.ndarray) -> None:
+        n = sg.n
+        read = np.zeros(n + 1, dtype=bool)  # index n: "none"
+        read[np.where(inp.dep >= 0, inp.dep, n)] = True
+        read[np.where(inp.dep2 >= 0, inp.dep2, n)] = True
+        read[np.where(sg.sync_awaited >= 0, sg.sync_awaited, n)] = True
+        read[:n] |= sg.coll >= 0
+        p = sg.prev
+        pc = np.maximum(p, 0)
+        self.follower = ((p >= 0) & (sg.coll < 0) & (inp.dep < 0) & (inp.dep2 < 0) & (st.dseg_arr < 0)
+                         & ~read[pc])
+        f = np.flatnonzero(self.follower)
+        head = np.arange(n)
+        head[f] = p[f]
+        while True:  # pointer jumping: each follower's head (the first non-follower up its stream)
+            nxt = head[head]
+            if np.array_equal(nxt, head):
+                break
+            head = nxt
+        self.head = head
+        o = f[np.lexsort((sg.start[f], head[f]))]
+        h = head[o]
+        step = sg.turnaround[o] + inp.dur[o]
+        cum = np.cumsum(step)
+        first = np.r_[True, h[1:] != h[:-1]] if len(h) else np.zeros(0, dtype=bool)
+        base = np.maximum.accumulate(np.where(first, cum - step, 0)) if len(h) else cum
+        pk = cum - base
+        x = pd.Series(ready0[o] + inp.dur[o] - pk)
+        qk = pk + x.groupby(h).cummax().to_numpy() if len(h) else pk
+        self.rows, self.p, self.q = o, pk, qk
+        last = np.r_[h[1:] != h[:-1], True] if len(h) else np.zeros(0, dtype=bool)
+        self.tail = np.full(n, -1, dtype=np.int64)
+        self.ph = np.zeros(n, dtype=np.int64)
+        self.qh = np.zeros(n, dtype=np.int64)
+        self.tail[h[last]] = o[last]
+        self.ph[h[last]], self.qh[h[last]] = pk[last], qk[last]
+
+    def fill(self, start: np.ndarray, end: np.ndarray, why: np.ndarray, sg: SetGraph, inp: ReplayInputs,
+             ready0: np.ndarray) -> None:
+        o = self.rows
+        if not len(o):
+            return
+        end[o] = np.maximum(end[self.head[o]] + self.p, self.q)
+        start[o] = end[o] - inp.dur[o]
+        stream_bound = end[sg.prev[o]] + sg.turnaround[o] > ready0[o]  # the loop: a launch wins ties
+        why[o] = np.where(stream_bound, STREAM, LAUNCH)
+
+
+def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, compress: bool = True) -> Replay:
+    """Run the simulation once (see the module docstring); compress=False visits every activity."""
     n = sg.n
     st = _static(sg, order)
     dur = inp.dur.tolist()
@@ -84,7 +143,17 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None) -> 
     dseg = st.dseg
     doff = (inp.off + inp.latency).tolist()
     seg_c = np.maximum(sg.seg, 0)
-    ready0 = np.where(st.static, sg.seg_base[seg_c] + inp.off + inp.latency, UNSET).tolist()
+    seg_base = sg.seg_base[seg_c] if len(sg.seg_base) else np.zeros(n, dtype=np.int64)
+    ready0_a = np.where(st.static, seg_base + inp.off + inp.latency, UNSET)
+    ready0 = ready0_a.tolist()
+    runs = _Runs(sg, inp, st, ready0_a) if compress else None
+    if runs is not None:
+        keep = np.r_[~runs.follower, np.ones(len(sg.sync_end), dtype=bool)]
+        order_l = st.order_arr[keep[st.order_arr]].tolist()
+        tail, ph, qh = runs.tail.tolist(), runs.ph.tolist(), runs.qh.tolist()
+    else:
+        order_l = st.order
+        tail = ph = qh = [-1] * n
     has_dep = (inp.dep >= 0) | (inp.dep2 >= 0)
     dep, dep2 = inp.dep.tolist(), inp.dep2.tolist()
     depany = has_dep.tolist()
@@ -100,7 +169,7 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None) -> 
     s_call, s_res, s_gpu = [0] * ns, [0] * ns, [False] * ns
     start, end, why = [0] * n, [UNSET] * n, [ANCHOR] * n
     violations = 0
-    for k in st.order:
+    for k in order_l:
         if k < n:
             t = ready0[k]
             w = LAUNCH
@@ -140,7 +209,11 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None) -> 
             why[k] = w
             c = coll[k]
             if c < 0:
-                end[k] = t + dur[k]
+                end[k] = e = t + dur[k]
+                tl = tail[k]
+                if tl >= 0:
+                    e += ph[k]
+                    end[tl] = e if e > qh[k] else qh[k]
                 continue
             left[c] -= 1
             if left[c]:
@@ -154,7 +227,11 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None) -> 
             arrival[c] = a
             for m in members:
                 sm = start[m]
-                end[m] = (a if a > sm else sm) + dur[m]
+                end[m] = e = (a if a > sm else sm) + dur[m]
+                tl = tail[m]
+                if tl >= 0:
+                    e += ph[m]
+                    end[tl] = e if e > qh[m] else qh[m]
         else:
             j = k - n
             call = seg_time[s_seg[j]] + s_off[j] if s_seg[j] >= 0 else 0
@@ -170,11 +247,13 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None) -> 
             if s_opens[j] >= 0:
                 seg_time[s_opens[j]] = r
     i64 = np.int64
-    end_a = np.asarray(end, dtype=i64)
+    end_a, start_a, why_a = np.asarray(end, dtype=i64), np.asarray(start, dtype=i64), np.asarray(why, dtype=np.int8)
+    if runs is not None:
+        runs.fill(start_a, end_a, why_a, sg, inp, ready0_a)
     unset = end_a == UNSET
     if unset.any():  # a member of a collective whose other members were never reached
-        end_a[unset] = np.asarray(start, dtype=i64)[unset] + inp.dur[unset]
-    return Replay(start=np.asarray(start, dtype=i64), end=end_a, why=np.asarray(why, dtype=np.int8),
+        end_a[unset] = start_a[unset] + inp.dur[unset]
+    return Replay(start=start_a, end=end_a, why=why_a,
                   arrival=np.asarray(arrival, dtype=i64), late=np.asarray(late, dtype=i64),
                   seg_time=np.asarray(seg_time, dtype=i64), sync_call=np.asarray(s_call, dtype=i64),
                   sync_resume=np.asarray(s_res, dtype=i64), sync_gpu_bound=np.asarray(s_gpu, dtype=bool),
