@@ -173,7 +173,8 @@ def test_skipping_stream_runs_gives_the_same_replay(folder):
     from analyzers.report import analyze
 
     sg = analyze(load_traces([ROOT / folder])).graph_run.sg
-    for fixes in ([], [Fix("launch-gaps")], [Fix("host-syncs")], [Fix("peer-wait")], [parse_fix("compute-speed=2")]):
+    for fixes in ([], [Fix("launch-gaps")], [Fix("host-syncs")], [Fix("peer-wait")], [Fix("serialized-streams")],
+                  [Fix("no-copies")], [Fix("comm-contention")], [parse_fix("compute-speed=2")]):
         inp = apply_fixes(sg, fixes)
         a, b = replay(sg, inp, compress=False), replay(sg, inp)
         for f in ("start", "end", "why", "arrival", "late", "seg_time", "sync_resume"):

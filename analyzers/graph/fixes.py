@@ -130,9 +130,10 @@ def _compute_in_series(sg: SetGraph, inp: ReplayInputs) -> None:
     if len(comp) < 2:
         return
     o = comp[np.lexsort((sg.start[comp], sg.rank_of[comp]))]
-    same = sg.rank_of[o[1:]] == sg.rank_of[o[:-1]]
+    stream = np.concatenate([sg.graphs[r].stream for r in sg.ranks])
+    same = (sg.rank_of[o[1:]] == sg.rank_of[o[:-1]]) & (stream[o[1:]] != stream[o[:-1]])
     tgt, src = o[1:][same], o[:-1][same]
-    free = inp.dep2[tgt] < 0
+    free = (inp.dep2[tgt] < 0) & (sg.order_key[src] < sg.order_key[tgt])
     inp.dep2[tgt[free]] = src[free]
 
 
@@ -145,6 +146,7 @@ def apply_fixes(sg: SetGraph, fixes: list[Fix]) -> ReplayInputs:
             pairs = sg.sync_after
             aw = sg.sync_awaited[pairs[:, 0]] if len(pairs) else np.zeros(0, dtype=np.int64)
             ok = aw >= 0
+            ok[ok] = sg.order_key[aw[ok]] < sg.order_key[pairs[ok, 1]]  # edges the replay's order can honour
             inp.dep2[pairs[ok, 1]] = aw[ok]
         elif fix.name == "peer-wait":
             inp.join = "median"

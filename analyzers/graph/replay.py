@@ -141,22 +141,24 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, com
     dur = inp.dur.tolist()
     prev, turn, dlat, anchor, coll = st.prev, st.turn, st.dlat, st.anchor, st.coll
     dseg = st.dseg
-    doff = (inp.off + inp.latency).tolist()
     seg_c = np.maximum(sg.seg, 0)
     seg_base = sg.seg_base[seg_c] if len(sg.seg_base) else np.zeros(n, dtype=np.int64)
     ready0_a = np.where(st.static, seg_base + inp.off + inp.latency, UNSET)
     ready0 = ready0_a.tolist()
     runs = _Runs(sg, inp, st, ready0_a) if compress else None
+    visit = ~runs.follower if runs is not None else np.ones(n, dtype=bool)
+    keep = np.r_[visit, np.ones(len(sg.sync_end), dtype=bool)]
+    order_l = st.order_arr[keep[st.order_arr]].tolist() if runs is not None else st.order
+    # sparse inputs as dicts: most activities have no event wait, no moving launch, no run to close
+    dyn = np.flatnonzero(visit & (st.dseg_arr >= 0))
+    doff = dict(zip(dyn.tolist(), (inp.off[dyn] + inp.latency[dyn]).tolist(), strict=True))
+    wd = np.flatnonzero(visit & ((inp.dep >= 0) | (inp.dep2 >= 0)))
+    deps = dict(zip(wd.tolist(), zip(inp.dep[wd].tolist(), inp.dep2[wd].tolist(), strict=True), strict=True))
+    runs_of: dict[int, tuple[int, int, int]] = {}
     if runs is not None:
-        keep = np.r_[~runs.follower, np.ones(len(sg.sync_end), dtype=bool)]
-        order_l = st.order_arr[keep[st.order_arr]].tolist()
-        tail, ph, qh = runs.tail.tolist(), runs.ph.tolist(), runs.qh.tolist()
-    else:
-        order_l = st.order
-        tail = ph = qh = [-1] * n
-    has_dep = (inp.dep >= 0) | (inp.dep2 >= 0)
-    dep, dep2 = inp.dep.tolist(), inp.dep2.tolist()
-    depany = has_dep.tolist()
+        h = np.flatnonzero(runs.tail >= 0)
+        runs_of = dict(zip(h.tolist(), zip(runs.tail[h].tolist(), runs.ph[h].tolist(), runs.qh[h].tolist(),
+                                           strict=True), strict=True))
     ptr, cnodes = st.ptr, st.cnodes
     left = np.diff(sg.coll_ptr).tolist()
     n_coll = len(left)
@@ -185,8 +187,9 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, com
                 e += turn[k]
                 if e > t:
                     t, w = e, STREAM
-            if depany[k]:
-                d = dep[k]
+            dd = deps.get(k)
+            if dd is not None:
+                d, d2 = dd
                 if d >= 0:
                     e = end[d]
                     if e == UNSET:
@@ -195,12 +198,11 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, com
                     e += dlat[k]
                     if e > t:
                         t, w = e, DEP
-                d = dep2[k]
-                if d >= 0:
-                    e = end[d]
+                if d2 >= 0:
+                    e = end[d2]
                     if e == UNSET:
                         violations += 1
-                        e = start[d] + dur[d]
+                        e = start[d2] + dur[d2]
                     if e > t:
                         t, w = e, DEP2
             if t == UNSET:
@@ -210,10 +212,10 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, com
             c = coll[k]
             if c < 0:
                 end[k] = e = t + dur[k]
-                tl = tail[k]
-                if tl >= 0:
-                    e += ph[k]
-                    end[tl] = e if e > qh[k] else qh[k]
+                rn = runs_of.get(k)
+                if rn is not None:
+                    e += rn[1]
+                    end[rn[0]] = e if e > rn[2] else rn[2]
                 continue
             left[c] -= 1
             if left[c]:
@@ -228,10 +230,10 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, com
             for m in members:
                 sm = start[m]
                 end[m] = e = (a if a > sm else sm) + dur[m]
-                tl = tail[m]
-                if tl >= 0:
-                    e += ph[m]
-                    end[tl] = e if e > qh[m] else qh[m]
+                rn = runs_of.get(m)
+                if rn is not None:
+                    e += rn[1]
+                    end[rn[0]] = e if e > rn[2] else rn[2]
         else:
             j = k - n
             call = seg_time[s_seg[j]] + s_off[j] if s_seg[j] >= 0 else 0
