@@ -10,7 +10,8 @@ measured times allow it, so it never contradicts the trace):
   device (on its stream when the trace names the stream) that had ended when the call returned;
 - a "Stream Wait Event" on stream S makes the first activity launched on S after the
   cudaStreamWaitEvent call wait for, of the last activities launched before that call on each
-  other stream of the device, the latest-ending one that ended before it started;
+  other stream of the device, the latest-ending one that ended before it started, unless that one had
+  ended before the call was made (the wait then imposed nothing in this run);
 - an activity that started later than its stream, its launch and its recorded wait explain
   (by ``MIN_DELAY_NS`` or more) is taken to wait for the last activity of another stream of its
   device to start before it, if that one was still running or had ended at most ``EXPLAIN_NS``
@@ -156,7 +157,8 @@ def event_waits(trace: RankTrace, start: np.ndarray, end: np.ndarray, device: np
             j = np.searchsorted(xkeys, wt, side="left") - 1  # last launched before the call
             good = j >= 0
             src = xrows[np.maximum(j, 0)]
-            good &= (end[src] <= start[tgt] + TOL_NS) & (end[src] > dep_end[tgt])
+            # a source that had ended before the wait was even called imposed nothing in this run
+            good &= (end[src] <= start[tgt] + TOL_NS) & (end[src] > dep_end[tgt]) & (end[src] > wt)
             dep[tgt[good]], dep_end[tgt[good]] = src[good], end[src[good]]
     n_recorded = int((dep >= 0).sum())
     # start delays that stream order, launch and recorded waits leave unexplained
@@ -183,16 +185,19 @@ def event_waits(trace: RankTrace, start: np.ndarray, end: np.ndarray, device: np
                  "was full or a wait was not recorded)")
 
 
-def rows_after_syncs(syncs: pd.DataFrame, device: np.ndarray, stream: np.ndarray, launch: np.ndarray) -> np.ndarray:
-    """(sync, row) pairs: per blocking sync, the first activity launched after the call on each stream
-    of its device (where the host-syncs fix keeps the GPU-side order as an event wait)."""
+def rows_after_syncs(syncs: pd.DataFrame, device: np.ndarray, stream: np.ndarray, launch: np.ndarray,
+                     stream_id: np.ndarray) -> np.ndarray:
+    """(sync, row) pairs: per blocking sync, the first activity launched after the call on the synced
+    stream, or on each stream of its device for a device-wide sync (or one whose stream is unknown):
+    where the host-syncs fix keeps the GPU-side order as an event wait."""
     if not len(syncs):
         return np.zeros((0, 2), dtype=np.int64)
     t0 = syncs["start_ns"].to_numpy(np.int64)
     s_dev = syncs["device"].to_numpy(np.int64)
+    s_stream = syncs["stream"].to_numpy(np.int64)
     out = []
     for _, (rows, keys) in _by_stream(stream, launch, np.flatnonzero(launch >= 0)).items():
         k = np.searchsorted(keys, t0, side="right")
-        ok = (k < len(rows)) & (s_dev == device[rows[0]])
+        ok = (k < len(rows)) & (s_dev == device[rows[0]]) & ((s_stream < 0) | (s_stream == stream_id[rows[0]]))
         out.append(np.column_stack([np.flatnonzero(ok), rows[k[ok]]]))
     return np.concatenate(out).astype(np.int64) if out else np.zeros((0, 2), dtype=np.int64)

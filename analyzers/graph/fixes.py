@@ -23,9 +23,7 @@ FIXES: dict[str, str] = {
     "launch-gaps": "launches cost nothing, as under CUDA graphs: the host's time between launches is removed",
     "comm-contention": "communication runs at its uncontended speed (the median transfer of the same "
                        "collective and size while no compute ran beside it)",
-    "serialized-streams": "the cross-stream event waits of communication on compute of another stream are removed; "
-                          "compute kernels of a device still run one at a time, in their measured order (each "
-                          "fills the GPU)",
+    "serialized-streams": "the cross-stream event waits of communication on compute of another stream are removed",
     "no-copies": "copy and memset activities take no time (buffers preallocated, views instead of copies)",
     "comm-speed": "comm-speed=F: communication transfers run F times as fast",
     "compute-speed": "compute-speed=F: compute kernels run F times as fast",
@@ -123,23 +121,41 @@ def _uncontended(sg: SetGraph, dur: np.ndarray) -> np.ndarray:
     return out
 
 
+# A rank's compute kernels run one at a time when at most this share of their summed time overlaps
+# another compute kernel: each fills the GPU, so no replay may run two side by side at full speed.
+MAX_COMPUTE_SELF_OVERLAP = 0.05
+
+
+def _serial_compute_ranks(sg: SetGraph) -> list[int]:
+    out = []
+    for r in sg.ranks:
+        g = sg.graphs[r]
+        comp = g.cat == CAT_CODES["compute"]
+        total = int((g.end[comp] - g.start[comp]).sum())
+        if total and 1 - iv.total_length(g.start[comp], g.end[comp]) / total <= MAX_COMPUTE_SELF_OVERLAP:
+            out.append(r)
+    return out
+
+
 def _compute_in_series(sg: SetGraph, inp: ReplayInputs) -> None:
-    """Each compute kernel waits for the device's previous compute kernel (measured order) on another
-    stream: removing a stream wait must not let two GPU-filling kernels run side by side at full speed."""
-    comp = np.flatnonzero(sg.cat == CAT_CODES["compute"])
+    """On ranks whose compute kernels never ran side by side, each compute kernel waits for the previous
+    one (measured order) of another stream, where it had ended when this one started: a fix that
+    removes a wait or a sync must not let two GPU-filling kernels run at once at full speed."""
+    comp = np.flatnonzero((sg.cat == CAT_CODES["compute"]) & np.isin(sg.rank_of, _serial_compute_ranks(sg)))
     if len(comp) < 2:
         return
     o = comp[np.lexsort((sg.start[comp], sg.rank_of[comp]))]
     stream = np.concatenate([sg.graphs[r].stream for r in sg.ranks])
     same = (sg.rank_of[o[1:]] == sg.rank_of[o[:-1]]) & (stream[o[1:]] != stream[o[:-1]])
     tgt, src = o[1:][same], o[:-1][same]
-    free = (inp.dep2[tgt] < 0) & (sg.order_key[src] < sg.order_key[tgt])
+    free = (inp.dep2[tgt] < 0) & (sg.order_key[src] < sg.order_key[tgt]) & (sg.end[src] <= sg.start[tgt])
     inp.dep2[tgt[free]] = src[free]
 
 
 def apply_fixes(sg: SetGraph, fixes: list[Fix]) -> ReplayInputs:
-    """The replay inputs with every fix applied, in order."""
+    """The replay inputs with every fix applied, in order (compute kept in series where it ran so)."""
     inp = baseline_inputs(sg)
+    _compute_in_series(sg, inp)
     for fix in fixes:
         if fix.name == "host-syncs":
             inp.sync_blocks[:] = False
@@ -159,7 +175,6 @@ def apply_fixes(sg: SetGraph, fixes: list[Fix]) -> ReplayInputs:
             has = d >= 0
             drop = has & (sg.cat == CAT_CODES["comm"]) & (sg.cat[np.maximum(d, 0)] == CAT_CODES["compute"])
             inp.dep = np.where(drop, -1, d)
-            _compute_in_series(sg, inp)
         elif fix.name == "no-copies":
             copies = (sg.cat == CAT_CODES["copy"]) | (sg.cat == CAT_CODES["memset"])
             inp.dur = np.where(copies, 0, inp.dur)

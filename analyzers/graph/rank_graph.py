@@ -196,7 +196,7 @@ def build_rank_graph(trace: RankTrace, syncs: pd.DataFrame, step_pattern: str) -
         seg_base=seg_base, seg_opened_by=seg_opened_by, sync_seg=sync_seg, sync_off=sync_off,
         sync_awaited=awaited, sync_lat=sync_lat,
         sync_dur=(s_end - syncs["start_ns"].to_numpy(np.int64)) if len(syncs) else np.zeros(0, dtype=np.int64),
-        sync_end=s_end, sync_after=deps.rows_after_syncs(syncs, device, stream, launch),
+        sync_end=s_end, sync_after=deps.rows_after_syncs(syncs, device, stream, launch, gpu["stream"].to_numpy()),
         launch_latency_ns=lat_ns, turnaround_ns=turn_ns, names=[str(x) for x in trace.names_of(used)],
         stream_labels=labels,
         has_steps=bool((step >= 0).any()), notes=notes)
