@@ -7,6 +7,7 @@ describes every transformation and where it is known to be wrong.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +26,7 @@ FIXES: dict[str, str] = {
                        "collective and size while no compute ran beside it)",
     "serialized-streams": "the cross-stream event waits of communication on compute of another stream are removed",
     "no-copies": "copy and memset activities take no time (buffers preallocated, views instead of copies)",
+    "drop": "drop=REGEX: GPU activities whose name matches REGEX take no time (a kernel removed)",
     "comm-speed": "comm-speed=F: communication transfers run F times as fast",
     "compute-speed": "compute-speed=F: compute kernels run F times as fast",
 }
@@ -48,9 +50,12 @@ FIX_OF_FINDING: dict[str, str] = {
 class Fix:
     name: str
     factor: float | None = None
+    pattern: str | None = None  # drop=REGEX
 
     @property
     def label(self) -> str:
+        if self.pattern is not None:
+            return f"{self.name}={self.pattern}"
         return f"{self.name}={self.factor:g}" if self.factor is not None else self.name
 
 
@@ -67,6 +72,14 @@ def parse_fix(text: str) -> Fix:
         if not np.isfinite(factor) or factor <= 0:
             raise BadInputError("--fix", f"{name}={value}: the factor must be a positive number")
         return Fix(name, factor)
+    if name == "drop":
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise BadInputError("--fix", f"drop={value}: not a regular expression ({exc})") from None
+        if not value:
+            raise BadInputError("--fix", "drop needs a kernel name pattern, e.g. drop=spin_kernel")
+        return Fix(name, pattern=value)
     if value:
         raise BadInputError("--fix", f"{name} takes no value")
     return Fix(name)
@@ -126,6 +139,17 @@ def _uncontended(sg: SetGraph, dur: np.ndarray) -> np.ndarray:
 MAX_COMPUTE_SELF_OVERLAP = 0.05
 
 
+def _matching(sg: SetGraph, pattern: str) -> np.ndarray:
+    """Per node: its name matches pattern (searched)."""
+    rx = re.compile(pattern)
+    parts = []
+    for r in sg.ranks:
+        g = sg.graphs[r]
+        hit = np.asarray([bool(rx.search(n)) for n in g.names], dtype=bool)
+        parts.append(hit[g.name_id] if len(hit) else np.zeros(g.n, dtype=bool))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+
+
 def _serial_compute_ranks(sg: SetGraph) -> list[int]:
     out = []
     for r in sg.ranks:
@@ -178,6 +202,8 @@ def apply_fixes(sg: SetGraph, fixes: list[Fix]) -> ReplayInputs:
         elif fix.name == "no-copies":
             copies = (sg.cat == CAT_CODES["copy"]) | (sg.cat == CAT_CODES["memset"])
             inp.dur = np.where(copies, 0, inp.dur)
+        elif fix.name == "drop":
+            inp.dur = np.where(_matching(sg, fix.pattern or ""), 0, inp.dur)
         elif fix.name in SCALED:
             code = CAT_CODES["comm" if fix.name == "comm-speed" else "compute"]
             sel = sg.cat == code
