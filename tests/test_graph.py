@@ -121,7 +121,9 @@ def test_scaled_fixes_and_bad_fix():
     run = _run([g])
     assert whatif(run, [parse_fix("compute-speed=2")])["predicted_step_ns"] == 100 * US
     assert whatif(run, [parse_fix("comm-speed=2")])["predicted_step_ns"] == 125 * US
-    for bad in ("compute-speed", "compute-speed=0", "nope", "host-syncs=2"):
+    # drop=REGEX: the comm kernel takes no time
+    assert whatif(run, [parse_fix("drop=k0\\.1")])["predicted_step_ns"] == 100 * US
+    for bad in ("compute-speed", "compute-speed=0", "nope", "host-syncs=2", "drop=", "drop=("):
         with pytest.raises(BadInputError):
             parse_fix(bad)
 
