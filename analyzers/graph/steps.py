@@ -18,35 +18,34 @@ WHOLE = -1  # the step number of a rank's whole window when it has no step range
 
 def rank_steps(sg: SetGraph, start: np.ndarray, end: np.ndarray) -> pd.DataFrame:
     """Columns rank, step, t0, t1, dur_ns, first (node whose start opens the step), last_node
-    (node ending the step: the next step's first node, or the step's last-ending node)."""
-    out = []
-    for r in sg.ranks:
-        b, n = sg.base[r], sg.graphs[r].n
-        if not n:
-            continue
-        s, e, st = start[b:b + n], end[b:b + n], sg.step[b:b + n]
-        if not (st >= 0).any():
-            st = np.full(n, WHOLE, dtype=np.int64)
-        on = np.flatnonzero(st >= WHOLE if (st == WHOLE).all() else st >= 0)
-        o = on[np.lexsort((s[on], st[on]))]
-        w = st[o]
-        heads = np.flatnonzero(np.r_[True, w[1:] != w[:-1]])
-        steps = w[heads]
-        first_pos = np.minimum.reduceat(np.arange(len(o)), heads)  # rows sorted by start within a step
-        first = o[first_pos]
-        t0 = s[first]
-        by_t0 = np.argsort(t0, kind="stable")
-        steps, first, t0 = steps[by_t0], first[by_t0], t0[by_t0]
-        t1 = np.r_[t0[1:], 0].astype(np.int64)
-        last_node = np.r_[first[1:], -1].astype(np.int64)
-        tail = o[heads[by_t0[-1]]:(heads[by_t0[-1] + 1] if by_t0[-1] + 1 < len(heads) else len(o))]
-        li = tail[int(np.argmax(e[tail]))]
-        t1[-1], last_node[-1] = e[li], li
-        out.append(pd.DataFrame({"rank": r, "step": steps, "t0": t0, "t1": t1, "dur_ns": np.maximum(t1 - t0, 0),
-                                 "first": first + b, "last_node": last_node + b, "ends_at_end": False}))
-        out[-1].loc[out[-1].index[-1], "ends_at_end"] = True
+    (node ending the step: the next step's first node, or the step's last-ending node), ends_at_end
+    (the step ends at last_node's end, not its start). One sort over every rank's activities."""
     cols = ["rank", "step", "t0", "t1", "dur_ns", "first", "last_node", "ends_at_end"]
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame({c: [] for c in cols})
+    rank, step = sg.rank_of, sg.step.copy()
+    with_steps = np.unique(rank[step >= 0])
+    whole = ~np.isin(rank, with_steps)
+    step[whole] = WHOLE
+    idx = np.flatnonzero((step >= 0) | whole)
+    if not len(idx):
+        return pd.DataFrame({c: [] for c in cols})
+    o = idx[np.lexsort((start[idx], step[idx], rank[idx]))]
+    r, st = rank[o], step[o]
+    heads = np.flatnonzero(np.r_[True, (r[1:] != r[:-1]) | (st[1:] != st[:-1])])
+    bounds = np.r_[heads, len(o)]
+    first, g_rank, g_step = o[heads], r[heads], st[heads]
+    t0 = start[first]
+    g = np.lexsort((t0, g_rank))  # groups of a rank by their first start
+    first, g_rank, g_step, t0 = first[g], g_rank[g], g_step[g], t0[g]
+    lo, hi = bounds[:-1][g], bounds[1:][g]
+    same_next = np.r_[g_rank[1:] == g_rank[:-1], False]
+    t1 = np.where(same_next, np.r_[t0[1:], 0], 0).astype(np.int64)
+    last_node = np.where(same_next, np.r_[first[1:], -1], -1).astype(np.int64)
+    for k in np.flatnonzero(~same_next).tolist():  # each rank's last step: to its last end
+        nodes = o[lo[k]:hi[k]]
+        li = nodes[int(np.argmax(end[nodes]))]
+        t1[k], last_node[k] = end[li], li
+    return pd.DataFrame({"rank": g_rank, "step": g_step, "t0": t0, "t1": t1, "dur_ns": np.maximum(t1 - t0, 0),
+                         "first": first, "last_node": last_node, "ends_at_end": ~same_next})
 
 
 def job_steps(per_rank: pd.DataFrame) -> pd.DataFrame:
