@@ -28,7 +28,8 @@ PAIRS = [
     ("ag-gemm/sync-in-loop", "serialized-streams", "ag-gemm/sync-before-loop", "fork waits hoisted out of the loop"),
     ("ag-gemm-nsys/sync-in-loop", "serialized-streams", "ag-gemm-nsys/sync-before-loop",
      "fork waits hoisted out of the loop (nsys)"),
-    ("symm-mem/two-stream-sleep", "peer-wait", "symm-mem/two-stream", "cross-rank order: the ordering sleep kernel"),
+    ("symm-mem/two-stream", "peer-wait", "symm-mem/two-stream-sleep",
+     "cross-rank order enforced by a sleep kernel (which the fix cannot add)"),
 ]
 
 
