@@ -1,4 +1,4 @@
-"""Rendering of the cross-rank report (analyzers.crossrank) as rich tables and Markdown.
+"""Rendering of the cross-rank part of the analysis document as rich tables and Markdown.
 
 The sections (title, header, rows, caption) come from viz.crossrank_tables, shared with the
 HTML report; this module draws them for a terminal or a Markdown page.
@@ -9,11 +9,10 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from analyzers.crossrank import CrossRankReport
-from viz.crossrank_tables import sections
+from viz.crossrank_tables import Doc, sections
 
 
-def cross_rank_table(report: CrossRankReport) -> list[Table]:
+def cross_rank_table(report: Doc) -> list[Table]:
     """rich tables of the cross-rank report, one per section."""
     tables = []
     for s in sections(report):
@@ -33,7 +32,7 @@ def _md_cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def cross_rank_markdown(report: CrossRankReport) -> str:
+def cross_rank_markdown(report: Doc) -> str:
     """The cross-rank report as a Markdown section (## Cross-rank, one ### per table)."""
     secs = sections(report)
     if not secs:

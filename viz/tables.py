@@ -1,16 +1,19 @@
 """Rows of a report's tables as text: the metrics per rank and the grouped blocking host syncs.
 
-Built once here and drawn by each front end: rich tables and Markdown in the CLI
-(overlapscope/render*.py), HTML in the shareable report (viz/export_html.py).
+Built once here from the analysis document (the JSON `analyze -f json` prints, decoded) and drawn by
+each front end: rich tables and Markdown in the CLI (overlapscope/render*.py), HTML in the shareable
+report (viz/export_html.py). Plain Python over dicts, no pandas: the CLI draws a cached document
+without loading the analysis stack.
 """
 
 from __future__ import annotations
 
-import pandas as pd
-
-from analyzers.report import AnalysisReport
+import statistics
+from typing import Any
 
 from .formats import UNDEFINED, ms, pct
+
+Doc = dict[str, Any]
 
 RANK_COLUMNS: list[tuple[str, str]] = [
     ("rank", "rank"),
@@ -27,29 +30,46 @@ RANK_COLUMNS: list[tuple[str, str]] = [
 ]
 
 
-def rank_rows(report: AnalysisReport) -> list[list[str]]:
+def rank_rows(doc: Doc) -> list[list[str]]:
+    """One text row per rank of the document's ``ranks`` (RANK_COLUMNS)."""
     rows = []
-    for m in report.ranks:
-        w, s = m.whole, m.iteration_summary
+    for m in doc["ranks"]:
+        s = m["iteration_summary"]
         iters = (f"{pct(s.get('overlap_ratio_median'))}/{pct(s.get('overlap_ratio_worst'))}"
                  if s.get("n") else UNDEFINED)
         rows.append([
-            str(m.rank), ms(w.comm_ns), ms(w.compute_ns), ms(w.overlap_ns), pct(w.overlap_ratio),
-            ms(w.exposed_comm_ns), pct(w.hidden_fraction_of_min), ms(w.span_ns), ms(w.idle_ns),
+            str(m["rank"]), ms(m["comm_ns"]), ms(m["compute_ns"]), ms(m["overlap_ns"]), pct(m["overlap_ratio"]),
+            ms(m["exposed_comm_ns"]), pct(m["hidden_fraction_of_min"]), ms(m["span_ns"]), ms(m["idle_ns"]),
             str(s.get("n", 0)), iters,
         ])
     return rows
 
 
-def syncs_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Blocking syncs grouped by rank, API and caller: count, host blocked, GPU idle (ns)."""
-    cols = ["rank", "api", "caller", "n", "host_blocked_ns", "gpu_idle_ns", "gpu_idle_ns_median", "steps"]
-    if df.empty:
-        return pd.DataFrame({c: [] for c in cols})
-    who = df["sync_op"].where(df["sync_op"] != "", df["caller"])
-    who = who.where(who != "", df["annotation"]).where(lambda x: x != "", df["frame"])
-    g = df.assign(who=who.replace("", "-")).groupby(["rank", "api", "who"], sort=False)
-    out = g.agg(n=("start_ns", "size"), host_blocked_ns=("host_blocked_ns", "sum"),
-                gpu_idle_ns=("gpu_idle_ns", "sum"), gpu_idle_ns_median=("gpu_idle_ns", "median"),
-                steps=("step", lambda s: int((s[s >= 0]).nunique()))).reset_index().rename(columns={"who": "caller"})
-    return out.sort_values(["rank", "gpu_idle_ns"], ascending=[True, False], kind="stable")[cols].reset_index(drop=True)
+def sync_rows(doc: Doc) -> list[Doc]:
+    """Every blocking sync of the document, rank after rank (its ``syncs.per_rank`` rows)."""
+    syncs = doc.get("syncs") or {}
+    return [row for rows in (syncs.get("per_rank") or {}).values() for row in rows]
+
+
+def _who(row: Doc) -> str:
+    """What a sync is filed under: the sync-implying op, else its caller, annotation or frame."""
+    for key in ("sync_op", "caller", "annotation", "frame"):
+        if row.get(key):
+            return row[key]
+    return "-"
+
+
+def syncs_summary(rows: list[Doc]) -> list[Doc]:
+    """Blocking syncs grouped by rank, API and caller (in order of appearance): count, host blocked and
+    GPU idle (ns), the GPU idle median and the steps they fell in; by rank, most GPU idle first."""
+    groups: dict[tuple[Any, str, str], list[Doc]] = {}
+    for row in rows:
+        groups.setdefault((row["rank"], row["api"], _who(row)), []).append(row)
+    out = []
+    for (rank, api, who), members in groups.items():
+        idle = [m["gpu_idle_ns"] for m in members if m["gpu_idle_ns"] is not None]
+        out.append({"rank": rank, "api": api, "caller": who, "n": len(members),
+                    "host_blocked_ns": sum(m["host_blocked_ns"] or 0 for m in members),
+                    "gpu_idle_ns": sum(idle), "gpu_idle_ns_median": statistics.median(idle) if idle else None,
+                    "steps": len({m["step"] for m in members if m["step"] is not None and m["step"] >= 0})})
+    return sorted(out, key=lambda g: (g["rank"], -g["gpu_idle_ns"]))
