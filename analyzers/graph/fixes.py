@@ -165,15 +165,26 @@ def _compute_in_series(sg: SetGraph, inp: ReplayInputs) -> None:
     """On ranks whose compute kernels never ran side by side, each compute kernel waits for the previous
     one (measured order) of another stream, where it had ended when this one started: a fix that
     removes a wait or a sync must not let two GPU-filling kernels run at once at full speed."""
+    cached = getattr(sg, "_series_edges", None)
+    if cached is None:
+        cached = _series_edges(sg)
+        sg._series_edges = cached  # type: ignore[attr-defined]  (the same for every fix)
+    tgt, src = cached
+    free = inp.dep2[tgt] < 0
+    inp.dep2[tgt[free]] = src[free]
+
+
+def _series_edges(sg: SetGraph) -> tuple[np.ndarray, np.ndarray]:
+    none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     comp = np.flatnonzero((sg.cat == CAT_CODES["compute"]) & np.isin(sg.rank_of, _serial_compute_ranks(sg)))
     if len(comp) < 2:
-        return
+        return none
     o = comp[np.lexsort((sg.start[comp], sg.rank_of[comp]))]
     stream = np.concatenate([sg.graphs[r].stream for r in sg.ranks])
     same = (sg.rank_of[o[1:]] == sg.rank_of[o[:-1]]) & (stream[o[1:]] != stream[o[:-1]])
     tgt, src = o[1:][same], o[:-1][same]
-    free = (inp.dep2[tgt] < 0) & (sg.order_key[src] < sg.order_key[tgt]) & (sg.end[src] <= sg.start[tgt])
-    inp.dep2[tgt[free]] = src[free]
+    ok = (sg.order_key[src] < sg.order_key[tgt]) & (sg.end[src] <= sg.start[tgt])
+    return tgt[ok], src[ok]
 
 
 def apply_fixes(sg: SetGraph, fixes: list[Fix]) -> ReplayInputs:

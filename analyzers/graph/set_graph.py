@@ -70,35 +70,28 @@ def _shift(a: np.ndarray, by: int) -> np.ndarray:
     return np.where(a >= 0, a + by, -1)
 
 
-def _along_streams(key: np.ndarray, rank: np.ndarray, prev: np.ndarray, start: np.ndarray) -> np.ndarray:
+def _along_streams(key: np.ndarray, stream_key: np.ndarray, start: np.ndarray) -> np.ndarray:
     """Each activity's key at least its stream predecessor's + 1 (a grouped running max)."""
-    root = np.arange(len(key))
-    has = prev >= 0
-    root[has] = prev[has]
-    while True:  # the first activity of each stream
-        nxt = root[root]
-        if np.array_equal(nxt, root):
-            break
-        root = nxt
-    o = np.lexsort((start, root))
+    o = np.lexsort((start, stream_key))
     pos = np.arange(len(o))
-    first = np.r_[True, root[o][1:] != root[o][:-1]] if len(o) else np.zeros(0, dtype=bool)
+    sk = stream_key[o]
+    first = np.r_[True, sk[1:] != sk[:-1]] if len(o) else np.zeros(0, dtype=bool)
     base = np.maximum.accumulate(np.where(first, pos, 0)) if len(o) else pos
     idx = pos - base
-    raised = pd.Series(key[o] - idx).groupby(root[o]).cummax().to_numpy() + idx
+    raised = pd.Series(key[o] - idx).groupby(sk).cummax().to_numpy() + idx
     out = key.copy()
     out[o] = np.maximum(key[o], raised)
     return out
 
 
-def _ordered(key: np.ndarray, rank: np.ndarray, prev: np.ndarray, dep: np.ndarray, start: np.ndarray) -> np.ndarray:
+def _ordered(key: np.ndarray, stream_key: np.ndarray, dep: np.ndarray, start: np.ndarray) -> np.ndarray:
     """Keys raised so that the measured order stays topological once joins have moved some: after the
     stream predecessor, after the event-wait source (two rounds; what is left is counted by the replay)."""
+    d = np.flatnonzero(dep >= 0)
     for _ in range(2):
-        key = _along_streams(key, rank, prev, start)
-        d = np.flatnonzero(dep >= 0)
+        key = _along_streams(key, stream_key, start)
         key[d] = np.maximum(key[d], key[dep[d]] + 1)
-    return _along_streams(key, rank, prev, start)
+    return _along_streams(key, stream_key, start)
 
 
 def build_set_graph(graphs: dict[int, RankGraph], offsets: dict[int, int], members: pd.DataFrame | None,
@@ -179,7 +172,9 @@ def build_set_graph(graphs: dict[int, RankGraph], offsets: dict[int, int], membe
             d = c["dep"][has_dep]
             a = arrival[coll[d]] + 1
             key[has_dep] = np.maximum(key[has_dep], a)
-        key = _ordered(key, c["rank"], c["prev"], c["dep"], start)
+        stream_key = np.concatenate([np.full(graphs[r].n, i, dtype=np.int64) * (1 << 32) + graphs[r].stream
+                                     for i, r in enumerate(ranks)])
+        key = _ordered(key, stream_key, c["dep"], start)
     safter = np.concatenate(parts["safter"]) if parts["safter"] else np.zeros((0, 2), dtype=np.int64)
     for r in ranks:
         notes += graphs[r].notes
