@@ -79,6 +79,37 @@ def _static(sg: SetGraph, order: np.ndarray | None) -> _Static:
     return cached
 
 
+def _run_structure(sg: SetGraph, inp: ReplayInputs, st: _Static) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Followers, each activity's run head, followers in run order: they depend on the edges only, so
+    fixes that change durations or host offsets reuse them (kept on the graph, by the edges' bytes)."""
+    key = (inp.dep.tobytes(), inp.dep2.tobytes())
+    cache: dict = sg.__dict__.setdefault("_run_structures", {})
+    if key in cache:
+        return cache[key]
+    n = sg.n
+    read = np.zeros(n + 1, dtype=bool)  # index n: "none"
+    read[np.where(inp.dep >= 0, inp.dep, n)] = True
+    read[np.where(inp.dep2 >= 0, inp.dep2, n)] = True
+    read[np.where(sg.sync_awaited >= 0, sg.sync_awaited, n)] = True
+    read[:n] |= sg.coll >= 0
+    p = sg.prev
+    pc = np.maximum(p, 0)
+    follower = (p >= 0) & (sg.coll < 0) & (inp.dep < 0) & (inp.dep2 < 0) & (st.dseg_arr < 0) & ~read[pc]
+    f = np.flatnonzero(follower)
+    head = np.arange(n)
+    head[f] = p[f]
+    while True:  # pointer jumping: each follower's head (the first non-follower up its stream)
+        nxt = head[head]
+        if np.array_equal(nxt, head):
+            break
+        head = nxt
+    o = f[np.lexsort((sg.start[f], head[f]))]
+    if len(cache) > 8:
+        cache.clear()
+    cache[key] = (follower, head, o)
+    return follower, head, o
+
+
 class _Runs:
     """Stream runs the loop skips: a *follower* is an activity whose only input besides its fixed
     launch time is its stream predecessor, and whose predecessor nobody else reads. A run (a head and
@@ -88,25 +119,8 @@ class _Runs:
 
     def __init__(self, sg: SetGraph, inp: ReplayInputs, st: _Static, ready0: np.ndarray) -> None:
         n = sg.n
-        read = np.zeros(n + 1, dtype=bool)  # index n: "none"
-        read[np.where(inp.dep >= 0, inp.dep, n)] = True
-        read[np.where(inp.dep2 >= 0, inp.dep2, n)] = True
-        read[np.where(sg.sync_awaited >= 0, sg.sync_awaited, n)] = True
-        read[:n] |= sg.coll >= 0
-        p = sg.prev
-        pc = np.maximum(p, 0)
-        self.follower = ((p >= 0) & (sg.coll < 0) & (inp.dep < 0) & (inp.dep2 < 0) & (st.dseg_arr < 0)
-                         & ~read[pc])
-        f = np.flatnonzero(self.follower)
-        head = np.arange(n)
-        head[f] = p[f]
-        while True:  # pointer jumping: each follower's head (the first non-follower up its stream)
-            nxt = head[head]
-            if np.array_equal(nxt, head):
-                break
-            head = nxt
+        self.follower, head, o = _run_structure(sg, inp, st)
         self.head = head
-        o = f[np.lexsort((sg.start[f], head[f]))]
         h = head[o]
         step = sg.turnaround[o] + inp.dur[o]
         cum = np.cumsum(step)
