@@ -13,8 +13,12 @@ import pandas as pd
 from analyzers.crossrank import CrossRankParams, CrossRankReport, RankSteps, analyze_cross_rank, rank_steps
 from analyzers.crossrank.collective_table import CollectiveParams, CollectiveTable, collective_table
 from analyzers.findings import FindingParams, cross_rank_findings, detect_findings, detect_rank
-from analyzers.findings.finding import Finding
+from analyzers.findings.finding import Finding, sort_findings
 from analyzers.findings.view import windows_of
+from analyzers.graph.analysis import GraphRun, critical_path_section, finding_savings
+from analyzers.graph.fixes import FIX_OF_FINDING
+from analyzers.graph.rank_graph import RankGraph, build_rank_graph
+from analyzers.graph.set_graph import build_set_graph, rank_graphs_of
 from analyzers.io.parallel import PER_RANK_KEY
 from analyzers.io.plain import rows, to_plain
 from analyzers.overlap.metrics import AnalysisOptions, RankMetrics, rank_metrics
@@ -42,6 +46,8 @@ class AnalysisReport:
     findings: list[Finding] | None = None  # None: not diagnosed (--no-diagnose)
     collectives: CollectiveTable | None = None  # sizes, wait / transfer, bandwidth per collective
     extra: dict[str, Any] = field(default_factory=dict)  # further sections (e.g. a run's timings)
+    critical_path: dict[str, Any] | None = None  # analyzers.graph: fidelity, critical paths, attribution
+    graph_run: GraphRun | None = field(default=None, repr=False, compare=False)  # for `whatif` (not in JSON)
 
     @property
     def diagnosed(self) -> bool:
@@ -86,6 +92,7 @@ class AnalysisReport:
             } if self.diagnosed else None,
             "findings": [f.to_dict() for f in self.findings] if self.findings is not None else None,
             "collectives": self.collectives.document() if self.collectives is not None else None,
+            "critical_path": self.critical_path,
             **self.extra,
         }
 
@@ -117,6 +124,8 @@ class RankStage:
             params = FindingParams()
             res.windows = windows_of(trace, metrics, params.step_pattern)
             res.findings = detect_rank(trace, metrics, params, None, res.syncs, windows=res.windows)
+            if self.options.steps.steps is None:
+                res.graph = build_rank_graph(trace, res.syncs, params.step_pattern)
         return res
 
     def shipped(self, trace: RankTrace) -> RankTrace:
@@ -139,6 +148,7 @@ class RankResults:
     findings: list[Finding] | None = None  # with default parameters and no cross-rank start shift
     windows: pd.DataFrame | None = None  # the findings' iteration windows (findings.view.windows_of)
     cross_steps: RankSteps | None = None  # the cross-rank order comparison's steps (default pattern)
+    graph: RankGraph | None = None  # the rank's dependency graph (analyzers.graph), with diagnose
 
 
 def table_fingerprint(trace: RankTrace) -> int:
@@ -252,5 +262,27 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
                                           extra=extra, syncs=report.syncs,
                                           precomputed={r: pre[r].findings for r in ids} if defaults else None,
                                           windows={r: pre[r].windows for r in ids} if defaults else None)
+        if options.steps.steps is None:
+            _price(report, traces, {r: pre[r].graph for r in ids} if defaults else None,
+                   (finding_params or FindingParams()).step_pattern)
+        else:
+            report.notes.append("critical path and findings' savings: computed on all steps only (no --steps)")
         tick("findings")
     return report
+
+
+def _price(report: AnalysisReport, traces: TraceSet, pre: dict[int, RankGraph | None] | None, pattern: str) -> None:
+    """The dependency graph's answers: critical path section, and each finding's saving (re-sorted)."""
+    graphs = rank_graphs_of(traces, report.syncs, pattern, pre)
+    cr = report.cross_rank
+    sg = build_set_graph(graphs, report.clock_offsets_ns, cr.members if cr is not None else None,
+                         cr.collectives if cr is not None else None)
+    run = GraphRun(sg)
+    report.graph_run = run
+    report.critical_path = critical_path_section(run)
+    savings = finding_savings(run, report.finding_ids())
+    for f in report.findings or []:
+        got = savings.get(FIX_OF_FINDING.get(f.id, ""))
+        if got is not None:
+            f.saving_ns, f.saving_fraction, f.saving_fix = got["saving_ns"], got["saving_fraction"], got["fix"]
+    report.findings = sort_findings(report.findings or [])

@@ -73,6 +73,11 @@ def _aligned_set(fp: data.Fingerprint, label: str) -> TraceSet:
     return _trace_set(fp, label)
 
 
+def aligned_set(run: Any) -> TraceSet:
+    """The set a run's Timeline is drawn from (the common clock when offsets were applied)."""
+    return _aligned_set(run.fp, run.label)
+
+
 @st.cache_resource(max_entries=16, show_spinner="Preparing the timeline…")
 def _timeline(fp: data.Fingerprint, label: str) -> TimelineData:
     syncs = _syncs(fp, label)

@@ -18,7 +18,7 @@ from typer.exceptions import Abort
 
 from analyzers.errors import BadInputError, UnknownStepsError
 
-from . import cmd_analyze, cmd_app, cmd_cache, cmd_diff, cmd_export, cmd_run
+from . import cmd_analyze, cmd_app, cmd_cache, cmd_diff, cmd_export, cmd_run, cmd_whatif
 from .common import EXIT_BAD_INPUT, EXIT_OK, EXIT_USAGE, UsageFailure, app, err_console
 
 
@@ -30,6 +30,7 @@ def _root() -> None:
 app.command("analyze")(cmd_analyze.analyze_cmd)
 app.command("app")(cmd_app.app_cmd)
 app.command("diff")(cmd_diff.diff_cmd)
+app.command("whatif")(cmd_whatif.whatif_cmd)
 app.command("run")(cmd_run.run_cmd)
 app.command("sweep")(cmd_run.sweep_cmd)
 app.command("algorithms")(cmd_run.algorithms_cmd)

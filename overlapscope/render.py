@@ -22,6 +22,7 @@ from viz.formats import UNDEFINED, ms, pct  # noqa: F401  (render.pct is the for
 from viz.tables import RANK_COLUMNS, Doc, rank_rows, sync_rows
 
 from .render_collectives import collectives_markdown, collectives_table
+from .render_critical import critical_markdown, critical_tables
 from .render_crossrank import cross_rank_markdown, cross_rank_table
 from .render_findings import findings_markdown, findings_table, syncs_table
 
@@ -123,6 +124,8 @@ SECTIONS: list[DocSection] = [
     DocSection("cross_rank", _cross_rank_table, lambda doc: cross_rank_markdown(doc["cross_rank"])),
     DocSection("collectives", collectives_table, collectives_markdown),
     DocSection("syncs", _syncs_table, None),
+    DocSection("critical_path", lambda doc, opts: list(critical_tables(doc["critical_path"])),
+               lambda doc: critical_markdown(doc["critical_path"])),
     DocSection("findings", lambda doc, opts: [findings_table(doc["findings"])],
                lambda doc: findings_markdown(doc["findings"])),
     DocSection("notes", _notes_table, None),

@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.table import Table
 
+from viz.critical import saving_text
 from viz.tables import Doc, syncs_summary
 
 # Severity order as analyzers.findings.finding.SEVERITY_ORDER has it (importing that package loads the
@@ -29,26 +30,31 @@ def _ms(ns: float | int) -> str:
 
 
 def sort_findings(findings: list[Doc]) -> list[Doc]:
-    """Most severe first, then by id and first rank, so output is stable (as analyzers' sort_findings)."""
-    return sorted(findings, key=lambda f: (-SEVERITY_RANK[f["severity"]], f["id"], f["ranks"][:1],
+    """Largest saving first (priced before unpriced), then most severe, by id and first rank, so output
+    is stable (as analyzers' sort_findings)."""
+    return sorted(findings, key=lambda f: (f.get("saving_ns") is None, -(f.get("saving_ns") or 0),
+                                           -SEVERITY_RANK[f["severity"]], f["id"], f["ranks"][:1],
                                            f.get("start_ns") or 0))
 
 
 def findings_table(findings: list[Doc], title: str = "findings") -> Table:
-    """One row per finding, most severe first: severity, id, ranks, what was found, the fix."""
+    """One row per finding, largest saving first: severity, id, ranks, saving per step, what was found, the fix."""
     table = Table(title=title, title_justify="left", header_style="bold", show_lines=True)
     table.add_column("severity", no_wrap=True)
     table.add_column("finding", no_wrap=True)
     table.add_column("ranks", justify="right")
+    table.add_column("saves / step", justify="right")
     table.add_column("what")
     table.add_column("fix")
     if not findings:
-        table.add_row("", "none", "", "no cause of lost overlap found", "")
+        table.add_row("", "none", "", "", "no cause of lost overlap found", "")
         return table
     for f in sort_findings(findings):
         style = SEVERITY_STYLE.get(f["severity"], "")
         sev = f"[{style}]{f['severity']}[/{style}]" if style else str(f["severity"])
-        table.add_row(sev, f["id"], _ranks(f["ranks"]), f["title"], f["fix"])
+        saving = f.get("saving_ns")
+        saves = "" if saving is None else f"{_ms(saving)} ms\n{100 * (f.get('saving_fraction') or 0):.1f}%"
+        table.add_row(sev, f["id"], _ranks(f["ranks"]), saves, f["title"], f["fix"])
     return table
 
 
@@ -102,6 +108,7 @@ def findings_markdown(findings: list[Doc], heading_level: int = 3) -> str:
             lines.append(f"- time range: {f['start_ns']} – {f['end_ns']} ns (ranks {_ranks(f['ranks'])})")
         for k, v in f["evidence"].items():
             lines.append(f"- {k}: `{_evidence_value(v)}`")
-        lines += ["", f"**Fix:** {f['fix']}", ""]
+        priced = saving_text(f.get("saving_ns"), f.get("saving_fraction"))
+        lines += ["", f"**Fix:** {f['fix']}" + (f" — {priced}" if priced else ""), ""]
         parts.append("\n".join(lines))
     return "\n".join(parts)

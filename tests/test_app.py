@@ -492,6 +492,9 @@ def test_overview_page(app_env: Path, sample_sets) -> None:
     # findings with their evidence, or the plain "nothing found"
     assert any("finding(s)" in md.value for md in at.markdown)
     assert at.expander, "findings are listed in expanders"
+    # the critical path's attribution bar per rank, one bar per part
+    crit = [c for c in _charts(at) if "critical path" in str(c["layout"].get("title", ""))]
+    assert crit and {t["name"] for t in crit[0]["data"]} >= {"compute", "peer wait", "launch gaps"}
 
 
 def test_timeline_page(app_env: Path, sample_sets) -> None:
@@ -500,6 +503,7 @@ def test_timeline_page(app_env: Path, sample_sets) -> None:
     _no_errors(at)
     fig = _charts(at)[0]
     assert {t["type"] for t in fig["data"]} == {"scattergl"}
+    assert any(t.get("name") == "critical path" and t["x"] for t in fig["data"])  # critical activities outlined
     assert "xaxis2" in fig["layout"]  # both runs in one figure
     assert fig["layout"]["yaxis"]["ticktext"][0] == "rank 0 · overlap / exposed"
     assert any("segments drawn" in c.value for c in at.caption)

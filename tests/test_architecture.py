@@ -26,7 +26,7 @@ FORBIDDEN_PACKAGE_IMPORTS = {
     "app": ("overlapscope",),
 }
 # analyzers' sub-packages, lowest first: a module may import its own layer or lower ones, never a higher one.
-LAYERS = ("errors", "timeline", "io", "overlap", "syncs", "crossrank", "findings", "report", "diff", "export")
+LAYERS = ("errors", "timeline", "io", "overlap", "syncs", "crossrank", "graph", "findings", "report", "diff", "export")
 
 
 def module_name(path: Path) -> str:

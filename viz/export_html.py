@@ -34,6 +34,7 @@ from analyzers.timeline.model import TraceSet
 from . import diff_tables
 from .collectives_figure import busbw_figure, plottable
 from .collectives_tables import collectives_section
+from .critical import STEP_HEADER, attribution_figure, fidelity_line, saving_text, step_rows
 from .crossrank_tables import sections as cross_rank_sections
 from .figures import iteration_figure, overview_bars, peer_wait_bars, skew_heatmap, timeline_figure
 from .formats import ms
@@ -192,8 +193,19 @@ def findings_html(report: AnalysisReport) -> str:
         ev = "".join(f"<li>{_e(k)}: <code>{_e(_evidence(v))}</code></li>" for k, v in f.evidence.items())
         parts.append(f'<div class="finding {_e(f.severity)}"><h3>{_e(f.severity)}: <code>{_e(f.id)}</code> — '
                      f"{_e(f.title)}</h3><p>{_e(f.explanation)}</p><details><summary>evidence</summary><ul>{ev}"
-                     f"</ul></details><p><b>Fix:</b> {_e(f.fix)}</p></div>")
+                     f"</ul></details><p><b>Fix:</b> {_e(f.fix)}"
+                     + (f" — <b>{_e(saving_text(f.saving_ns, f.saving_fraction))}</b>"
+                        if f.saving_ns is not None else "")
+                     + "</p></div>")
     return "\n".join(parts)
+
+
+def _critical_html(doc: dict, fig) -> str:
+    cp = doc.get("critical_path")
+    if cp is None:
+        return '<p class="muted">Not computed (--no-diagnose or --steps).</p>'
+    return "\n".join([f"<p>{_e(fidelity_line(cp))}</p>", html_table(STEP_HEADER, step_rows(cp), text_cols=(10,)),
+                      fig(attribution_figure(cp), "critical-path")])
 
 
 def _syncs_html(doc: dict) -> str:
@@ -259,6 +271,7 @@ def report_html(traces: TraceSet, report: AnalysisReport, timeline: TimelineData
             fig(overview_bars([(label, report)]), "overview"),
             "<h2>Per iteration</h2>", fig(iteration_figure([(label, report)]), "iterations"),
             f"<h2>Findings ({len(report.findings or [])})</h2>", findings_html(report),
+            "<h2>Critical path</h2>", _critical_html(doc, fig),
             "<h2>Blocking host syncs</h2>", _syncs_html(doc),
             "<h2>Cross-rank</h2>", _cross_rank_html(report, doc, fig),
             "<h2>Collectives: size and bandwidth</h2>", _collectives_html(report, doc, fig),

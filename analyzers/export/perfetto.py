@@ -4,8 +4,9 @@ Every rank becomes a process ``rank N``; every (device, stream) a thread; the an
 per-rank tracks: hidden communication (busy(comm) ∩ busy(compute)), exposed communication
 (busy(comm) − busy(compute)), peer wait per collective, each sized collective's transfer named by its
 bus bandwidth (the collectives table: bytes, algbw, busbw, link fraction as arguments), blocking host
-syncs, and one marker per finding. Times are on the cross-rank analysis' common clock (its offsets applied) and
-relative to one origin, so the viewer shows every rank on one axis.
+syncs, the activities on the rank's critical paths (analyzers.graph), and one marker per finding. Times
+are on the cross-rank analysis' common clock (its offsets applied) and relative to one origin, so the
+viewer shows every rank on one axis.
 
 Perfetto drops complete events that overlap on one track without nesting, so activities that
 overlap on one stream (or on any added track) are split into extra lanes, each a thread of its
@@ -163,6 +164,15 @@ def _sync_spans(report: AnalysisReport, rank: int, offset: int) -> pd.DataFrame:
     return _spans(pid_of(rank), s, e, df["api"].astype(str).to_numpy(dtype=object), "host_sync", args)
 
 
+def _critical_spans(report: AnalysisReport, t, s: np.ndarray, e: np.ndarray) -> pd.DataFrame:
+    """The activities on this rank's critical paths (analyzers.graph), at their measured times."""
+    cp = report.critical_path or {}
+    rows = np.asarray(cp.get("critical_rows", {}).get(str(t.rank), []), dtype=np.int64)
+    rows = rows[(rows >= 0) & (rows < s.size)]
+    names = t.names_of(t.gpu["name_id"].to_numpy()[rows]) if len(rows) else np.zeros(0, dtype=object)
+    return _spans(pid_of(t.rank), s[rows], e[rows], np.asarray(names, dtype=object), "critical_path")
+
+
 def _finding_markers(report: AnalysisReport, offsets: dict[int, int], first_ns: dict[int, int]) -> list[dict]:
     out = []
     for f in report.findings or []:
@@ -212,6 +222,7 @@ def perfetto_data(traces: TraceSet, report: AnalysisReport) -> PerfettoData:
             ("peer wait", _wait_spans(report, t.rank)),
             ("collective bandwidth", _bandwidth_spans(report, t.rank, offsets.get(t.rank, 0))),
             ("blocking host syncs", _sync_spans(report, t.rank, offsets.get(t.rank, 0))),
+            ("critical path", _critical_spans(report, t, s, e)),
         ]
         next_tid = 1
         track_rows.append({"pid": pid, "tid": next_tid, "name": "findings"})

@@ -48,6 +48,11 @@ class Finding:
     start_ns: int | None = None  # time range on the (aligned) timeline, for the app to jump to
     end_ns: int | None = None
     evidence: dict[str, Any] = field(default_factory=dict)  # the figures behind it
+    # the step-time reduction its fix would bring (analyzers.graph: the replay with the fix, median over
+    # steps), its share of the replayed step, and the fix replayed; None when not priced
+    saving_ns: int | None = None
+    saving_fraction: float | None = None
+    saving_fix: str | None = None
 
     def __post_init__(self) -> None:
         if self.id not in CATALOGUE:
@@ -63,5 +68,7 @@ class Finding:
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """Most severe first, then by id and first rank, so output is stable."""
-    return sorted(findings, key=lambda f: (-SEVERITY_ORDER[f.severity], f.id, f.ranks[:1], f.start_ns or 0))
+    """Largest saving first (priced findings before unpriced ones), then most severe, by id and first
+    rank, so output is stable."""
+    return sorted(findings, key=lambda f: (f.saving_ns is None, -(f.saving_ns or 0), -SEVERITY_ORDER[f.severity],
+                                           f.id, f.ranks[:1], f.start_ns or 0))

@@ -7,6 +7,7 @@ import streamlit as st
 from app import ui
 from app.tables import readable, show
 from viz import labels
+from viz.critical import attribution_figure, fidelity_line, saving_text
 from viz.figures import iteration_figure, overview_bars
 
 st.title("Overview")
@@ -49,6 +50,13 @@ if any(not m.iterations.empty for _, rep in reports for m in rep.ranks):
     st.subheader("Overlap per iteration")
     st.plotly_chart(iteration_figure(reports), theme=None, key="iteration_fig")
 
+priced = [(label, rep.critical_path) for label, rep in reports if rep.critical_path]
+if priced:
+    st.subheader("What sets the step: critical path per rank")
+    for i, (label, cp) in enumerate(priced):
+        st.markdown(f"**{label}** · {fidelity_line(cp)}")
+        st.plotly_chart(attribution_figure(cp), theme=None, key=f"critical_{i}")
+
 st.subheader("Findings")
 for run in runs:
     findings = run.findings()
@@ -65,6 +73,8 @@ for run in runs:
             st.markdown(f"`{f.id}` · {f.severity} · rank(s) {', '.join(map(str, f.ranks))}")
             st.write(f.explanation)
             st.markdown(f"**Known fix:** {f.fix}")
+            if f.saving_ns is not None:
+                st.markdown(f"**{saving_text(f.saving_ns, f.saving_fraction)}** (replay of `{f.saving_fix}`)")
             if f.evidence:
                 ui.show_evidence(f.evidence, key=f"ev-{run.source.key}-{i}")
             ui.timeline_button("Show in timeline", run.source.key, f.start_ns, f.end_ns,

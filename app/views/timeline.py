@@ -12,6 +12,7 @@ import streamlit as st
 from app import ui
 from app.downloads import run_downloads
 from app.tables import readable, show
+from viz.critical import critical_overlay
 from viz.figures import figure_payload_bytes, timeline_figure
 from viz.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
 from viz.timeline import lod_for_windows
@@ -38,6 +39,8 @@ with st.expander("Display and level of detail"):
     max_segments = int(c[1].number_input("Segment budget (all runs)", 1000, 400_000, DEFAULT_MAX_SEGMENTS,
                                          step=10_000, key="tl_budget"))
     lane_px = int(c[2].number_input("Lane height (px)", 10, 60, 22, step=2, key="tl_lane_px"))
+    critical = st.checkbox("Outline the critical path (the activities that set each step's end)", value=True,
+                           key="tl_critical")
 
 cols = st.columns([1, 3])
 step = cols[0].selectbox("Step", options, key="tl_step",
@@ -77,6 +80,8 @@ if b_ms <= a_ms:
 windows = [(t0, t0 + int(a_ms * 1e6), t0 + int(b_ms * 1e6)) for t0, _ in bounds]
 segments = lod_for_windows(datas, windows, width_px=width_px, max_segments=max_segments)
 fig = timeline_figure(segments, width_px=width_px, lane_px=lane_px)
+if critical:
+    critical_overlay(fig, segments, [ui.aligned_set(r) for r in runs], [r.report().critical_path for r in runs])
 st.plotly_chart(fig, theme=None, key="tl_chart", on_select="rerun", selection_mode="box",
                 config={"scrollZoom": True, "displaylogo": False})
 run_downloads(runs, fig, key="tl-dl")

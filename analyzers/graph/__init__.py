@@ -1,0 +1,1 @@
+"""The dependency graph of a trace set, its replay, critical path and what-if fixes."""

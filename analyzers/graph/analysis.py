@@ -1,0 +1,162 @@
+"""What the graph answers: replay fidelity, the critical path of each step, what a fix would buy.
+
+``whatif`` replays the set with fixes and compares steps; ``critical_path_section`` is the
+``critical_path`` section of `analyze` (fidelity, per-step critical paths and their attribution,
+per-rank attribution); ``finding_savings`` prices each finding by replaying its fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyzers.graph.critical import ATTRIBUTION, mean_parts, walk
+from analyzers.graph.fixes import FIX_OF_FINDING, Fix, ReplayInputs, apply_fixes
+from analyzers.graph.replay import Replay, loop_order, replay
+from analyzers.graph.set_graph import SetGraph
+from analyzers.graph.steps import job_steps, median_ns, rank_steps
+
+FIDELITY_TARGET = 0.03  # median over steps of |replayed - measured| / measured
+MAX_LISTED_NODES = 20_000  # critical activities listed per rank in the JSON (the app highlights them)
+
+
+class GraphRun:
+    """One set graph with its measured steps and its unmodified replay, reused by every question."""
+
+    def __init__(self, sg: SetGraph) -> None:
+        self.sg = sg
+        self.order = loop_order(sg)
+        self.inputs = apply_fixes(sg, [])
+        self.base = replay(sg, self.inputs, self.order)
+        self.measured = rank_steps(sg, sg.start, sg.end)
+        self.replayed = rank_steps(sg, self.base.start, self.base.end)
+
+    def run(self, fixes: list[Fix]) -> tuple[ReplayInputs, Replay]:
+        inp = apply_fixes(self.sg, fixes)
+        if _same_inputs(inp, self.inputs):  # the fix changes nothing in this graph: the replay is the base
+            return inp, self.base
+        return inp, replay(self.sg, inp, self.order)
+
+    def notes(self) -> list[str]:
+        out = list(self.sg.notes)
+        if not any(g.has_steps for g in self.sg.graphs.values()):
+            out.append("no step ranges (ProfilerStep#N or NVTX): each rank's whole recorded window is one step")
+        if self.base.order_violations:
+            out.append(f"{self.base.order_violations} collective ends were read before every rank had arrived "
+                       "(clocks that disagree with the matched collectives); those used the rank's own start")
+        return out
+
+
+def _same_inputs(a: ReplayInputs, b: ReplayInputs) -> bool:
+    return a.join == b.join and all(np.array_equal(getattr(a, f), getattr(b, f)) for f in (
+        "dur", "off", "latency", "dep", "dep2", "sync_off", "sync_blocks", "sync_cost"))
+
+
+def _job(df: pd.DataFrame) -> pd.DataFrame:
+    return job_steps(df[["rank", "step", "dur_ns"]])
+
+
+def _steps_table(run: GraphRun, predicted: pd.DataFrame | None) -> pd.DataFrame:
+    jm, jr = _job(run.measured), _job(run.replayed)
+    t = jm.rename(columns={"rank": "measured_rank", "dur_ns": "measured_ns"}).merge(
+        jr.rename(columns={"rank": "replayed_rank", "dur_ns": "replayed_ns"}), on="step", how="inner")
+    if predicted is not None:
+        jp = _job(predicted).rename(columns={"rank": "predicted_rank", "dur_ns": "predicted_ns"})
+        t = t.merge(jp, on="step", how="inner")
+    return t
+
+
+def fidelity(run: GraphRun) -> dict[str, Any]:
+    t = _steps_table(run, None)
+    err = (t["replayed_ns"] - t["measured_ns"]) / t["measured_ns"].where(t["measured_ns"] > 0)
+    med = float(np.nanmedian(np.abs(err))) if len(err) and err.notna().any() else None
+    return {"measured_step_ns": median_ns(t["measured_ns"]), "replayed_step_ns": median_ns(t["replayed_ns"]),
+            "median_abs_error": med, "within_target": med is not None and med <= FIDELITY_TARGET,
+            "target": FIDELITY_TARGET,
+            "steps": [{"step": int(s), "measured_ns": int(m), "replayed_ns": int(r),
+                       "error": float(e) if e == e else None}
+                      for s, m, r, e in zip(t["step"], t["measured_ns"], t["replayed_ns"], err, strict=True)]}
+
+
+def _predicted(run: GraphRun, fixes: list[Fix]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    _, rp = run.run(fixes)
+    pred = rank_steps(run.sg, rp.start, rp.end)
+    return pred, _steps_table(run, pred)
+
+
+def _saving(t: pd.DataFrame) -> tuple[int | None, float | None]:
+    replayed = median_ns(t["replayed_ns"])
+    saving = median_ns(t["replayed_ns"] - t["predicted_ns"]) if len(t) else None
+    return saving, (saving / replayed if saving is not None and replayed else None)
+
+
+def whatif(run: GraphRun, fixes: list[Fix]) -> dict[str, Any]:
+    """Measured, replayed and predicted step (medians over steps of the slowest rank), per step and rank."""
+    pred, t = _predicted(run, fixes)
+    per_rank = []
+    for r in run.sg.ranks:
+        m = run.measured[run.measured["rank"] == r]["dur_ns"]
+        b = run.replayed[run.replayed["rank"] == r]["dur_ns"]
+        p = pred[pred["rank"] == r]["dur_ns"]
+        per_rank.append({"rank": r, "measured_step_ns": median_ns(m), "replayed_step_ns": median_ns(b),
+                         "predicted_step_ns": median_ns(p)})
+    saving, fraction = _saving(t)
+    return {
+        "fixes": [f.label for f in fixes],
+        "measured_step_ns": median_ns(t["measured_ns"]), "replayed_step_ns": median_ns(t["replayed_ns"]),
+        "predicted_step_ns": median_ns(t["predicted_ns"]), "saving_ns": saving, "saving_fraction": fraction,
+        "fidelity": fidelity(run),
+        "per_step": [{k: (int(v) if k != "step" else int(v)) for k, v in row.items()}
+                     for row in t.to_dict("records")],
+        "per_rank": per_rank,
+        "notes": run.notes(),
+    }
+
+
+def _walk_step(run: GraphRun, rank: int, row: pd.Series) -> dict[str, Any]:
+    node = int(row["last_node"])
+    return walk(run.sg, run.base, run.inputs, rank, int(row["t0"]), int(row["t1"]), node, bool(row["ends_at_end"]))
+
+
+def critical_path_section(run: GraphRun) -> dict[str, Any]:
+    """The `critical_path` section of analyze's JSON."""
+    rep = run.replayed
+    job = _job(rep)
+    steps, per_rank, nodes = [], {}, {}
+    walked: dict[tuple[int, int], dict[str, Any]] = {}
+    for r in run.sg.ranks:
+        mine = rep[rep["rank"] == r]
+        parts, crit = [], []
+        for _, row in mine.iterrows():
+            res = _walk_step(run, r, row)
+            walked[(r, int(row["step"]))] = res
+            parts.append(res["parts"])
+            crit.extend(res["nodes"])
+        total = mean_parts(parts)
+        step_ns = int(round(float(mine["dur_ns"].mean()))) if len(mine) else 0
+        per_rank[str(r)] = {"mean_step_ns": step_ns, "parts": total,
+                            "shares": {k: (v / step_ns if step_ns else None) for k, v in total.items()}}
+        own = sorted({i - run.sg.base[r] for i in crit if int(run.sg.rank_of[i]) == r})
+        nodes[str(r)] = own[:MAX_LISTED_NODES]
+    for _, row in job.iterrows():
+        r, s = int(row["rank"]), int(row["step"])
+        res = walked[(r, s)]
+        steps.append({"step": s, "rank": r, "replayed_ns": int(row["dur_ns"]), "parts": res["parts"],
+                      "peer_wait": res["peer_wait"], "n_activities": len(res["nodes"])})
+    return {"fidelity": fidelity(run), "attribution": list(ATTRIBUTION), "steps": steps, "per_rank": per_rank,
+            "critical_rows": nodes, "notes": run.notes()}
+
+
+def finding_savings(run: GraphRun, finding_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """fix name -> whatif figures, for the fixes of these findings (each replayed once)."""
+    out: dict[str, dict[str, Any]] = {}
+    for fid in finding_ids:
+        fix = FIX_OF_FINDING.get(fid)
+        if fix and fix not in out:
+            _, t = _predicted(run, [Fix(fix)])
+            saving, fraction = _saving(t)
+            out[fix] = {"fix": fix, "saving_ns": saving, "saving_fraction": fraction,
+                        "predicted_step_ns": median_ns(t["predicted_ns"])}
+    return out

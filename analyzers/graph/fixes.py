@@ -1,0 +1,222 @@
+"""What-if fixes: each one a transformation of the graph's inputs before a replay.
+
+A fix changes durations, host offsets, edges or the join rule, never a replayed time directly.
+The findings each name the fix that removes their cause (FIX_OF_FINDING); docs/whatif.md
+describes every transformation and where it is known to be wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from analyzers.errors import BadInputError
+from analyzers.graph.rank_graph import CAT_CODES
+from analyzers.graph.set_graph import SetGraph
+from analyzers.timeline import intervals as iv
+
+# name -> what the transformation does (the --fix help, docs/whatif.md)
+FIXES: dict[str, str] = {
+    "host-syncs": "blocking host syncs no longer block the host; the GPU-side order is kept as an event wait",
+    "peer-wait": "no rank arrives late: each collective's transfer starts when the median rank arrives",
+    "launch-gaps": "launches cost nothing, as under CUDA graphs: the host's time between launches is removed",
+    "comm-contention": "communication runs at its uncontended speed (the median transfer of the same "
+                       "collective and size while no compute ran beside it)",
+    "serialized-streams": "the cross-stream event waits of communication on compute of another stream are removed",
+    "no-copies": "copy and memset activities take no time (buffers preallocated, views instead of copies)",
+    "drop": "drop=REGEX: GPU activities whose name matches REGEX take no time (a kernel removed)",
+    "comm-speed": "comm-speed=F: communication transfers run F times as fast",
+    "compute-speed": "compute-speed=F: compute kernels run F times as fast",
+}
+SCALED = ("comm-speed", "compute-speed")
+
+# finding id -> the fix that removes its cause
+FIX_OF_FINDING: dict[str, str] = {
+    "host-blocking-sync": "host-syncs",
+    "serialized-streams": "serialized-streams",
+    "cross-rank-order-mismatch": "peer-wait",
+    "late-peer": "peer-wait",
+    "launch-bound-gaps": "launch-gaps",
+    "comm-slowed-by-overlap": "comm-contention",
+    "comm-starved-by-compute": "comm-contention",
+    "copy-kernels-block-overlap": "no-copies",
+    "front-loaded-collectives": "serialized-streams",
+}
+
+
+@dataclass(frozen=True)
+class Fix:
+    name: str
+    factor: float | None = None
+    pattern: str | None = None  # drop=REGEX
+
+    @property
+    def label(self) -> str:
+        if self.pattern is not None:
+            return f"{self.name}={self.pattern}"
+        return f"{self.name}={self.factor:g}" if self.factor is not None else self.name
+
+
+def parse_fix(text: str) -> Fix:
+    """'host-syncs', 'comm-speed=2' -> Fix; BadInputError on an unknown fix or a bad factor."""
+    name, _, value = text.strip().partition("=")
+    if name not in FIXES:
+        raise BadInputError("--fix", f"unknown fix {name!r} (known: {', '.join(FIXES)})")
+    if name in SCALED:
+        try:
+            factor = float(value)
+        except ValueError:
+            raise BadInputError("--fix", f"{name} needs a speed factor, e.g. {name}=2") from None
+        if not np.isfinite(factor) or factor <= 0:
+            raise BadInputError("--fix", f"{name}={value}: the factor must be a positive number")
+        return Fix(name, factor)
+    if name == "drop":
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise BadInputError("--fix", f"drop={value}: not a regular expression ({exc})") from None
+        if not value:
+            raise BadInputError("--fix", "drop needs a kernel name pattern, e.g. drop=spin_kernel")
+        return Fix(name, pattern=value)
+    if value:
+        raise BadInputError("--fix", f"{name} takes no value")
+    return Fix(name)
+
+
+@dataclass
+class ReplayInputs:
+    """What the replay reads that a fix may change."""
+
+    dur: np.ndarray  # per node: duration (collective members: the transfer)
+    off: np.ndarray  # per node: launching call's offset into its host segment
+    latency: np.ndarray  # per node: launch latency
+    dep: np.ndarray
+    dep2: np.ndarray  # extra event waits (the host-syncs fix)
+    sync_off: np.ndarray
+    sync_blocks: np.ndarray  # per sync: the host waits for the GPU
+    sync_cost: np.ndarray  # per sync: host time of the call when it does not block
+    join: str = "max"  # "max" | "median"
+
+
+def baseline_inputs(sg: SetGraph) -> ReplayInputs:
+    dur = np.where(sg.coll >= 0, sg.transfer, sg.end - sg.start)
+    return ReplayInputs(dur=dur.astype(np.int64), off=sg.off.copy(), latency=sg.latency.copy(), dep=sg.dep.copy(),
+                        dep2=np.full(sg.n, -1, dtype=np.int64), sync_off=sg.sync_off.copy(),
+                        sync_blocks=np.ones(len(sg.sync_seg), dtype=bool),
+                        sync_cost=np.minimum(sg.sync_lat, sg.sync_dur).astype(np.int64))
+
+
+def _uncontended(sg: SetGraph, dur: np.ndarray) -> np.ndarray:
+    """Comm durations with overlapped ones replaced by the median of the same name and rank run alone."""
+    out = dur.copy()
+    comm = sg.cat == CAT_CODES["comm"]
+    for r in sg.ranks:
+        g = sg.graphs[r]
+        b = sg.base[r]
+        sl = slice(b, b + g.n)
+        comp = g.cat == CAT_CODES["compute"]
+        busy = iv.union(g.start[comp], g.end[comp])
+        rows = np.flatnonzero(comm[sl])
+        if not len(rows) or not len(busy[0]):
+            continue
+        overl = iv.overlaps_any(g.start[rows], g.end[rows], busy[0], busy[1])
+        names = g.name_id[rows]
+        for nm in np.unique(names).tolist():
+            mine = names == nm
+            alone = rows[mine & ~overl] + b
+            if not len(alone):
+                continue
+            ref = int(np.median(dur[alone]))
+            hit = rows[mine & overl] + b
+            out[hit] = np.minimum(out[hit], ref)
+    return out
+
+
+# A rank's compute kernels run one at a time when at most this share of their summed time overlaps
+# another compute kernel: each fills the GPU, so no replay may run two side by side at full speed.
+MAX_COMPUTE_SELF_OVERLAP = 0.05
+
+
+def _matching(sg: SetGraph, pattern: str) -> np.ndarray:
+    """Per node: its name matches pattern (searched)."""
+    rx = re.compile(pattern)
+    parts = []
+    for r in sg.ranks:
+        g = sg.graphs[r]
+        hit = np.asarray([bool(rx.search(n)) for n in g.names], dtype=bool)
+        parts.append(hit[g.name_id] if len(hit) else np.zeros(g.n, dtype=bool))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+
+
+def _serial_compute_ranks(sg: SetGraph) -> list[int]:
+    out = []
+    for r in sg.ranks:
+        g = sg.graphs[r]
+        comp = g.cat == CAT_CODES["compute"]
+        total = int((g.end[comp] - g.start[comp]).sum())
+        if total and 1 - iv.total_length(g.start[comp], g.end[comp]) / total <= MAX_COMPUTE_SELF_OVERLAP:
+            out.append(r)
+    return out
+
+
+def _compute_in_series(sg: SetGraph, inp: ReplayInputs) -> None:
+    """On ranks whose compute kernels never ran side by side, each compute kernel waits for the previous
+    one (measured order) of another stream, where it had ended when this one started: a fix that
+    removes a wait or a sync must not let two GPU-filling kernels run at once at full speed."""
+    cached = getattr(sg, "_series_edges", None)
+    if cached is None:
+        cached = _series_edges(sg)
+        sg._series_edges = cached  # type: ignore[attr-defined]  (the same for every fix)
+    tgt, src = cached
+    free = inp.dep2[tgt] < 0
+    inp.dep2[tgt[free]] = src[free]
+
+
+def _series_edges(sg: SetGraph) -> tuple[np.ndarray, np.ndarray]:
+    none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    comp = np.flatnonzero((sg.cat == CAT_CODES["compute"]) & np.isin(sg.rank_of, _serial_compute_ranks(sg)))
+    if len(comp) < 2:
+        return none
+    o = comp[np.lexsort((sg.start[comp], sg.rank_of[comp]))]
+    stream = np.concatenate([sg.graphs[r].stream for r in sg.ranks])
+    same = (sg.rank_of[o[1:]] == sg.rank_of[o[:-1]]) & (stream[o[1:]] != stream[o[:-1]])
+    tgt, src = o[1:][same], o[:-1][same]
+    ok = (sg.order_key[src] < sg.order_key[tgt]) & (sg.end[src] <= sg.start[tgt])
+    return tgt[ok], src[ok]
+
+
+def apply_fixes(sg: SetGraph, fixes: list[Fix]) -> ReplayInputs:
+    """The replay inputs with every fix applied, in order (compute kept in series where it ran so)."""
+    inp = baseline_inputs(sg)
+    _compute_in_series(sg, inp)
+    for fix in fixes:
+        if fix.name == "host-syncs":
+            inp.sync_blocks[:] = False
+            pairs = sg.sync_after
+            aw = sg.sync_awaited[pairs[:, 0]] if len(pairs) else np.zeros(0, dtype=np.int64)
+            ok = aw >= 0
+            ok[ok] = sg.order_key[aw[ok]] < sg.order_key[pairs[ok, 1]]  # edges the replay's order can honour
+            inp.dep2[pairs[ok, 1]] = aw[ok]
+        elif fix.name == "peer-wait":
+            inp.join = "median"
+        elif fix.name == "launch-gaps":
+            inp.off[:] = 0
+        elif fix.name == "comm-contention":
+            inp.dur = _uncontended(sg, inp.dur)
+        elif fix.name == "serialized-streams":
+            d = inp.dep
+            has = d >= 0
+            drop = has & (sg.cat == CAT_CODES["comm"]) & (sg.cat[np.maximum(d, 0)] == CAT_CODES["compute"])
+            inp.dep = np.where(drop, -1, d)
+        elif fix.name == "no-copies":
+            copies = (sg.cat == CAT_CODES["copy"]) | (sg.cat == CAT_CODES["memset"])
+            inp.dur = np.where(copies, 0, inp.dur)
+        elif fix.name == "drop":
+            inp.dur = np.where(_matching(sg, fix.pattern or ""), 0, inp.dur)
+        elif fix.name in SCALED:
+            code = CAT_CODES["comm" if fix.name == "comm-speed" else "compute"]
+            sel = sg.cat == code
+            inp.dur = np.where(sel, np.round(inp.dur / float(fix.factor or 1.0)).astype(np.int64), inp.dur)
+    return inp

@@ -1,0 +1,128 @@
+"""`overlapscope whatif PATH... --fix FIX`: replay the trace set's dependency graph with fixes applied."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from analyzers.timeline.constants import DEFAULT_STEP_PATTERN
+
+from .common import (
+    CommKernelOpt,
+    JobsOpt,
+    NoCacheOpt,
+    OutputFormat,
+    PathsArg,
+    RulesOpt,
+    StepPatternOpt,
+    UsageFailure,
+    err_console,
+    load_set,
+    options_from,
+    out_console,
+    write_bytes,
+)
+from .stack_imports import analysis_stack_imports
+
+FIX_HELP = ("A fix to replay (repeatable; applied together): host-syncs, peer-wait, launch-gaps, comm-contention, "
+            "serialized-streams, no-copies, drop=REGEX (those kernels take no time), comm-speed=F, compute-speed=F "
+            "(F: how many times as fast). "
+            "docs/whatif.md says what each one changes in the graph.")
+
+
+def whatif_cmd(
+    paths: PathsArg,
+    fix: Annotated[list[str], typer.Option("--fix", metavar="FIX", help=FIX_HELP)],
+    format: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format (table, json or md).")
+                      ] = OutputFormat.table,
+    rules: RulesOpt = None,
+    comm_kernel: CommKernelOpt = None,
+    step_pattern: StepPatternOpt = DEFAULT_STEP_PATTERN,
+    jobs: JobsOpt = None,
+    no_cache: NoCacheOpt = False,
+) -> None:
+    """Predict each step's time with fixes applied, by replaying the trace set's dependency graph.
+
+    The measured step, the unmodified replay (its fidelity) and the prediction are medians over
+    steps of the job's step (the slowest rank's).
+    """
+    if format is OutputFormat.csv:
+        raise UsageFailure("--format: whatif writes table, json or md")
+    with analysis_stack_imports():
+        from analyzers.graph.analysis import whatif
+        from analyzers.graph.fixes import parse_fix
+        from analyzers.report import analyze
+    fixes = [parse_fix(f) for f in fix]
+    options = options_from(None, False, step_pattern)
+    traces = load_set(paths, rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache,
+                      options=options, diagnose=True, host_tables=False)
+    report = analyze(traces, options, diagnose=True)
+    if report.graph_run is None:
+        raise UsageFailure("whatif: the set could not be replayed")
+    result = whatif(report.graph_run, fixes)
+    result["label"] = report.label
+    if format is OutputFormat.json:
+        from analyzers.io.plain import json_bytes
+
+        write_bytes(json_bytes(result) + b"\n")
+    elif format is OutputFormat.md:
+        sys.stdout.write(to_markdown(result))
+    else:
+        print_table(result)
+    for n in result["notes"]:
+        err_console.print(f"note: {n}", markup=False, highlight=False)
+
+
+def _ms(ns: int | None) -> str:
+    return "n/a" if ns is None else f"{ns / 1e6:.3f} ms"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f} %"
+
+
+def summary_lines(r: dict[str, Any]) -> list[tuple[str, str]]:
+    fid = r["fidelity"]
+    return [
+        ("fixes", ", ".join(r["fixes"])),
+        ("measured step", _ms(r["measured_step_ns"])),
+        ("replayed step (no fix)", f"{_ms(r['replayed_step_ns'])} (median error {_pct(fid['median_abs_error'])})"),
+        ("predicted step", _ms(r["predicted_step_ns"])),
+        ("saving", f"{_ms(r['saving_ns'])} per step ({_pct(r['saving_fraction'])})"),
+    ]
+
+
+def to_markdown(r: dict[str, Any]) -> str:
+    out = [f"# What if: {', '.join(r['fixes'])}", "", "| | |", "|---|---|"]
+    out += [f"| {k} | {v} |" for k, v in summary_lines(r)]
+    out += ["", "| step | slowest rank | measured | replayed | predicted |", "|---|---|---|---|---|"]
+    out += [f"| {s['step']} | {s['measured_rank']} | {_ms(s['measured_ns'])} | {_ms(s['replayed_ns'])} | "
+            f"{_ms(s['predicted_ns'])} |" for s in r["per_step"]]
+    out += ["", "| rank | measured | replayed | predicted |", "|---|---|---|---|"]
+    out += [f"| {p['rank']} | {_ms(p['measured_step_ns'])} | {_ms(p['replayed_step_ns'])} | "
+            f"{_ms(p['predicted_step_ns'])} |" for p in r["per_rank"]]
+    return "\n".join(out) + "\n"
+
+
+def print_table(r: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    head = Table(title=f"what if: {', '.join(r['fixes'])}", show_header=False)
+    for k, v in summary_lines(r):
+        head.add_row(k, v)
+    steps = Table(title="per step (the job's step: the slowest rank)")
+    for c in ("step", "slowest rank", "measured", "replayed", "predicted"):
+        steps.add_column(c, justify="right")
+    for s in r["per_step"]:
+        steps.add_row(str(s["step"]), str(s["measured_rank"]), _ms(s["measured_ns"]), _ms(s["replayed_ns"]),
+                      _ms(s["predicted_ns"]))
+    ranks = Table(title="per rank (median step)")
+    for c in ("rank", "measured", "replayed", "predicted"):
+        ranks.add_column(c, justify="right")
+    for p in r["per_rank"]:
+        ranks.add_row(str(p["rank"]), _ms(p["measured_step_ns"]), _ms(p["replayed_step_ns"]),
+                      _ms(p["predicted_step_ns"]))
+    for t in (head, steps, ranks):
+        out_console.console.print(t)

@@ -1,0 +1,184 @@
+"""The dependency graph: replays and critical paths of tiny hand-made graphs worked out by hand, and
+the replay's fidelity on the real traces in the repository."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analyzers.errors import BadInputError
+from analyzers.graph.analysis import GraphRun, critical_path_section, whatif
+from analyzers.graph.fixes import Fix, parse_fix
+from analyzers.graph.rank_graph import CAT_CODES, RankGraph
+from analyzers.graph.set_graph import build_set_graph
+
+ROOT = Path(__file__).resolve().parents[1]
+US = 1_000
+
+
+def _graph(rank: int, start, end, *, stream=None, prev=None, seg=None, off=None, dep=None, cat=None,
+           seg_base=(0,), seg_opened_by=(-1,), syncs=(), sync_after=(), latency=0) -> RankGraph:
+    """A rank graph from lists in µs; syncs: (seg, off, awaited, lat, dur, end) tuples in µs."""
+    n = len(start)
+    a = lambda v, fill: np.asarray(v if v is not None else [fill] * n, dtype=np.int64)  # noqa: E731
+    sy = np.asarray(syncs, dtype=np.int64).reshape(-1, 6)
+    return RankGraph(
+        rank=rank, start=a(start, 0) * US, end=a(end, 0) * US,
+        cat=np.asarray(cat if cat is not None else [CAT_CODES["compute"]] * n, dtype=np.int8),
+        stream=a(stream, 0), name_id=np.arange(n), prev=a(prev, -1), seg=a(seg, 0), off=a(off, 0) * US,
+        dep=a(dep, -1), dep_lat=np.zeros(n, dtype=np.int64), step=np.full(n, -1),
+        seg_base=np.asarray(seg_base, dtype=np.int64) * US, seg_opened_by=np.asarray(seg_opened_by, dtype=np.int64),
+        sync_seg=sy[:, 0], sync_off=sy[:, 1] * US, sync_awaited=sy[:, 2], sync_lat=sy[:, 3] * US,
+        sync_dur=sy[:, 4] * US, sync_end=sy[:, 5] * US,
+        sync_after=np.asarray(sync_after, dtype=np.int64).reshape(-1, 2),
+        launch_latency_ns=latency * US, turnaround_ns=0, names=[f"k{rank}.{i}" for i in range(n)],
+        stream_labels=["s0", "s1"], has_steps=False)
+
+
+def _run(graphs, members=None) -> GraphRun:
+    colls = None
+    if members is not None:
+        colls = pd.DataFrame({"coll_id": sorted(set(members["coll_id"])), "peers_known": True})
+    return GraphRun(build_set_graph({g.rank: g for g in graphs}, {}, members, colls))
+
+
+def _us(a) -> list[float]:
+    return (np.asarray(a) / US).tolist()
+
+
+def test_launch_bound_chain():
+    # three 10 µs kernels launched 50 µs apart (latency 5): the host sets the pace
+    g = _graph(0, [5, 55, 105], [15, 65, 115], prev=[-1, 0, 1], off=[0, 50, 100], latency=5)
+    run = _run([g])
+    assert _us(run.base.start) == [5, 55, 105] and _us(run.base.end) == [15, 65, 115]
+    cp = critical_path_section(run)
+    parts = cp["steps"][0]["parts"]
+    assert parts["compute"] == 10 * US and parts["launch_gaps"] == 100 * US
+    assert sum(parts.values()) == 110 * US  # the step: 5 .. 115
+    # launches that cost nothing: the kernels run back to back after one launch latency
+    res = whatif(run, [Fix("launch-gaps")])
+    assert res["predicted_step_ns"] == 30 * US and res["replayed_step_ns"] == 110 * US
+
+
+def test_blocking_sync_and_its_fix():
+    # A (100 µs) launched at 0; the host syncs at 10 on A (returns 3 µs after A ends), then launches B
+    # 2 µs after the return; B depends on A only through the sync
+    g = _graph(0, [5, 115], [105, 125], stream=[0, 1], seg=[0, 1], off=[0, 2], seg_base=(0, 108),
+               seg_opened_by=(-1, 0), syncs=[(0, 10, 0, 3, 98, 108)], sync_after=[(0, 1)], latency=5)
+    run = _run([g])
+    assert _us(run.base.start) == [5, 115] and _us(run.base.end) == [105, 125]
+    parts = critical_path_section(run)["steps"][0]["parts"]
+    assert parts["compute"] == 110 * US and parts["sync_idle"] == 5 * US and parts["launch_gaps"] == 5 * US
+    # without the host block, B follows A on the GPU through an event wait: ends at 115
+    res = whatif(run, [parse_fix("host-syncs")])
+    assert res["predicted_step_ns"] == 110 * US  # 5 .. 115
+
+
+def test_late_rank_is_named_with_its_cause():
+    # rank 0: X 50 µs then collective; rank 1: Y 80 µs then collective; transfer 20 µs
+    g0 = _graph(0, [0, 50], [50, 100], prev=[-1, 0], cat=[0, 1])
+    g1 = _graph(1, [0, 80], [80, 100], prev=[-1, 0], cat=[0, 1])
+    members = pd.DataFrame({"coll_id": [0, 0], "rank": [0, 1], "row": [1, 1]})
+    run = _run([g0, g1], members)
+    assert _us(run.base.end) == [50, 100, 80, 100]
+    cp = critical_path_section(run)
+    r0 = cp["per_rank"]["0"]["parts"]
+    assert r0["comm_transfer"] == 20 * US and r0["peer_wait"] == 80 * US and sum(r0.values()) == 100 * US
+    step = [s for s in cp["steps"]][0]
+    assert step["rank"] in (0, 1)
+    walked0 = critical_path_section(run)["per_rank"]["1"]["parts"]
+    assert walked0["compute"] == 80 * US and walked0["peer_wait"] == 0
+    # peer-wait fix: the transfer starts at the median arrival (65): rank 0 ends at 85, rank 1 still 100
+    res = whatif(run, [Fix("peer-wait")])
+    assert {p["rank"]: p["predicted_step_ns"] for p in res["per_rank"]} == {0: 85 * US, 1: 100 * US}
+
+
+def test_peer_wait_cause_names_the_activity():
+    g0 = _graph(0, [0, 50], [50, 100], prev=[-1, 0], cat=[0, 1])
+    g1 = _graph(1, [0, 80], [80, 100], prev=[-1, 0], cat=[0, 1])
+    members = pd.DataFrame({"coll_id": [0, 0], "rank": [0, 1], "row": [1, 1]})
+    run = _run([g0, g1], members)
+    from analyzers.graph.critical import walk
+    res = walk(run.sg, run.base, run.inputs, 0, 0, 100 * US, 1, True)
+    assert res["peer_wait"] == [{"late_rank": 1, "ns": 80 * US, "cause": "compute: k1.0"}]
+
+
+@pytest.mark.parametrize("with_wait", [False, True])
+def test_two_streams_with_and_without_event_wait(with_wait):
+    # K1 100 µs on stream 0, K2 30 µs on stream 1, both launched at 0
+    g = _graph(0, [0, 100 if with_wait else 0], [100, 130 if with_wait else 30], stream=[0, 1],
+               dep=[-1, 0 if with_wait else -1])
+    run = _run([g])
+    assert _us(run.base.end) == ([100, 130] if with_wait else [100, 30])
+    assert run.replayed["dur_ns"].iloc[0] == (130 if with_wait else 100) * US
+
+
+def test_scaled_fixes_and_bad_fix():
+    g = _graph(0, [0, 100], [100, 150], prev=[-1, 0], cat=[0, 1])
+    run = _run([g])
+    assert whatif(run, [parse_fix("compute-speed=2")])["predicted_step_ns"] == 100 * US
+    assert whatif(run, [parse_fix("comm-speed=2")])["predicted_step_ns"] == 125 * US
+    # drop=REGEX: the comm kernel takes no time
+    assert whatif(run, [parse_fix("drop=k0\\.1")])["predicted_step_ns"] == 100 * US
+    for bad in ("compute-speed", "compute-speed=0", "nope", "host-syncs=2", "drop=", "drop=("):
+        with pytest.raises(BadInputError):
+            parse_fix(bad)
+
+
+SETS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "sample_traces").glob("*/*") if p.is_dir())
+
+
+@pytest.mark.parametrize("folder", SETS)
+def test_replay_fidelity_on_sample_traces(folder):
+    from analyzers.io.load import load_traces
+    from analyzers.report import analyze
+
+    rep = analyze(load_traces([ROOT / folder]))
+    fid = rep.critical_path["fidelity"]
+    assert fid["median_abs_error"] is not None and fid["median_abs_error"] <= 0.03, fid
+    parts = rep.critical_path["steps"][0]["parts"]
+    assert sum(parts.values()) == rep.critical_path["steps"][0]["replayed_ns"]
+    priced = [f for f in rep.findings if f.saving_ns is not None]
+    assert [f.saving_ns for f in priced] == sorted((f.saving_ns for f in priced), reverse=True)
+
+
+PUBLIC_SETS = [
+    ["tests/data/public/hta/trace_filter_sampled_rank-0.json.gz",
+     "tests/data/public/hta/trace_filter_sampled_rank-1.json.gz"],
+    ["tests/data/public/nsys/mfu_2gpu_before.sqlite.gz"],
+    ["tests/data/public/nsys/mfu_2gpu_after.sqlite.gz"],
+    ["tests/data/public/nsys/h100_2gpu_1s.sqlite.gz"],
+]
+
+
+@pytest.mark.parametrize("files", PUBLIC_SETS, ids=lambda f: Path(f[0]).name)
+def test_replay_fidelity_on_public_multi_rank_traces(files):
+    from analyzers.io.load import load_traces
+    from analyzers.report import analyze
+
+    rep = analyze(load_traces([ROOT / f for f in files]))
+    assert len(rep.ranks) == 2
+    fid = rep.critical_path["fidelity"]
+    assert fid["median_abs_error"] is not None and fid["median_abs_error"] <= 0.03, fid
+
+
+@pytest.mark.parametrize("folder", ["sample_traces/fsdp/zero3", "sample_traces/ag-gemm/host-sync",
+                                    "sample_traces/symm-mem/two-stream"])
+def test_skipping_stream_runs_gives_the_same_replay(folder):
+    """The loop skips runs of activities that only follow their stream; visiting each gives the same."""
+    from analyzers.graph.fixes import apply_fixes
+    from analyzers.graph.replay import replay
+    from analyzers.io.load import load_traces
+    from analyzers.report import analyze
+
+    sg = analyze(load_traces([ROOT / folder])).graph_run.sg
+    for fixes in ([], [Fix("launch-gaps")], [Fix("host-syncs")], [Fix("peer-wait")], [Fix("serialized-streams")],
+                  [Fix("no-copies")], [Fix("comm-contention")], [parse_fix("compute-speed=2")]):
+        inp = apply_fixes(sg, fixes)
+        a, b = replay(sg, inp, compress=False), replay(sg, inp)
+        for f in ("start", "end", "why", "arrival", "late", "seg_time", "sync_resume"):
+            assert np.array_equal(getattr(a, f), getattr(b, f)), (fixes, f)
+        assert a.order_violations == 0
