@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.crossrank import CrossRankParams, CrossRankReport, RankSteps, analyze_cross_rank, rank_steps
+from analyzers.crossrank.stragglers import straggler_view
 from analyzers.findings import FindingParams, cross_rank_findings, detect_findings, detect_rank
 from analyzers.findings.finding import Finding
 from analyzers.findings.view import windows_of
@@ -40,6 +41,7 @@ class AnalysisReport:
     syncs: dict[int, pd.DataFrame] = field(default_factory=dict)  # blocking host syncs per rank
     findings: list[Finding] | None = None  # None: not diagnosed (--no-diagnose)
     extra: dict[str, Any] = field(default_factory=dict)  # further sections (e.g. a run's timings)
+    stragglers: dict[str, Any] | None = None  # crossrank.stragglers.straggler_view (two ranks or more)
 
     @property
     def diagnosed(self) -> bool:
@@ -77,6 +79,7 @@ class AnalysisReport:
             "notes": self.notes,
             "ranks": [m.to_dict() for m in self.ranks],
             "cross_rank": self.cross_rank.document() if self.cross_rank is not None else None,
+            "stragglers": self.stragglers,
             "syncs": {
                 "n": int(sum(len(df) for df in self.syncs.values())),
                 "host_blocked_ns": self.blocking_sync_ns(),
@@ -226,9 +229,10 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
     )
     if cross_rank and len(ids) > 1:
         steps = {r: pre[r].cross_steps for r in ids} if pre and options.steps.steps is None else None
-        report.cross_rank = analyze_cross_rank(selected_steps_only(traces, options), align=align,
-                                               params=cross_rank_params,
+        selected = selected_steps_only(traces, options)
+        report.cross_rank = analyze_cross_rank(selected, align=align, params=cross_rank_params,
                                                steps=steps if steps and None not in steps.values() else None)
+        report.stragglers = straggler_view(selected.ranks, report.cross_rank.collectives, report.cross_rank.members)
         if report.cross_rank.clock is not None:
             report.clock_offsets_ns = dict(report.cross_rank.clock.offsets_ns)
         tick("cross-rank")

@@ -75,6 +75,10 @@ def analyze_cmd(
     jobs: JobsOpt = None,
     no_cache: NoCacheOpt = False,
     scheduler: SchedulerOpt = None,
+    ranks: Annotated[str | None, typer.Option(
+        "--ranks", metavar="LIST",
+        help="Analyze only these ranks, e.g. 0-7,512,1023; the notes name asked-for ranks no file holds, "
+             "and the cross-rank figures cover only the ranks given.")] = None,
 ) -> None:
     """Measure comm/compute overlap per rank, stream and iteration.
 
@@ -88,7 +92,7 @@ def analyze_cmd(
     key = None if no_cache else report_cache.ReportKey.of(paths, {
         "command": "analyze", "rank": rank, "rules": _file_digest(rules), "comm_kernel": comm_kernel or [],
         "steps": steps, "like_hta": like_hta, "step_pattern": step_pattern, "align": not no_align,
-        "diagnose": not no_diagnose})
+        "diagnose": not no_diagnose, "ranks": ranks})
     # The cache keeps the JSON document (no pickle): it answers -f json and the gates; the other
     # formats render the report object, so they analyze (with the parse cache) and refresh it.
     doc = report_cache.get(key) if key is not None and format is OutputFormat.json else None
@@ -99,7 +103,8 @@ def analyze_cmd(
 
         options = options_from(steps, like_hta, step_pattern)
         traces = load_set(paths, rank=rank, rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache,
-                          scheduler=scheduler, options=options, diagnose=not no_diagnose, host_tables=False)
+                          scheduler=scheduler, options=options, diagnose=not no_diagnose, host_tables=False,
+                          ranks=ranks)
         with stage_progress(err_console.is_terminal) as progress:
             report = analyze(traces, options, diagnose=not no_diagnose, align=not no_align, progress=progress)
         doc = _json_document(report)
