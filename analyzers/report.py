@@ -69,7 +69,11 @@ class AnalysisReport:
 
     def document(self) -> dict[str, Any]:
         """What to_dict holds, not yet made plain: ``analyzers.io.plain.to_json`` of it is the JSON of
-        to_dict, without the decode and re-encode that cleaning costs (0.04 s for 8 ranks)."""
+        to_dict, without the decode and re-encode that cleaning costs (0.04 s for 8 ranks).
+
+        Compact: what grows with ranks x collectives or ranks x iterations (per-rank columns of the
+        collectives, per-iteration rows) is left to the Parquet tables (overlapscope/write_tables.py),
+        so 1024 ranks stay a document of a few MB."""
         return {
             "label": self.label,
             "format": self.fmt,
@@ -77,7 +81,7 @@ class AnalysisReport:
             "sources": self.sources,
             "clock_offsets_ns": {str(k): v for k, v in self.clock_offsets_ns.items()},
             "notes": self.notes,
-            "ranks": [m.to_dict() for m in self.ranks],
+            "ranks": [m.to_dict(iterations=False) for m in self.ranks],
             "cross_rank": self.cross_rank.document() if self.cross_rank is not None else None,
             "stragglers": self.stragglers,
             "syncs": {

@@ -75,6 +75,10 @@ def analyze_cmd(
     jobs: JobsOpt = None,
     no_cache: NoCacheOpt = False,
     scheduler: SchedulerOpt = None,
+    tables: Annotated[Path | None, typer.Option(
+        "--tables", metavar="DIR",
+        help="Also write the full detail (per iteration, per collective and rank, stragglers, syncs) as "
+             "Parquet tables in DIR, readable with pandas or DuckDB; the JSON document stays compact.")] = None,
     ranks: Annotated[str | None, typer.Option(
         "--ranks", metavar="LIST",
         help="Analyze only these ranks, e.g. 0-7,512,1023; the notes name asked-for ranks no file holds, "
@@ -95,7 +99,7 @@ def analyze_cmd(
         "diagnose": not no_diagnose, "ranks": ranks})
     # The cache keeps the JSON document (no pickle): it answers -f json and the gates; the other
     # formats render the report object, so they analyze (with the parse cache) and refresh it.
-    doc = report_cache.get(key) if key is not None and format is OutputFormat.json else None
+    doc = report_cache.get(key) if key is not None and format is OutputFormat.json and tables is None else None
     report = None
     if doc is None:
         with analysis_stack_imports():  # pandas, pyarrow, numpy (overlapscope/stack_imports.py)
@@ -108,6 +112,13 @@ def analyze_cmd(
         with stage_progress(err_console.is_terminal) as progress:
             report = analyze(traces, options, diagnose=not no_diagnose, align=not no_align, progress=progress)
         doc = _json_document(report)
+        if tables is not None:
+            from .write_tables import write_tables
+
+            try:
+                write_tables(report, tables)
+            except OSError as exc:
+                raise UsageFailure(f"--tables {tables}: cannot write ({exc.strerror or exc})") from None
         if key is not None:
             report_cache.put(key, doc)
     if format is OutputFormat.json:
