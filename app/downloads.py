@@ -1,6 +1,6 @@
 """Download buttons for what a page shows: Perfetto JSON, the HTML report, the figure as PNG.
 
-The same files `overlapscope export` writes (overlapscope/export_html.py, perfetto_json.py).
+The same files `overlapscope export` writes (viz/export_html.py, viz/perfetto_json.py).
 Each file is made only when its button is clicked (Streamlit calls the data function then),
 so a page of a million-kernel run does not pay for exports nobody asked for.
 """
@@ -15,8 +15,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from analyzers.export.perfetto import perfetto_data
-from overlapscope.export_html import ImageExportError, diff_html, figure_image, report_html
-from overlapscope.perfetto_json import encode_perfetto
+from viz.export_html import ImageExportError, diff_html, figure_image, report_html
+from viz.perfetto_json import encode_perfetto
 
 
 def _slug(label: str) -> str:

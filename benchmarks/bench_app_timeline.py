@@ -38,9 +38,9 @@ if str(ROOT) not in sys.path:
 
 from analyzers.io.load import load_traces  # noqa: E402
 from analyzers.timeline.model import NameTable, RankTrace, TraceSet  # noqa: E402
-from app.figures import figure_payload_bytes, timeline_figure  # noqa: E402
-from app.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX  # noqa: E402
-from app.timeline import lod_for_windows, prepare_timeline  # noqa: E402
+from viz.figures import figure_payload_bytes, timeline_figure  # noqa: E402
+from viz.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX  # noqa: E402
+from viz.timeline import lod_for_windows, prepare_timeline  # noqa: E402
 
 SOURCE = ROOT / "tests" / "data" / "public" / "hta"
 PAIR = ("trace_filter_sampled_rank-0.json.gz", "trace_filter_sampled_rank-1.json.gz")

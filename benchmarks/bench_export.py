@@ -3,7 +3,7 @@
 The set is the one of bench_app_timeline.py (the public HTA trace_filter pair tiled in time to
 >= 500,000 GPU activities per rank). Measured after analyze() (timed too: every export needs it):
   1. Perfetto: building the tracks (analyzers/export/perfetto.py) and writing .json / .json.gz
-     (overlapscope/perfetto_json.py), checked to hold every GPU activity once; against the
+     (viz/perfetto_json.py), checked to hold every GPU activity once; against the
      straightforward writer (one dict per event, stdlib json.dump) on the same events;
   2. the HTML report (app level of detail) and its size;
   3. the PNG of the timeline (kaleido + system Chromium).
@@ -33,8 +33,8 @@ from bench_app_timeline import million_kernel_set  # noqa: E402
 
 from analyzers.export.perfetto import PerfettoData, perfetto_data  # noqa: E402
 from analyzers.report import analyze  # noqa: E402
-from overlapscope.export_html import figure_image, report_html, report_timeline, timeline_of  # noqa: E402
-from overlapscope.perfetto_json import write_perfetto  # noqa: E402
+from viz.export_html import figure_image, report_html, report_timeline, timeline_of  # noqa: E402
+from viz.perfetto_json import write_perfetto  # noqa: E402
 
 CPU: dict[str, float] = {}  # CPU seconds of the last timed() call: the machine is shared, wall time is noisy
 

@@ -11,6 +11,7 @@ import typer
 
 from analyzers.io import report_cache
 from analyzers.timeline.constants import DEFAULT_STEP_PATTERN
+from viz.formats import pct
 
 from .common import (
     EXIT_GATE,
@@ -35,7 +36,6 @@ from .common import (
     write_bytes,
 )
 from .finding_ids import FINDING_IDS
-from .render_format import pct
 from .stack_imports import analysis_stack_imports
 
 if TYPE_CHECKING:

@@ -172,7 +172,7 @@ def diff_cmd(
                           f"step {al['step_a']} / {al['step_b']}) written to {timeline}",
                           markup=False, highlight=False)
     if html is not None:
-        from .export_html import diff_html
+        from viz.export_html import diff_html
 
         try:
             html.write_text(diff_html(d, [(ta, ra), (tb, rb)]), encoding="utf-8")

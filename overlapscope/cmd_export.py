@@ -60,7 +60,7 @@ def _check_out(path: Path | None, option: str, suffixes: tuple[str, ...], overwr
 
 def write_images(fig, png: Path | None, svg: Path | None, width: int, height: int | None) -> None:
     """PNG / SVG of a timeline figure through kaleido and the system Chromium; one line on failure."""
-    from .export_html import ImageExportError, figure_image, image_browser
+    from viz.export_html import ImageExportError, figure_image, image_browser
 
     try:
         with image_browser():
@@ -136,7 +136,7 @@ def export_cmd(
 
     if any((html_out, png, svg)):
         try:
-            from . import export_html
+            from viz import export_html
         except ImportError as exc:
             raise UsageFailure(f"--html, --png and --svg need the app extras ({exc.name} is missing): "
                                "pip install -e '.[app]'") from None
@@ -162,7 +162,7 @@ def export_cmd(
     if perfetto is not None:
         t0 = time.perf_counter()
         data = perfetto_data(traces, report)
-        from .perfetto_json import write_perfetto
+        from viz.perfetto_json import write_perfetto
 
         write_perfetto(data, perfetto)
         _note(f"Perfetto trace written to {perfetto} ({len(data.gpu):,} GPU activities, {len(data.spans):,} "

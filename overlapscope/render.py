@@ -14,38 +14,11 @@ from rich.table import Table
 
 from analyzers.io.plain import to_json as plain_json
 from analyzers.report import AnalysisReport
+from viz.formats import UNDEFINED, ms, pct  # noqa: F401  (render.pct is the formatter commands use)
+from viz.tables import RANK_COLUMNS, rank_rows
 
 from .render_crossrank import cross_rank_markdown, cross_rank_table
 from .render_findings import findings_markdown, findings_table, syncs_table
-from .render_format import UNDEFINED, ms, pct  # noqa: F401  (render.pct is the formatter commands use)
-
-RANK_COLUMNS: list[tuple[str, str]] = [
-    ("rank", "rank"),
-    ("comm ms", "comm"),
-    ("compute ms", "compute"),
-    ("overlap ms", "overlap"),
-    ("overlap", "ratio"),
-    ("exposed ms", "exposed"),
-    ("hidden/min", "hidden"),
-    ("span ms", "span"),
-    ("idle ms", "idle"),
-    ("steps", "steps"),
-    ("step median/worst", "iters"),
-]
-
-
-def rank_rows(report: AnalysisReport) -> list[list[str]]:
-    rows = []
-    for m in report.ranks:
-        w, s = m.whole, m.iteration_summary
-        iters = (f"{pct(s.get('overlap_ratio_median'))}/{pct(s.get('overlap_ratio_worst'))}"
-                 if s.get("n") else UNDEFINED)
-        rows.append([
-            str(m.rank), ms(w.comm_ns), ms(w.compute_ns), ms(w.overlap_ns), pct(w.overlap_ratio),
-            ms(w.exposed_comm_ns), pct(w.hidden_fraction_of_min), ms(w.span_ns), ms(w.idle_ns),
-            str(s.get("n", 0)), iters,
-        ])
-    return rows
 
 
 def report_table(report: AnalysisReport) -> Table:

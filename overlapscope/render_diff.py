@@ -1,12 +1,11 @@
 """Rendering of a TraceDiff: rich tables for the terminal and Markdown (JSON is TraceDiff.to_dict).
 
-The numbers come from analyzers.diff; this module only decides how they read: ratios in
-percent with deltas in points, times in ms, changes coloured by whether they help overlap.
+The numbers come from analyzers.diff and their rows from viz.diff_tables (shared with the HTML
+diff report); this module lays them out for a terminal or a Markdown page.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pandas as pd
@@ -15,134 +14,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from analyzers.diff import TraceDiff
-
-UNDEFINED = "n/a"
-
-# metric -> (label, kind, better): kind "ratio" | "time" | "count"; better +1 higher is better,
-# -1 lower is better, 0 neither (colour only says which way helps overlap or speed).
-METRICS: dict[str, tuple[str, str, int]] = {
-    "overlap_ratio": ("overlap ratio (overlap/comm)", "ratio", +1),
-    "overlap_ratio_rank_mean": ("overlap ratio, mean of ranks", "ratio", +1),
-    "overlap_ratio_rank_median": ("overlap ratio, median rank", "ratio", +1),
-    "hidden_fraction_of_min": ("hidden / min(comm, compute)", "ratio", +1),
-    "iteration_ns_median": ("iteration time, median", "time", -1),
-    "iteration_ns_worst": ("iteration time, worst", "time", -1),
-    "spread_ns": ("iteration spread (± half IQR)", "time", -1),
-    "exposed_comm_ns_per_step_median": ("exposed comm per iteration, median", "time", -1),
-    "exposed_comm_ns_median": ("exposed comm per iteration, median", "time", -1),
-    "exposed_comm_ns": ("exposed communication", "time", -1),
-    "comm_ns": ("communication", "time", 0),
-    "compute_ns": ("compute", "time", 0),
-    "overlap_ns": ("overlap", "time", +1),
-    "compute_compute_overlap_ns": ("compute/compute overlap", "time", 0),
-    "busy_ns": ("GPU busy", "time", 0),
-    "span_ns": ("GPU span", "time", -1),
-    "idle_ns": ("GPU idle", "time", -1),
-    "peer_wait_ns": ("peer wait", "time", -1),
-    "blocking_sync_ns": ("blocking-sync time", "time", -1),
-    "n_comm": ("comm activities", "count", 0),
-    "n_compute": ("compute activities", "count", 0),
-    "n_gpu": ("GPU activities", "count", 0),
-}
-# per-rank table: metric -> short column label
-RANK_TABLE_METRICS = {"overlap_ratio": "overlap", "exposed_comm_ns": "exposed comm",
-                      "iteration_ns_median": "iteration median", "span_ns": "GPU span"}
-KERNEL_NAME_WIDTH = 72
-
-
-def _nan(v: Any) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
-
-
-def value(v: Any, kind: str) -> str:
-    if _nan(v):
-        return UNDEFINED
-    if kind == "ratio":
-        return f"{100 * v:.1f}%"
-    if kind == "time":
-        return f"{v / 1e6:.3f} ms"
-    return f"{v:,.0f}" if float(v).is_integer() else f"{v:,.1f}"
-
-
-def delta(v: Any, kind: str) -> str:
-    if _nan(v):
-        return UNDEFINED
-    if v == 0:
-        return "0"
-    if kind == "ratio":
-        return f"{100 * v:+.1f} pt"
-    if kind == "time":
-        return f"{v / 1e6:+.3f} ms"
-    return f"{v:+,.0f}" if float(v).is_integer() else f"{v:+,.1f}"
-
-
-def rel(v: Any) -> str:
-    if _nan(v):
-        return UNDEFINED
-    return "0" if v == 0 else f"{100 * v:+.1f}%"
-
-
-def _style(d: Any, better: int) -> str | None:
-    if _nan(d) or d == 0 or better == 0:
-        return None
-    return "green" if (d > 0) == (better > 0) else "red"
-
-
-def _styled(text: str, style: str | None, markup: bool) -> str:
-    return f"[{style}]{text}[/{style}]" if style and markup else text
-
-
-def metric_rows(frame: pd.DataFrame, markup: bool = True) -> list[list[str]]:
-    """(metric, a, b, delta, rel) rows in the METRICS order, formatted."""
-    known = frame[frame["metric"].isin(list(METRICS))].copy()
-    known["_order"] = known["metric"].map({m: i for i, m in enumerate(METRICS)})
-    rows = []
-    for r in known.sort_values("_order").itertuples(index=False):
-        label, kind, better = METRICS[r.metric]
-        style = _style(r.delta, better)
-        rows.append([label, value(r.a, kind), value(r.b, kind), _styled(delta(r.delta, kind), style, markup),
-                     _styled(rel(r.rel), style, markup)])
-    return rows
-
-
-def rank_rows(d: TraceDiff, markup: bool = True) -> tuple[list[str], list[list[str]]]:
-    """Compact per-rank comparison: the metrics people look at first, A -> B with delta."""
-    header = ["rank"]
-    for short in RANK_TABLE_METRICS.values():
-        header += [f"{short} A", "B", "Δ"]
-    rows = []
-    for (ra, rb), g in d.ranks.groupby(["rank_a", "rank_b"], sort=True):
-        by = g.set_index("metric")
-        row = [str(ra) if ra == rb else f"{ra}↔{rb}"]
-        for m in RANK_TABLE_METRICS:
-            _, kind, better = METRICS[m]
-            x = by.loc[m]
-            row += [value(x["a"], kind), value(x["b"], kind), _styled(delta(x["delta"], kind),
-                                                                      _style(x["delta"], better), markup)]
-        rows.append(row)
-    return header, rows
-
-
-def _changed_kernels(d: TraceDiff) -> pd.DataFrame:
-    k = d.kernels
-    return k[(k["count_delta"] != 0) | (k["total_ns_delta"] != 0)]
-
-
-def kernel_rows(d: TraceDiff, top: int, width: int = KERNEL_NAME_WIDTH) -> tuple[list[str], list[list[str]]]:
-    header = ["kernel", "cat", "count A", "B", "Δ", "total A", "B", "Δ", "Δ%", "mean A", "B"]
-    rows = []
-    for r in _changed_kernels(d).head(top).itertuples(index=False):
-        name = r.name if len(r.name) <= width else r.name[: width - 1] + "…"
-        if r.presence != "both":
-            name += f"  ({r.presence})"
-        rows.append([name, r.category, value(r.count_a, "count"), value(r.count_b, "count"),
-                     delta(r.count_delta, "count"), value(r.total_ns_a, "time"), value(r.total_ns_b, "time"),
-                     delta(r.total_ns_delta, "time"), rel(r.total_rel), _us(r.mean_ns_a), _us(r.mean_ns_b)])
-    return header, rows
-
-
-def _us(ns: Any) -> str:
-    return UNDEFINED if _nan(ns) else f"{ns / 1e3:,.1f} µs"
+from viz.diff_tables import (
+    KERNEL_NAME_WIDTH,
+    UNDEFINED,
+    changed_kernels,
+    kernel_rows,
+    metric_rows,
+    missing,
+    rank_rows,
+    value,
+)
 
 
 def _rank_list(ranks: list[int]) -> str:
@@ -224,7 +105,7 @@ def print_diff(d: TraceDiff, console: Console, top: int = 15) -> None:
     for line in _sections_text(d):
         console.print(escape(line))
 
-    changed = _changed_kernels(d)
+    changed = changed_kernels(d)
     if changed.empty:
         console.print(f"kernels ({d.kernel_names} names): no change in count or total time "
                       f"({len(d.kernels)} names)")
@@ -260,7 +141,7 @@ def to_markdown(d: TraceDiff, top: int = 15) -> str:
     header, rows = rank_rows(d, markup=False)
     lines += _md_table(header, rows)
     lines += [""] + [f"- {s}" for s in _sections_text(d)]
-    changed = _changed_kernels(d)
+    changed = changed_kernels(d)
     if changed.empty:
         lines += ["", f"kernels ({d.kernel_names} names): no change in count or total time ({len(d.kernels)} names)"]
     else:
@@ -293,9 +174,9 @@ def sweep_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         for col, _, kind in SWEEP_COLUMNS:
             v = r.get(col)
             if kind == "points":
-                cells.append(UNDEFINED if _nan(v) else ("0" if v == 0 else f"{v:+.1f} pt"))
+                cells.append(UNDEFINED if missing(v) else ("0" if v == 0 else f"{v:+.1f} pt"))
             elif kind == "speedup":
-                cells.append(UNDEFINED if _nan(v) else f"{v:.2f}×")
+                cells.append(UNDEFINED if missing(v) else f"{v:.2f}×")
             else:
                 cells.append(value(v, kind))
         rows.append(cells)

@@ -13,6 +13,7 @@ import pandas as pd
 from rich.table import Table
 
 from analyzers.findings.finding import Finding, Severity, sort_findings
+from viz.tables import syncs_summary
 
 SEVERITY_STYLE = {Severity.critical: "bold red", Severity.warning: "yellow", Severity.info: "cyan"}
 SYNC_GROUP_LIMIT = 20  # rows of the grouped sync table; the JSON output has every sync
@@ -42,20 +43,6 @@ def findings_table(findings: list[Finding], title: str = "findings") -> Table:
         sev = f"[{style}]{f.severity}[/{style}]" if style else str(f.severity)
         table.add_row(sev, f.id, _ranks(f.ranks), f.title, f.fix)
     return table
-
-
-def syncs_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Blocking syncs grouped by rank, API and caller: count, host blocked, GPU idle (ns)."""
-    cols = ["rank", "api", "caller", "n", "host_blocked_ns", "gpu_idle_ns", "gpu_idle_ns_median", "steps"]
-    if df.empty:
-        return pd.DataFrame({c: [] for c in cols})
-    who = df["sync_op"].where(df["sync_op"] != "", df["caller"])
-    who = who.where(who != "", df["annotation"]).where(lambda x: x != "", df["frame"])
-    g = df.assign(who=who.replace("", "-")).groupby(["rank", "api", "who"], sort=False)
-    out = g.agg(n=("start_ns", "size"), host_blocked_ns=("host_blocked_ns", "sum"),
-                gpu_idle_ns=("gpu_idle_ns", "sum"), gpu_idle_ns_median=("gpu_idle_ns", "median"),
-                steps=("step", lambda s: int((s[s >= 0]).nunique()))).reset_index().rename(columns={"who": "caller"})
-    return out.sort_values(["rank", "gpu_idle_ns"], ascending=[True, False], kind="stable")[cols].reset_index(drop=True)
 
 
 def syncs_table(df: pd.DataFrame, title: str = "blocking host syncs", limit: int = SYNC_GROUP_LIMIT) -> Table:

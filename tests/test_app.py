@@ -24,7 +24,8 @@ from analyzers.io.load import load_traces
 from analyzers.report import analyze
 from analyzers.timeline import intervals as iv
 from app import data
-from app.figures import (
+from tests.synth import COMM, GEMM, rank_trace
+from viz.figures import (
     arrival_lateness,
     figure_payload_bytes,
     overview_bars,
@@ -33,10 +34,9 @@ from app.figures import (
     sync_figure,
     timeline_figure,
 )
-from app.lod import lod_segments, pixel_ns, sort_for_lod
-from app.mix import needs_mix
-from app.timeline import CODE, N_CODES, lod_for_windows, prepare_timeline
-from tests.synth import COMM, GEMM, rank_trace
+from viz.lod import lod_segments, pixel_ns, sort_for_lod
+from viz.mix import needs_mix
+from viz.timeline import CODE, N_CODES, lod_for_windows, prepare_timeline
 
 from .conftest import HTA_TRACES, NSYS_TRACES, ROOT
 
@@ -307,7 +307,7 @@ def test_sync_figure_one_trace_per_api() -> None:
 
 
 def test_figure_modules_do_not_import_streamlit() -> None:
-    code = ("import sys; import app.figures, app.lod, app.timeline, app.data; "
+    code = ("import sys; import viz.figures, viz.lod, viz.timeline, app.data; "
             "assert 'streamlit' not in sys.modules, 'streamlit imported'")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -12,12 +12,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("analyzers", "overlapscope", "app", "runners")
-SIZE_CHECKED = ("analyzers", "overlapscope")
+PACKAGES = ("analyzers", "viz", "overlapscope", "app", "runners")
+SIZE_CHECKED = ("analyzers", "viz", "overlapscope", "app")
 MAX_LINES = 400
 # Modules allowed over MAX_LINES, each with the reason it cannot be split. Keep it empty if you can.
 SIZE_ALLOW_LIST: dict[str, str] = {}
 
+# The two front ends stand side by side on analyzers/ and viz/ (what both draw and write): package -> the
+# project packages it must not import.
+FORBIDDEN_PACKAGE_IMPORTS = {
+    "viz": ("overlapscope", "app", "runners"),
+    "overlapscope": ("app",),
+    "app": ("overlapscope",),
+}
 # analyzers' sub-packages, lowest first: a module may import its own layer or lower ones, never a higher one.
 LAYERS = ("errors", "timeline", "io", "overlap", "syncs", "crossrank", "findings", "report", "diff", "export")
 
@@ -136,6 +143,40 @@ def test_analyzers_import_no_renderer():
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             wrong += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in forbidden]
+    assert not wrong, wrong
+
+
+def package_crossings(graph: dict[str, set[str]]) -> list[str]:
+    """Imports from a package into one FORBIDDEN_PACKAGE_IMPORTS keeps it from."""
+    wrong = []
+    for name, targets in graph.items():
+        banned = FORBIDDEN_PACKAGE_IMPORTS.get(name.split(".")[0], ())
+        wrong += [f"{name} imports {t}" for t in sorted(targets) if t.split(".")[0] in banned]
+    return sorted(wrong)
+
+
+def test_crossing_finder_sees_each_forbidden_direction():
+    graph = {"app.views.x": {"overlapscope.render", "viz.figures"}, "overlapscope.cmd": {"app.data", "viz.lod"},
+             "viz.figures": {"app.ui", "analyzers.report"}, "viz.lod": {"viz.formats"}}
+    assert package_crossings(graph) == ["app.views.x imports overlapscope.render", "overlapscope.cmd imports app.data",
+                                        "viz.figures imports app.ui"]
+    assert package_crossings({"app.x": {"viz.lod"}, "overlapscope.y": {"viz.lod", "analyzers.report"}}) == []
+
+
+def test_front_ends_are_siblings_on_viz():
+    """overlapscope/ (CLI) and app/ (dashboard) never import each other; viz/ imports neither."""
+    wrong = package_crossings(import_graph())
+    assert not wrong, "imports across the front ends: " + "; ".join(wrong)
+
+
+def test_viz_needs_no_dashboard():
+    """The HTML report and the figures work without Streamlit: nothing in viz/ imports it."""
+    wrong = []
+    for path in sorted((ROOT / "viz").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            wrong += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] == "streamlit"]
     assert not wrong, wrong
 
 

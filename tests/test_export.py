@@ -21,7 +21,7 @@ from analyzers.export.perfetto import perfetto_data, pid_of, split_lanes
 from analyzers.io.load import load_traces
 from analyzers.report import analyze
 from analyzers.timeline.model import CATEGORIES
-from overlapscope.perfetto_json import write_perfetto
+from viz.perfetto_json import write_perfetto
 
 from .conftest import ROOT, SAMPLES
 from .synth import GEMM

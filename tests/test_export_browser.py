@@ -9,7 +9,7 @@ from playwright.sync_api import sync_playwright
 
 from analyzers.io.load import load_traces
 from analyzers.report import analyze
-from overlapscope.export_html import report_html
+from viz.export_html import report_html
 
 from .conftest import SAMPLES
 from .test_app_browser import ARTIFACTS, ERROR_SELECTORS, count_colour, launch_browser, served  # noqa: F401

@@ -1,4 +1,4 @@
-"""The timeline is true to time at any zoom: per pixel, each category's share (app/mix.py).
+"""The timeline is true to time at any zoom: per pixel, each category's share (viz/mix.py).
 
 Random interval sets: the time each category covers per pixel bin matches a brute-force union, and
 the area the figure fills for each category, divided by its sub-lane height, is the category's time
@@ -12,10 +12,10 @@ import pytest
 
 from analyzers.timeline import intervals as iv
 from analyzers.timeline.model import TraceSet
-from app.figures import MIX_ORDER, timeline_figure
-from app.lod import sort_for_lod
-from app.mix import mix_polygons, pixel_mix, polygon_area
-from app.timeline import CODE, CODES, N_CODES, lod_for_windows, prepare_timeline
+from viz.figures import MIX_ORDER, timeline_figure
+from viz.lod import sort_for_lod
+from viz.mix import mix_polygons, pixel_mix, polygon_area
+from viz.timeline import CODE, CODES, N_CODES, lod_for_windows, prepare_timeline
 
 from .synth import COMM, GEMM, rank_trace
 

@@ -8,7 +8,7 @@ relative to one origin, so the viewer shows every rank on one axis.
 
 Perfetto drops complete events that overlap on one track without nesting, so activities that
 overlap on one stream (or on any added track) are split into extra lanes, each a thread of its
-own: no event is lost. Serializing to JSON is overlapscope/perfetto_json.py's job.
+own: no event is lost. Serializing to JSON is viz/perfetto_json.py's job.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from app import ui
-from app.figures import peer_wait_bars, skew_heatmap
+from viz.figures import peer_wait_bars, skew_heatmap
 
 st.title("Cross-rank")
 runs = ui.load_selected()

@@ -11,9 +11,9 @@ import streamlit as st
 
 from app import ui
 from app.downloads import diff_downloads
-from app.figures import timeline_figure
-from app.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
-from app.timeline import lod_for_windows
+from viz.figures import timeline_figure
+from viz.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
+from viz.timeline import lod_for_windows
 
 st.title("Diff")
 try:

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from app import ui
-from app.figures import iteration_figure, overview_bars
+from viz.figures import iteration_figure, overview_bars
 
 st.title("Overview")
 runs = ui.load_selected()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import ui
-from app.figures import sync_figure
+from viz.figures import sync_figure
 
 st.title("Syncs")
 runs = ui.load_selected()

@@ -12,9 +12,9 @@ import streamlit as st
 
 from app import ui
 from app.downloads import run_downloads
-from app.figures import figure_payload_bytes, timeline_figure
-from app.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
-from app.timeline import lod_for_windows
+from viz.figures import figure_payload_bytes, timeline_figure
+from viz.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
+from viz.timeline import lod_for_windows
 
 st.title("Timeline")
 runs = ui.load_selected()

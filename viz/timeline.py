@@ -2,7 +2,7 @@
 
 Preparing is the expensive part (one sort of every GPU activity, the overlap and
 exposed-communication bands of each rank); it is done once per trace set and cached by the
-app. Every zoom, step or window change then only masks, clips and merges (app/lod.py).
+app. Every zoom, step or window change then only masks, clips and merges (viz/lod.py).
 
 Lanes, top to bottom per rank: a band lane (overlap = busy(comm) ∩ busy(compute), exposed
 communication = busy(comm) − busy(compute), the very sets the metrics measure), a host-sync

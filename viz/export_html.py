@@ -3,7 +3,7 @@
 The report is one HTML file with Plotly's JavaScript embedded once (it opens with no network):
 metrics table, overview and per-iteration figures, findings with their evidence and fixes,
 blocking host syncs, the cross-rank section and the timeline. The timeline is the app's own
-figure (app/figures.py) at the app's default level of detail (app/lod.py), so a trace set of
+figure (viz/figures.py) at the app's default level of detail (viz/lod.py), so a trace set of
 a million kernels still makes a page of a few MB. Two trace sets make a diff report: the
 verdict, the comparison tables, and both timelines on one shared x axis.
 
@@ -30,13 +30,14 @@ from analyzers.export.perfetto import aligned_traces
 from analyzers.findings import sort_findings
 from analyzers.report import AnalysisReport
 from analyzers.timeline.model import TraceSet
-from app.figures import iteration_figure, overview_bars, peer_wait_bars, skew_heatmap, timeline_figure
-from app.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
-from app.timeline import SYNC_COLUMNS, TimelineData, lod_for_windows, normalize_syncs, prepare_timeline
 
-from . import render, render_diff
-from .render_crossrank import sections as cross_rank_sections
-from .render_findings import syncs_summary
+from . import diff_tables
+from .crossrank_tables import sections as cross_rank_sections
+from .figures import iteration_figure, overview_bars, peer_wait_bars, skew_heatmap, timeline_figure
+from .formats import ms
+from .lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
+from .tables import RANK_COLUMNS, rank_rows, syncs_summary
+from .timeline import SYNC_COLUMNS, TimelineData, lod_for_windows, normalize_syncs, prepare_timeline
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 PLOT_CONFIG = {"displaylogo": False, "scrollZoom": True}
@@ -194,7 +195,7 @@ def _syncs_html(report: AnalysisReport) -> str:
     if not frames:
         return '<p class="muted">No blocking host syncs.</p>' if report.diagnosed else ""
     s = syncs_summary(pd.concat(frames, ignore_index=True)).head(30)
-    rows = [[r.rank, r.api, str(r.caller)[:80], r.n, render.ms(r.host_blocked_ns), render.ms(r.gpu_idle_ns),
+    rows = [[r.rank, r.api, str(r.caller)[:80], r.n, ms(r.host_blocked_ns), ms(r.gpu_idle_ns),
              r.steps] for r in s.itertuples(index=False)]
     return html_table(["rank", "api", "caller", "syncs", "host blocked ms", "GPU idle ms", "steps"], rows,
                       text_cols=(1, 2))
@@ -234,7 +235,7 @@ def report_html(traces: TraceSet, report: AnalysisReport, timeline: TimelineData
     body = [f"<h1>overlapscope — {_e(label)}</h1>",
             f'<p class="muted">{_e(report.fmt)} · {len(report.ranks)} rank(s) · {data.n_activities:,} GPU activities'
             f" · sources: {_e(', '.join(report.sources))}</p>",
-            "<h2>Metrics</h2>", html_table([n for n, _ in render.RANK_COLUMNS], render.rank_rows(report)),
+            "<h2>Metrics</h2>", html_table([n for n, _ in RANK_COLUMNS], rank_rows(report)),
             fig(overview_bars([(label, report)]), "overview"),
             "<h2>Per iteration</h2>", fig(iteration_figure([(label, report)]), "iterations"),
             f"<h2>Findings ({len(report.findings or [])})</h2>", findings_html(report),
@@ -255,9 +256,9 @@ def diff_html(d: TraceDiff, sides: Sequence[tuple[TraceSet, AnalysisReport]],
     fig = _Figures()
     (ta, ra), (tb, rb) = sides
     datas = [report_timeline(ta, ra, d.labels[0]), report_timeline(tb, rb, d.labels[1])]
-    mh, mrows = ["metric", d.labels[0], d.labels[1], "Δ", "Δ%"], render_diff.metric_rows(d.aggregate, markup=False)
-    rh, rrows = render_diff.rank_rows(d, markup=False)
-    kh, krows = render_diff.kernel_rows(d, top=25)
+    mh, mrows = ["metric", d.labels[0], d.labels[1], "Δ", "Δ%"], diff_tables.metric_rows(d.aggregate, markup=False)
+    rh, rrows = diff_tables.rank_rows(d, markup=False)
+    kh, krows = diff_tables.kernel_rows(d, top=25)
     one_side = []
     for key, label in (("only_a", d.labels[0]), ("only_b", d.labels[1])):
         items = d.findings.get(key) or []

@@ -1,6 +1,6 @@
 """The timeline at coarse zoom, drawn true to time: per pixel, each category's share of it.
 
-Merging intervals closer than a pixel (app/lod.py) makes a readable picture, but a merged bar is
+Merging intervals closer than a pixel (viz/lod.py) makes a readable picture, but a merged bar is
 drawn as wide as its extent, and on a lane where communication and compute alternate faster than a
 pixel, whichever is drawn last covers the other: a run that is 31 % overlapped looks all exposed.
 So when a window has intervals below a pixel, each lane is split into one thin sub-lane per category
@@ -32,7 +32,7 @@ class PixelMix:
 def pixel_mix(starts: np.ndarray, ends: np.ndarray, groups: np.ndarray, lo: int, hi: int, n_bins: int) -> PixelMix:
     """Per group, the time its intervals (union) cover in each of n_bins equal bins of [lo, hi).
 
-    Input sorted by (group, start) (app/timeline.py keeps it so). Vectorized over all groups: each
+    Input sorted by (group, start) (viz/timeline.py keeps it so). Vectorized over all groups: each
     group's times are offset by a stride wider than the window, so one running maximum merges every
     group, and one searchsorted reads the running covered time at every bin edge of every group.
     """

@@ -1,7 +1,7 @@
 """Number formatting shared by every renderer (ms, percent, the "n/a" of an undefined value).
 
-Its own module so the section renderers (render_crossrank, render_findings) and the report
-renderer (render.py) all use it without importing each other in a circle.
+Shared by the terminal and Markdown output (overlapscope/render*.py), the HTML report
+(viz/export_html.py) and the table rows below them, so a figure reads the same everywhere.
 """
 
 from __future__ import annotations

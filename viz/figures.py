@@ -3,8 +3,8 @@
 No streamlit here, so the same figures work in a notebook:
 
     from analyzers.io.load import load_traces
-    from app.timeline import prepare_timeline, lod_for_windows
-    from app.figures import timeline_figure
+    from viz.timeline import prepare_timeline, lod_for_windows
+    from viz.figures import timeline_figure
     data = prepare_timeline(load_traces(["run_dir"]))
     fig = timeline_figure(lod_for_windows([data], [(data.t_min, data.t_min, data.t_max)]))
 
@@ -126,7 +126,7 @@ def _interleave(a: np.ndarray, b: np.ndarray, fill: float) -> np.ndarray:
 
 
 def mix_traces(v: LaneSegments, width_px: int, top: int, legend_done: set[str]) -> list[go.Scattergl]:
-    """The window as per-pixel category shares (app/mix.py): one filled trace per colour."""
+    """The window as per-pixel category shares (viz/mix.py): one filled trace per colour."""
     d = v.data
     mix = pixel_mix(d.starts, d.ends, d.groups, v.lo_ns, v.hi_ns, width_px)
     poly = mix_polygons(mix, N_CODES, top, [CODE[c] for c in MIX_ORDER])
