@@ -10,6 +10,7 @@ import io
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from analyzers.io.plain import to_json as plain_json
@@ -62,7 +63,7 @@ def print_table(report: AnalysisReport, console: Console, streams: bool = False)
         for t in stream_tables(report):
             console.print(t)
     if report.cross_rank is not None and report.cross_rank.n_matched:
-        for t in cross_rank_table(report.cross_rank):
+        for t in cross_rank_table(report.cross_rank, report.stragglers):
             console.print(t)
     elif report.cross_rank is not None:
         for note in report.cross_rank.notes:
@@ -74,9 +75,20 @@ def print_table(report: AnalysisReport, console: Console, streams: bool = False)
         console.print(findings_table(report.findings))
     for note in report.notes:
         console.print(f"[dim]note: {note}[/dim]")
+    for note in rank_notes(report):
+        console.print(f"[dim]{escape(note)}[/dim]")
+
+
+def rank_notes(report: AnalysisReport) -> list[str]:
+    """Each rank's notes, one line per distinct note with the ranks it holds for ('rank 3: ...',
+    'ranks 0-1023: ...'), so a note every rank shares is said once."""
+    from analyzers.io.rank_select import format_ranks
+
+    by_note: dict[str, list[int]] = {}
     for m in report.ranks:
         for note in dict.fromkeys(m.notes):
-            console.print(f"[dim]rank {m.rank}: {note}[/dim]")
+            by_note.setdefault(note, []).append(m.rank)
+    return [f"rank{'s' if len(rs) > 1 else ''} {format_ranks(rs, 8)}: {note}" for note, rs in by_note.items()]
 
 
 def to_markdown(report: AnalysisReport) -> str:
@@ -85,11 +97,11 @@ def to_markdown(report: AnalysisReport) -> str:
     lines.append("|" + "---|" * len(RANK_COLUMNS))
     for row in rank_rows(report):
         lines.append("| " + " | ".join(row) + " |")
-    notes = list(report.notes) + [f"rank {m.rank}: {n}" for m in report.ranks for n in dict.fromkeys(m.notes)]
+    notes = list(report.notes) + rank_notes(report)
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
     if report.cross_rank is not None:
-        lines += ["", cross_rank_markdown(report.cross_rank)]
+        lines += ["", cross_rank_markdown(report.cross_rank, report.stragglers)]
     if report.findings is not None:
         lines += ["", findings_markdown(report.findings)]
     return "\n".join(lines) + "\n"

@@ -18,6 +18,9 @@ from .formats import UNDEFINED, pct
 
 TOP_COLLECTIVES = 10  # collectives with the most waiting shown in tables (JSON carries all)
 TOP_MISMATCHES = 10
+MAX_RANK_ROWS = 16  # per-rank sections list every rank up to this many (viz/scale_tables.py)
+TOP_RANK_ROWS = 5  # past it: this many ranks of interest per criterion
+MAX_CELL = 400  # characters in one cell (lists of ranks are cut)
 NAME_WIDTH = 48  # kernel names are cut to this many characters in tables
 
 
@@ -52,34 +55,53 @@ def _short(name: str) -> str:
     return n[:head] + "…" + n[-(NAME_WIDTH - head - 1):]
 
 
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_CELL else text[:MAX_CELL - 1] + "…"
+
+
 def _plural(n: int, word: str, plural: str = "") -> str:
     return f"{n} {word if n == 1 else (plural or word + 's')}"
 
 
 def _clock(rep: CrossRankReport) -> Section:
     c = rep.clock
-    rows = [[f"rank {r}", dur(c.offsets_ns[r]), dur(c.estimated_offsets_ns[r])] for r in rep.ranks]
+    shown = rep.ranks
+    if len(rep.ranks) > MAX_RANK_ROWS:  # the ranks with the largest offsets, the rest in the caption
+        shown = sorted(rep.ranks, key=lambda r: -abs(c.estimated_offsets_ns[r]))[:TOP_RANK_ROWS]
+    rows = [[f"rank {r}", dur(c.offsets_ns[r]), dur(c.estimated_offsets_ns[r])] for r in shown]
     shared = "shared clock" if c.shared_clock else "separate clocks"
     cap = (f"{shared}, method {c.method}: {c.reason}. Residual skew of matched collective ends "
            f"{dur(c.residual_skew_ns)} median, {dur(c.residual_skew_max_ns)} max "
            f"({c.n_collectives_used} collectives; {dur(c.unaligned_skew_ns)} median before alignment).")
+    if len(shown) < len(rep.ranks):
+        cap += f" {len(shown)} of {len(rep.ranks)} ranks shown: the largest estimated offsets."
     return Section("Clock alignment (aligned = own time + offset)", ["rank", "offset applied", "offset estimated"],
                    rows, cap)
 
 
 def _peer_wait(rep: CrossRankReport) -> Section:
     rows = []
-    for r in rep.ranks:
+    shown = rep.ranks
+    if len(rep.ranks) > MAX_RANK_ROWS:  # the ranks that waited most, then those most often last
+        pw = rep.peer_wait
+        shown = sorted(rep.ranks, key=lambda r: -pw.get(r, {}).get("wait_ns", 0))[:TOP_RANK_ROWS]
+        shown += [r for r in sorted(rep.ranks, key=lambda r: -pw.get(r, {}).get("n_late", 0))
+                  if r not in shown][:TOP_RANK_ROWS]
+    for r in shown:
         p = rep.peer_wait.get(r, {})
         waited = ", ".join(f"rank {k}: {dur(v)}" for k, v in sorted(p.get("wait_for_rank_ns", {}).items())) or "-"
         rows.append([f"rank {r}", str(p.get("n_collectives", 0)), dur(p.get("kernel_ns")), dur(p.get("wait_ns")),
                      dur(p.get("transfer_ns")), pct(p.get("wait_fraction")), pct(p.get("overlap_ratio")),
                      pct(p.get("effective_overlap_ratio")), str(p.get("n_late", 0)), waited])
+    rows = [[*row[:9], _cut(row[9])] for row in rows]
     lines = [f"rank {d['rank']} last at {_plural(d['n_collectives_last'], 'collective')} "
              f"({d['share_of_late_collectives']:.0%} of those with a late rank), others waited "
-             f"{dur(d['wait_caused_ns'])}" for d in rep.late_ranks]
+             f"{dur(d['wait_caused_ns'])}" for d in rep.late_ranks[:TOP_RANK_ROWS]]
     cap = ("wait = kernel time before the last rank arrived; effective overlap = overlap of the transfer part "
            "with compute. " + "; ".join(lines))
+    if len(shown) < len(rep.ranks):
+        cap += (f" {len(shown)} of {len(rep.ranks)} ranks shown: those that waited most and those most often last"
+                " (all ranks: -f json or --tables).")
     return Section("Peer wait per rank", ["rank", "collectives", "kernel time", "wait", "transfer", "wait %",
                                           "overlap", "effective overlap", "last at", "waited for"], rows, cap)
 
@@ -90,8 +112,12 @@ def _collectives(rep: CrossRankReport) -> Section:
     if len(c):
         top = c[c["max_wait_ns"] > 0].sort_values("max_wait_ns", ascending=False, kind="stable").head(TOP_COLLECTIVES)
         for rec in top.to_dict(orient="records"):
-            waits = ", ".join(f"{r}: {dur(int(rec[f'wait_ns_r{r}']))}" for r in rep.ranks
-                              if pd.notna(rec.get(f"wait_ns_r{r}")))
+            per = sorted(((r, int(rec[f"wait_ns_r{r}"])) for r in rep.ranks if pd.notna(rec.get(f"wait_ns_r{r}"))),
+                         key=lambda x: -x[1] if len(rep.ranks) > MAX_RANK_ROWS else x[0])
+            k = TOP_RANK_ROWS if len(rep.ranks) > MAX_RANK_ROWS else len(per)
+            waits = _cut(", ".join(f"{r}: {dur(w)}" for r, w in per[:k]))
+            if len(per) > k:
+                waits += f" (largest {k} of {len(per)})"
             late = f"rank {int(rec['late_rank'])}" if rec["late_rank"] >= 0 else "together"
             rows.append([str(int(rec["coll_id"])), _short(rec["coll_name"]), str(rec["group"]), late,
                          dur(rec["skew_ns"]), dur(rec["max_wait_ns"]), waits])
@@ -132,11 +158,16 @@ def _mismatches(rep: CrossRankReport) -> Section:
                                                    "swapped pairs"], rows, cap)
 
 
-def sections(rep: CrossRankReport) -> list[Section]:
-    """The cross-rank sections in display order (empty when fewer than two ranks)."""
+def sections(rep: CrossRankReport, stragglers: dict | None = None) -> list[Section]:
+    """The cross-rank sections in display order (empty when fewer than two ranks); with the report's
+    straggler view, its section after peer wait."""
     if rep.clock is None:
         return []
+    from .scale_tables import straggler_section
+
     out = [_clock(rep), _peer_wait(rep), _collectives(rep), _mismatches(rep)]
+    if (st := straggler_section(stragglers)) is not None:
+        out.insert(2, st)
     notes = list(rep.notes) + [f"{u['group']}: {u['reason']}" for u in rep.inconsistent[:TOP_MISMATCHES]]
     if notes:
         out.append(Section("Cross-rank notes", ["note"], [[n] for n in notes]))

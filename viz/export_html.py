@@ -206,7 +206,7 @@ def _cross_rank_html(report: AnalysisReport, fig) -> str:
     if cross is None or cross.clock is None:
         return '<p class="muted">One rank: no cross-rank analysis.</p>'
     parts = []
-    for s in cross_rank_sections(cross):
+    for s in cross_rank_sections(cross, report.stragglers):
         parts.append(f"<h3>{_e(s.title)}</h3>")
         parts.append(html_table(s.header, s.rows, text_cols=range(len(s.header))) if s.rows else "<p>(none)</p>")
         if s.caption:

@@ -28,8 +28,32 @@ RANK_COLUMNS: list[tuple[str, str]] = [
 
 
 def rank_rows(report: AnalysisReport) -> list[list[str]]:
+    """One row per rank; past scale_tables.MAX_RANK_ROWS ranks, the distribution across ranks and the
+    ranks with the lowest overlap ratio (the JSON and `--tables` keep every rank)."""
+    from .scale_tables import TOP_RANKS, distribution_rows, many
+
+    if many(len(report.ranks)):
+        ms_ = [lambda v: ms(int(v))] * 3
+        cols = [[m.whole.comm_ns for m in report.ranks], [m.whole.compute_ns for m in report.ranks],
+                [m.whole.overlap_ns for m in report.ranks], [m.whole.overlap_ratio for m in report.ranks],
+                [m.whole.exposed_comm_ns for m in report.ranks], [m.whole.hidden_fraction_of_min for m in report.ranks],
+                [m.whole.span_ns for m in report.ranks], [m.whole.idle_ns for m in report.ranks],
+                [m.iteration_summary.get("n", 0) for m in report.ranks]]
+        fmts = [*ms_, pct, lambda v: ms(int(v)), pct, lambda v: ms(int(v)), lambda v: ms(int(v)),
+                lambda v: str(int(v))]
+        rows = [[*r, UNDEFINED] for r in distribution_rows(cols, fmts)]
+        worst = sorted((m for m in report.ranks if m.overlap_ratio is not None), key=lambda m: m.overlap_ratio)
+        picked = {m.rank for m in worst[:TOP_RANKS]}
+        return rows + [[f"{r[0]} (lowest overlap)", *r[1:]] for r in _rows(report, picked)]
+    return _rows(report, None)
+
+
+def _rows(report: AnalysisReport, only: set[int] | None) -> list[list[str]]:
     rows = []
-    for m in report.ranks:
+    ordered = sorted(report.ranks, key=lambda m: (m.overlap_ratio is None, m.overlap_ratio or 0.0))
+    for m in ordered if only is not None else report.ranks:
+        if only is not None and m.rank not in only:
+            continue
         w, s = m.whole, m.iteration_summary
         iters = (f"{pct(s.get('overlap_ratio_median'))}/{pct(s.get('overlap_ratio_worst'))}"
                  if s.get("n") else UNDEFINED)
