@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import ui
+from app import ranks, ui
 from app.downloads import run_downloads
 from viz.figures import figure_payload_bytes, timeline_figure
 from viz.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
@@ -20,7 +20,19 @@ st.title("Timeline")
 runs = ui.load_selected()
 if not runs:
     st.stop()
-datas = [r.timeline() for r in runs]
+shown: dict[str, list[int] | None] = {}
+for r in runs:  # a run of many ranks draws the ranks picked here (default: slowest, median, fastest)
+    all_ranks = [m.rank for m in r.report().ranks]
+    if len(all_ranks) <= ranks.MANY_RANKS:
+        shown[r.source.key] = None
+        continue
+    picked = st.multiselect(f"Ranks of {r.label} ({len(all_ranks)} ranks)", all_ranks, ranks.chosen_ranks(r),
+                            key=f"tl_ranks:{r.source.key}",
+                            help="A run of many ranks is drawn for the ranks picked here: by default the slowest "
+                                 "(longest GPU span), the median and the fastest; the Stragglers page sends others.")
+    ranks.set_ranks(r.source.key, picked)
+    shown[r.source.key] = ranks.chosen_ranks(r)
+datas = [r.timeline(tuple(shown[r.source.key]) if shown[r.source.key] is not None else None) for r in runs]
 focus = ui.pop_focus()
 
 WHOLE = "whole trace"
@@ -99,7 +111,7 @@ for d in datas:
 st.subheader("Metrics in this window")
 rows = []
 for run, (_, lo, hi) in zip(runs, windows, strict=True):
-    for rank in run.traces().rank_ids():
+    for rank in shown[run.source.key] or run.traces().rank_ids():
         m = run.window_metrics(rank, lo, hi)
         rows.append({"run": run.label, "rank": rank, "overlap ratio": m.overlap_ratio,
                      "comm (ms)": m.comm_ns / 1e6, "compute (ms)": m.compute_ns / 1e6,
