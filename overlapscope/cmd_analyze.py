@@ -27,13 +27,12 @@ from .common import (
     StepPatternOpt,
     StepsOpt,
     UsageFailure,
-    emit,
+    emit_document,
     err_console,
     gate_threshold,
     load_set,
     options_from,
     stage_progress,
-    write_bytes,
 )
 from .finding_ids import FINDING_IDS
 from .stack_imports import analysis_stack_imports
@@ -97,10 +96,9 @@ def analyze_cmd(
         "command": "analyze", "rank": rank, "rules": _file_digest(rules), "comm_kernel": comm_kernel or [],
         "steps": steps, "like_hta": like_hta, "step_pattern": step_pattern, "align": not no_align,
         "diagnose": not no_diagnose, "ranks": ranks})
-    # The cache keeps the JSON document (no pickle): it answers -f json and the gates; the other
-    # formats render the report object, so they analyze (with the parse cache) and refresh it.
-    doc = report_cache.get(key) if key is not None and format is OutputFormat.json and tables is None else None
-    report = None
+    # The cache keeps the JSON document (no pickle): every format is rendered from it, so a hit answers all
+    # (--tables needs the report itself, so it analyzes).
+    doc = report_cache.get(key) if key is not None and tables is None else None
     if doc is None:
         with analysis_stack_imports():  # pandas, pyarrow, numpy (overlapscope/stack_imports.py)
             from analyzers.report import analyze
@@ -121,10 +119,7 @@ def analyze_cmd(
                 raise UsageFailure(f"--tables {tables}: cannot write ({exc.strerror or exc})") from None
         if key is not None:
             report_cache.put(key, doc)
-    if format is OutputFormat.json:
-        write_bytes(doc + b"\n")
-    else:
-        emit(report, format, streams=streams)
+    emit_document(doc, format, streams=streams)
     if gates_fail(msgspec.json.decode(doc) if threshold is not None or fail_ids else {}, threshold,
                   allow_undefined, fail_ids):
         raise typer.Exit(EXIT_GATE)

@@ -171,19 +171,29 @@ def write_bytes(data: bytes) -> None:
 
 
 def emit(report: AnalysisReport, fmt: OutputFormat, streams: bool = False) -> None:
-    if fmt is OutputFormat.json:
-        from .render_json import report_json
+    """The report in the format asked for, drawn from its JSON document (as emit_document)."""
+    from .render_json import report_json
 
-        write_bytes(report_json(report) + b"\n")
+    emit_document(report_json(report), fmt, streams=streams)
+
+
+def emit_document(doc: bytes, fmt: OutputFormat, streams: bool = False) -> None:
+    """An analysis document (the JSON bytes `-f json` prints, as the report cache keeps them) in the format
+    asked for: JSON as it is, every other format rendered from it (overlapscope/render.py)."""
+    if fmt is OutputFormat.json:
+        write_bytes(doc + b"\n")
         return
+    import msgspec
+
     from . import render
 
+    data = msgspec.json.decode(doc)
     if fmt is OutputFormat.md:
-        sys.stdout.write(render.to_markdown(report))
+        sys.stdout.write(render.to_markdown(data))
     elif fmt is OutputFormat.csv:
-        sys.stdout.write(render.to_csv(report))
+        sys.stdout.write(render.to_csv(data))
     else:
-        render.print_table(report, out_console.console, streams=streams)
+        render.print_table(data, out_console.console, streams=streams)
 
 
 def gate_threshold(value: float) -> float:

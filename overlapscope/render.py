@@ -1,110 +1,167 @@
-"""Rendering of analysis data for the terminal: rich tables, Markdown, CSV, JSON.
+"""`analyze`'s answer as terminal tables, Markdown and CSV, all drawn from its analysis document.
 
-Analyses return data (analyzers.report); only this module and app/ turn it into text.
+The document is the JSON `analyze -f json` prints (AnalysisReport.document(), decoded) and the report
+cache keeps: every format renders from it alone, so a cache hit answers any format without analysing,
+and no format can show what the JSON does not hold. Each part of the document is drawn by the section
+registered for its key in SECTIONS (ARCHITECTURE.md: "A new analyze section"). Plain Python over
+dicts and lists, no pandas.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console
-from rich.markup import escape
+from rich.console import Console, RenderableType
 from rich.table import Table
 
-from analyzers.io.plain import to_json as plain_json
-from analyzers.report import AnalysisReport
 from viz.formats import UNDEFINED, ms, pct  # noqa: F401  (render.pct is the formatter commands use)
-from viz.tables import RANK_COLUMNS, rank_rows
+from viz.scale_tables import straggler_section
+from viz.tables import RANK_COLUMNS, Doc, rank_rows, sync_rows
 
-from .render_crossrank import cross_rank_markdown, cross_rank_table
+from .render_crossrank import cross_rank_markdown, cross_rank_table, sections_markdown, sections_table
 from .render_findings import findings_markdown, findings_table, syncs_table
 
 
-def report_table(report: AnalysisReport) -> Table:
-    title = f"overlap — {report.label}" + (f" ({report.fmt})" if report.fmt else "")
+@dataclass(frozen=True)
+class RenderOptions:
+    """How the terminal form is drawn (what the document holds is not affected)."""
+
+    streams: bool = False  # per-stream busy time tables
+
+
+@dataclass(frozen=True)
+class DocSection:
+    """How one key of the analysis document is drawn: terminal renderables and a Markdown part.
+
+    Both get the whole document (a section may need the label or the ranks) and are called only
+    when doc[key] is present and not None; either may be None (that format leaves the key out).
+    """
+
+    key: str
+    table: Callable[[Doc, RenderOptions], list[RenderableType]] | None
+    markdown: Callable[[Doc], str] | None
+
+
+def report_table(doc: Doc) -> Table:
+    title = f"overlap — {doc['label']}" + (f" ({doc['format']})" if doc["format"] else "")
     table = Table(title=title, title_justify="left", header_style="bold")
     for name, _ in RANK_COLUMNS:
         table.add_column(name, justify="left" if name == "rank" else "right")
-    for row in rank_rows(report):
+    for row in rank_rows(doc):
         ratio = row[4]
         style = None
         if ratio != UNDEFINED:
-            v = float(ratio.rstrip("%")) / 100
+            v = float(ratio.rstrip("%")) / 100  # coloured as printed: 29.96 % shows as 30.0 %, yellow
             style = "red" if v < 0.3 else ("yellow" if v < 0.7 else "green")
         row[4] = f"[{style}]{ratio}[/{style}]" if style else ratio
         table.add_row(*row)
     return table
 
 
-def stream_tables(report: AnalysisReport) -> list[Table]:
+def stream_tables(doc: Doc) -> list[Table]:
     out = []
-    for m in report.ranks:
-        t = Table(title=f"rank {m.rank} streams", title_justify="left", header_style="bold")
+    for m in doc["ranks"]:
+        t = Table(title=f"rank {m['rank']} streams", title_justify="left", header_style="bold")
         for c in ("device", "stream", "kernels", "busy ms", "comm ms", "compute ms"):
             t.add_column(c, justify="right")
-        for r in m.streams.itertuples(index=False):
-            t.add_row(str(r.device), str(r.stream), str(r.n), ms(r.busy_ns), ms(r.comm_ns), ms(r.compute_ns))
+        for r in m["streams"]:
+            t.add_row(str(r["device"]), str(r["stream"]), str(r["n"]), ms(r["busy_ns"]), ms(r["comm_ns"]),
+                      ms(r["compute_ns"]))
         out.append(t)
     return out
 
 
-def _all_syncs(report: AnalysisReport):
-    import pandas as pd
-
-    frames = [df for df in report.syncs.values() if len(df)]
-    return pd.concat(frames, ignore_index=True) if frames else None
+def notes(doc: Doc) -> list[str]:
+    """The report's notes, then each rank's, as printed."""
+    return list(doc["notes"]) + rank_notes(doc)
 
 
-def print_table(report: AnalysisReport, console: Console, streams: bool = False) -> None:
-    console.print(report_table(report))
-    if streams:
-        for t in stream_tables(report):
-            console.print(t)
-    if report.cross_rank is not None and report.cross_rank.n_matched:
-        for t in cross_rank_table(report.cross_rank, report.stragglers):
-            console.print(t)
-    elif report.cross_rank is not None:
-        for note in report.cross_rank.notes:
-            console.print(f"[dim]cross-rank: {note}[/dim]")
-    syncs = _all_syncs(report)
-    if syncs is not None:
-        console.print(syncs_table(syncs))
-    if report.findings is not None:
-        console.print(findings_table(report.findings))
-    for note in report.notes:
-        console.print(f"[dim]note: {note}[/dim]")
-    for note in rank_notes(report):
-        console.print(f"[dim]{escape(note)}[/dim]")
-
-
-def rank_notes(report: AnalysisReport) -> list[str]:
+def rank_notes(doc: Doc) -> list[str]:
     """Each rank's notes, one line per distinct note with the ranks it holds for ('rank 3: ...',
     'ranks 0-1023: ...'), so a note every rank shares is said once."""
     from analyzers.io.rank_select import format_ranks
 
     by_note: dict[str, list[int]] = {}
-    for m in report.ranks:
-        for note in dict.fromkeys(m.notes):
-            by_note.setdefault(note, []).append(m.rank)
+    for m in doc["ranks"]:
+        for note in dict.fromkeys(m["notes"]):
+            by_note.setdefault(note, []).append(m["rank"])
     return [f"rank{'s' if len(rs) > 1 else ''} {format_ranks(rs, 8)}: {note}" for note, rs in by_note.items()]
 
 
-def to_markdown(report: AnalysisReport) -> str:
-    lines = [f"### overlap — {report.label}", ""]
+# --------------------------------------------------------------------------- sections
+
+
+def _ranks_table(doc: Doc, opts: RenderOptions) -> list[RenderableType]:
+    return [report_table(doc), *(stream_tables(doc) if opts.streams else [])]
+
+
+def _ranks_markdown(doc: Doc) -> str:
+    lines = [f"### overlap — {doc['label']}", ""]
     lines.append("| " + " | ".join(n for n, _ in RANK_COLUMNS) + " |")
     lines.append("|" + "---|" * len(RANK_COLUMNS))
-    for row in rank_rows(report):
-        lines.append("| " + " | ".join(row) + " |")
-    notes = list(report.notes) + rank_notes(report)
-    if notes:
-        lines += [""] + [f"- {n}" for n in notes]
-    if report.cross_rank is not None:
-        lines += ["", cross_rank_markdown(report.cross_rank, report.stragglers)]
-    if report.findings is not None:
-        lines += ["", findings_markdown(report.findings)]
-    return "\n".join(lines) + "\n"
+    lines += ["| " + " | ".join(row) + " |" for row in rank_rows(doc)]
+    if n := notes(doc):
+        lines += [""] + [f"- {x}" for x in n]
+    return "\n".join(lines)
+
+
+def _cross_rank_table(doc: Doc, opts: RenderOptions) -> list[RenderableType]:
+    cross = doc["cross_rank"]
+    if cross["n_matched"]:
+        return list(cross_rank_table(cross))
+    return [f"[dim]cross-rank: {note}[/dim]" for note in cross["notes"]]
+
+
+def _syncs_table(doc: Doc, opts: RenderOptions) -> list[RenderableType]:
+    rows = sync_rows(doc)
+    return [syncs_table(rows)] if rows else []
+
+
+def _notes_table(doc: Doc, opts: RenderOptions) -> list[RenderableType]:
+    return [f"[dim]note: {n}[/dim]" for n in doc["notes"]] + [f"[dim]{n}[/dim]" for n in rank_notes(doc)]
+
+
+def _stragglers_table(doc: Doc, opts: RenderOptions) -> list[RenderableType]:
+    return list(sections_table([s] if (s := straggler_section(doc["stragglers"])) else []))
+
+
+def _stragglers_markdown(doc: Doc) -> str:
+    return sections_markdown([s] if (s := straggler_section(doc["stragglers"])) else [])
+
+
+# In display order. Markdown prints the notes under the rank table (its ranks part), the terminal last.
+SECTIONS: list[DocSection] = [
+    DocSection("ranks", _ranks_table, _ranks_markdown),
+    DocSection("cross_rank", _cross_rank_table, lambda doc: cross_rank_markdown(doc["cross_rank"])),
+    DocSection("stragglers", _stragglers_table, _stragglers_markdown),
+    DocSection("syncs", _syncs_table, None),
+    DocSection("findings", lambda doc, opts: [findings_table(doc["findings"])],
+               lambda doc: findings_markdown(doc["findings"])),
+    DocSection("notes", _notes_table, None),
+]
+
+
+def _present(doc: Doc) -> list[DocSection]:
+    return [s for s in SECTIONS if doc.get(s.key) is not None]
+
+
+def print_table(doc: Doc, console: Console, streams: bool = False) -> None:
+    """The document as rich tables on console, section after section."""
+    opts = RenderOptions(streams=streams)
+    for section in _present(doc):
+        if section.table is not None:
+            for item in section.table(doc, opts):
+                console.print(item)
+
+
+def to_markdown(doc: Doc) -> str:
+    """The document as Markdown, its sections separated by blank lines."""
+    parts = [s.markdown(doc) for s in _present(doc) if s.markdown is not None]
+    return "\n\n".join(parts) + "\n"
 
 
 CSV_FIELDS = [
@@ -114,16 +171,18 @@ CSV_FIELDS = [
 ]
 
 
-def to_csv(report: AnalysisReport) -> str:
+def to_csv(doc: Doc) -> str:
+    """One CSV row per rank of the document, raw figures (ns, ratios as fractions; undefined empty)."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
-    for m in report.ranks:
-        row: dict[str, Any] = {"rank": m.rank, "source": m.source, **m.whole.to_dict()}
-        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    for m in doc["ranks"]:
+        writer.writerow({k: ("" if m.get(k) is None else m[k]) for k in CSV_FIELDS})
     return buf.getvalue()
 
 
 def to_json(data: Any) -> str:
     """Indented JSON, encoded by msgspec (NaN -> null, numpy values as numbers)."""
+    from analyzers.io.plain import to_json as plain_json  # numpy and pandas: only for what holds them
+
     return plain_json(data)

@@ -1,4 +1,4 @@
-"""Rendering of the cross-rank report (analyzers.crossrank) as rich tables and Markdown.
+"""Rendering of the cross-rank part of the analysis document as rich tables and Markdown.
 
 The sections (title, header, rows, caption) come from viz.crossrank_tables, shared with the
 HTML report; this module draws them for a terminal or a Markdown page.
@@ -9,20 +9,25 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from analyzers.crossrank import CrossRankReport
-from viz.crossrank_tables import sections
+from viz.crossrank_tables import Doc, Section, sections
+
+LEFT_COLUMNS = ("next collective", "waited for", "host", "before its late arrivals")
 
 
-def cross_rank_table(report: CrossRankReport, stragglers: dict | None = None) -> list[Table]:
-    """rich tables of the cross-rank report, one per section (stragglers: the report's straggler view)."""
+def cross_rank_table(report: Doc) -> list[Table]:
+    """rich tables of the cross-rank report, one per section."""
+    return sections_table(sections(report))
+
+
+def sections_table(secs: list[Section]) -> list[Table]:
+    """rich tables, one per section."""
     tables = []
-    for s in sections(report, stragglers):
+    for s in secs:
         t = Table(title=s.title, title_justify="left", header_style="bold", caption=s.caption or None,
                   caption_justify="left")
         for i, h in enumerate(s.header):
             t.add_column(h, justify="left" if i == 0 or h in ("collective", "group", "note", "explains wait") or
-                         h.startswith("order") or h in ("next collective", "waited for", "wait per rank", "host",
-                                                         "before its late arrivals")
+                         h.startswith("order") or h in LEFT_COLUMNS
                          else "right")
         for row in s.rows:
             t.add_row(*(escape(c) for c in row))  # cells are data: "[stream 7]" is not markup
@@ -34,12 +39,17 @@ def _md_cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def cross_rank_markdown(report: CrossRankReport, stragglers: dict | None = None) -> str:
+def cross_rank_markdown(report: Doc) -> str:
     """The cross-rank report as a Markdown section (## Cross-rank, one ### per table)."""
-    secs = sections(report, stragglers)
+    secs = sections(report)
     if not secs:
         return ""
-    lines = ["## Cross-rank", ""]
+    return "## Cross-rank\n\n" + sections_markdown(secs)
+
+
+def sections_markdown(secs: list[Section]) -> str:
+    """Sections as Markdown, one ### per table."""
+    lines: list[str] = []
     for s in secs:
         lines += [f"### {s.title}", ""]
         if s.rows:

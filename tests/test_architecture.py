@@ -117,6 +117,35 @@ def test_graph_resolves_relative_and_function_level_imports(tmp_path):
     assert imported_modules("pkg.mod", mod, known) == {"pkg", "pkg.other"}
 
 
+def missing_imports(name: str, path: Path, known: set[str]) -> list[str]:
+    """Project modules `name` imports that do not exist in this tree (relative imports resolved)."""
+    is_package = path.name == "__init__.py"
+    here = name.split(".") if is_package else name.split(".")[:-1]
+    wanted = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            wanted += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base_parts = here[: len(here) - node.level + 1] if node.level else []
+            wanted.append(".".join(base_parts + ([node.module] if node.module else [])))
+    return [w for w in wanted if w.split(".")[0] in PACKAGES and w not in known]
+
+
+def test_graph_sees_an_import_of_a_module_that_is_gone(tmp_path):
+    mod = tmp_path / "mod.py"
+    mod.write_text("from .timeline import x\nfrom viz.lod import y\nimport numpy\n")
+    assert missing_imports("app.mod", mod, {"app", "app.mod", "viz", "viz.lod"}) == ["app.timeline"]
+
+
+def test_every_project_import_exists():
+    """A moved module leaves no import behind: with an editable install of another checkout on the path,
+    such an import would quietly load that checkout's copy."""
+    modules = source_modules()
+    known = set(modules)
+    gone = [f"{name} imports {m}" for name, path in modules.items() for m in missing_imports(name, path, known)]
+    assert not gone, "imports of modules that do not exist: " + "; ".join(gone)
+
+
 def test_no_import_cycles():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import circle: " + " -> ".join(cycle or [])

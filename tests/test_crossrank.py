@@ -434,7 +434,7 @@ def test_rendering_tables_and_markdown():
 
     ts, _ = collective_run(2, arrivals={0: [0] * 6, 1: [300 * US] * 6}, offsets={1: 42 * US},
                            hostnames={0: "a", 1: "b"})
-    rep = analyze_cross_rank(ts)
+    rep = analyze_cross_rank(ts).to_dict()  # the renderers draw the JSON document
     tables = cross_rank_table(rep)
     console = Console(record=True, width=160)
     for t in tables:
@@ -443,7 +443,7 @@ def test_rendering_tables_and_markdown():
     assert "42.0 µs" in text and "rank 1" in text
     md = cross_rank_markdown(rep)
     assert "## Cross-rank" in md and "| rank |" in md and "42.0 µs" in md
-    swap = cross_rank_markdown(analyze_cross_rank(two_stream_run()))
+    swap = cross_rank_markdown(analyze_cross_rank(two_stream_run()).to_dict())
     assert "Scheduling-order mismatches" in swap and "barrier_kernel" in swap
 
 

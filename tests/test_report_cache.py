@@ -65,12 +65,15 @@ def test_a_hit_prints_what_the_analysis_printed_without_analyzing(run_dir, analy
 
 
 @pytest.mark.parametrize("fmt", ["table", "md", "csv"])
-def test_other_formats_analyze_and_print_the_same(run_dir, analyses, capsys, fmt):
-    """Only the JSON document is kept (no pickle): the other formats render a fresh report."""
+def test_every_format_is_served_by_the_one_document(run_dir, analyses, capsys, fmt):
+    """Only the JSON document is kept (no pickle), and every format is drawn from it: an entry made by
+    `-f json` answers the table, Markdown and CSV too, as a fresh analysis prints them."""
     fresh = run_cli(capsys, str(run_dir), "-f", fmt, "--no-cache")[1]
+    assert run_cli(capsys, str(run_dir), "-f", "json")[0] == 0
+    assert len(analyses) == 2 and entries() == 1
     assert run_cli(capsys, str(run_dir), "-f", fmt)[:2] == (0, fresh)
-    assert run_cli(capsys, str(run_dir), "-f", fmt)[:2] == (0, fresh)
-    assert len(analyses) == 3 and entries() == 1
+    assert run_cli(capsys, str(run_dir), "-f", fmt, "--streams")[0] == 0
+    assert len(analyses) == 2  # both hits
 
 
 def test_gates_give_the_same_verdict_on_a_hit(run_dir, analyses, capsys):
@@ -167,3 +170,16 @@ def test_library_versions_match_installed_metadata():
     assert set(versions) == set(LIBRARIES)
     for lib in LIBRARIES:
         assert versions[lib] == importlib.metadata.version(lib), lib
+
+
+@pytest.mark.parametrize("fmt", ["table", "md", "csv"])
+def test_a_hit_in_any_format_does_not_load_the_analysis_stack(run_dir, fmt):
+    """The table, Markdown and CSV are drawn from the cached document in plain Python: no pandas, numpy."""
+    env = {**os.environ, ENV_CACHE_DIR: os.environ[ENV_CACHE_DIR]}
+    code = ("import sys; from overlapscope.cli import main; rc = main(['analyze', sys.argv[1], '-f', sys.argv[2]]); "
+            "print('pandas' in sys.modules, 'numpy' in sys.modules, file=sys.stderr); sys.exit(rc)")
+    runs = [subprocess.run([sys.executable, "-c", code, str(run_dir), f], capture_output=True, text=True, env=env,
+                           cwd=ROOT, timeout=300) for f in ("json", fmt)]
+    assert [r.returncode for r in runs] == [0, 0]
+    assert runs[1].stderr.split() == ["False", "False"]
+    assert "rank" in runs[1].stdout

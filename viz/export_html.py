@@ -36,7 +36,8 @@ from .crossrank_tables import sections as cross_rank_sections
 from .figures import iteration_figure, overview_bars, peer_wait_bars, skew_heatmap, timeline_figure
 from .formats import ms
 from .lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
-from .tables import RANK_COLUMNS, rank_rows, syncs_summary
+from .scale_tables import straggler_section
+from .tables import RANK_COLUMNS, rank_rows, sync_rows, syncs_summary
 from .timeline import SYNC_COLUMNS, TimelineData, lod_for_windows, normalize_syncs, prepare_timeline
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
@@ -190,23 +191,23 @@ def findings_html(report: AnalysisReport) -> str:
     return "\n".join(parts)
 
 
-def _syncs_html(report: AnalysisReport) -> str:
-    frames = [df for df in report.syncs.values() if len(df)]
-    if not frames:
-        return '<p class="muted">No blocking host syncs.</p>' if report.diagnosed else ""
-    s = syncs_summary(pd.concat(frames, ignore_index=True)).head(30)
-    rows = [[r.rank, r.api, str(r.caller)[:80], r.n, ms(r.host_blocked_ns), ms(r.gpu_idle_ns),
-             r.steps] for r in s.itertuples(index=False)]
+def _syncs_html(doc: dict) -> str:
+    syncs = sync_rows(doc)
+    if not syncs:
+        return '<p class="muted">No blocking host syncs.</p>' if doc["findings"] is not None else ""
+    rows = [[g["rank"], g["api"], str(g["caller"])[:80], g["n"], ms(g["host_blocked_ns"]), ms(g["gpu_idle_ns"]),
+             g["steps"]] for g in syncs_summary(syncs)[:30]]
     return html_table(["rank", "api", "caller", "syncs", "host blocked ms", "GPU idle ms", "steps"], rows,
                       text_cols=(1, 2))
 
 
-def _cross_rank_html(report: AnalysisReport, fig) -> str:
+def _cross_rank_html(report: AnalysisReport, doc: dict, fig) -> str:
     cross = report.cross_rank
     if cross is None or cross.clock is None:
         return '<p class="muted">One rank: no cross-rank analysis.</p>'
     parts = []
-    for s in cross_rank_sections(cross, report.stragglers):
+    straggler = straggler_section(doc.get("stragglers"))
+    for s in [*cross_rank_sections(doc["cross_rank"]), *([straggler] if straggler else [])]:
         parts.append(f"<h3>{_e(s.title)}</h3>")
         parts.append(html_table(s.header, s.rows, text_cols=range(len(s.header))) if s.rows else "<p>(none)</p>")
         if s.caption:
@@ -231,16 +232,17 @@ def report_html(traces: TraceSet, report: AnalysisReport, timeline: TimelineData
     fig = _Figures()
     data = timeline if timeline is not None else report_timeline(traces, report)
     label = report.label or "trace set"
+    doc = report.to_dict()
     notes = list(report.notes) + [f"rank {m.rank}: {n}" for m in report.ranks for n in dict.fromkeys(m.notes)]
     body = [f"<h1>overlapscope — {_e(label)}</h1>",
             f'<p class="muted">{_e(report.fmt)} · {len(report.ranks)} rank(s) · {data.n_activities:,} GPU activities'
             f" · sources: {_e(', '.join(report.sources))}</p>",
-            "<h2>Metrics</h2>", html_table([n for n, _ in RANK_COLUMNS], rank_rows(report)),
+            "<h2>Metrics</h2>", html_table([n for n, _ in RANK_COLUMNS], rank_rows(doc)),
             fig(overview_bars([(label, report)]), "overview"),
             "<h2>Per iteration</h2>", fig(iteration_figure([(label, report)]), "iterations"),
             f"<h2>Findings ({len(report.findings or [])})</h2>", findings_html(report),
-            "<h2>Blocking host syncs</h2>", _syncs_html(report),
-            "<h2>Cross-rank</h2>", _cross_rank_html(report, fig),
+            "<h2>Blocking host syncs</h2>", _syncs_html(doc),
+            "<h2>Cross-rank</h2>", _cross_rank_html(report, doc, fig),
             "<h2>Timeline</h2>",
             '<p class="muted">Whole trace at the app\'s default level of detail: intervals closer than one pixel '
             "are merged (hover shows how many). Drag to zoom; for every single kernel use the Perfetto export.</p>",

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from .crossrank_tables import Section, dur
-from .formats import UNDEFINED, pct
+from .crossrank_tables import Section
+from .formats import UNDEFINED, dur, pct
 
 MAX_RANK_ROWS = 16  # up to this many ranks, one row each
 TOP_RANKS = 5  # past it: this many ranks of interest after the distribution rows

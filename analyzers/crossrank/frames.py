@@ -16,14 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.timeline.model import RankTrace, TraceSet
-
-_NAME_CUT = re.compile(r"[(<]")
-
-
-def normalized_name(name: str) -> str:
-    """Kernel name without argument list or template arguments: one key per kind of kernel."""
-    head = _NAME_CUT.split(name, maxsplit=1)[0].strip()
-    return head.removeprefix("void ").strip() or name
+from analyzers.timeline.short_names import normalized_name
 
 
 def _normalized(names: np.ndarray) -> np.ndarray:
