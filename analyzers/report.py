@@ -25,7 +25,7 @@ from analyzers.syncs.blocking import (
     syncs_not_judged,
 )
 from analyzers.timeline.iterations import check_step_selection, select_step_rows
-from analyzers.timeline.model import RankTrace, TraceSet, without_host_tables
+from analyzers.timeline.model import GPU_STRING_COLUMNS, RankTrace, TraceSet, without_host_tables
 
 
 @dataclass
@@ -124,10 +124,12 @@ class RankStage:
         return res
 
     def shipped(self, trace: RankTrace) -> RankTrace:
-        """The trace as the caller gets it back, once __call__ has run on it (see send_host_tables)."""
+        """The trace as the caller gets it back, once __call__ has run on it (see send_host_tables); its GPU
+        table's string columns (collective name, process group, dtype: mostly empty) as categoricals, one
+        byte a row instead of an Arrow string's offset and data (0.5 of 2.2 MB a 54 MB rank)."""
         if self.send_host_tables or self.options.steps.steps is not None:
             return trace
-        return without_host_tables(trace)
+        return replace(without_host_tables(trace), gpu=categorical_strings(trace.gpu))
 
 
 @dataclass
@@ -143,6 +145,11 @@ class RankResults:
     findings: list[Finding] | None = None  # with default parameters and no cross-rank start shift
     windows: pd.DataFrame | None = None  # the findings' iteration windows (findings.view.windows_of)
     cross_steps: RankSteps | None = None  # the cross-rank order comparison's steps (default pattern)
+
+
+def categorical_strings(gpu: pd.DataFrame) -> pd.DataFrame:
+    """The GPU table with its string columns as categoricals (same values, far fewer bytes)."""
+    return gpu.assign(**{c: gpu[c].astype("category") for c in GPU_STRING_COLUMNS if c in gpu})
 
 
 def table_fingerprint(trace: RankTrace) -> int:

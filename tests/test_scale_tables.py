@@ -16,7 +16,7 @@ def _report(n: int, late: int):
 
 def test_many_ranks_give_distributions_and_top_ranks():
     rep = _report(60, late=37)
-    md = to_markdown(rep)
+    md = to_markdown(rep.to_dict())
     lines = md.splitlines()
     assert len(lines) < 130  # one row per rank would be 60+ rows in each per-rank table
     assert "| median of 60 ranks |" in md and "| p90 of 60 ranks |" in md
@@ -32,7 +32,18 @@ def test_many_ranks_give_distributions_and_top_ranks():
 def test_few_ranks_keep_one_row_each():
     # look-alike: 8 ranks are a handful, every rank keeps its row
     rep = _report(8, late=3)
-    md = to_markdown(rep)
+    md = to_markdown(rep.to_dict())
     assert "median of" not in md and "(lowest overlap)" not in md
     assert all(f"\n| {r} |" in md for r in range(8))
     assert "| rank 3 (outlier) |" in md
+
+
+def test_quantile_is_numpys_linear_quantile():
+    import numpy as np
+
+    from viz.scale_tables import quantile
+
+    x = sorted(np.random.default_rng(5).normal(size=37).tolist())
+    for q in (0.0, 0.1, 0.5, 0.9, 1.0):
+        assert quantile(x, q) == np.quantile(x, q)
+    assert quantile([4.0], 0.9) == 4.0

@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from .crossrank_tables import Section
 from .formats import UNDEFINED, dur, pct
 
@@ -32,10 +30,19 @@ def distribution_rows(values: Sequence[Sequence[float | None]], formats: Sequenc
     for label, q in QUANTILES:
         row = [f"{label} of {len(values[0]) if values else 0} ranks"]
         for col, fmt in zip(values, formats, strict=True):
-            x = np.array([v for v in col if v is not None], dtype=np.float64)
-            row.append(fmt(float(np.quantile(x, q))) if len(x) else UNDEFINED)
+            x = sorted(float(v) for v in col if v is not None)
+            row.append(fmt(quantile(x, q)) if x else UNDEFINED)
         rows.append(row)
     return rows
+
+
+def quantile(x: Sequence[float], q: float) -> float:
+    """The q-quantile of sorted x, interpolated linearly (numpy's default), in plain Python: the CLI draws
+    a cached document without loading numpy."""
+    pos = q * (len(x) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(x) - 1)
+    return x[lo] + (x[hi] - x[lo]) * (pos - lo)
 
 
 def straggler_section(view: dict[str, Any] | None, top: int = 10) -> Section | None:
