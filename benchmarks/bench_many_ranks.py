@@ -61,9 +61,10 @@ def build_set(n: int) -> Path:
     return folder
 
 
-def measure(cmd: list[str], workers: list[psutil.Process] | None = None, env: dict | None = None
+def measure(cmd: list[str], worker_roots: list[int] | None = None, env: dict | None = None
             ) -> dict[str, float | str]:
-    """Run cmd; peak RSS of the caller, of its largest child, and of the given worker processes."""
+    """Run cmd; peak RSS of the caller, and the largest peak of any one of its children or of the processes
+    under worker_roots (the `dask worker` commands: their worker processes are listed again at every poll)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
     caller = psutil.Process(proc.pid)
@@ -76,7 +77,7 @@ def measure(cmd: list[str], workers: list[psutil.Process] | None = None, env: di
     while proc.poll() is None:
         try:
             peak_caller = max(peak_caller, caller.memory_info().rss / 1e6)
-            for q in caller.children(recursive=True) + list(workers or []):
+            for q in caller.children(recursive=True) + _tree(worker_roots or []):
                 try:
                     peak_worker = max(peak_worker, q.memory_info().rss / 1e6)
                 except psutil.NoSuchProcess:
@@ -89,6 +90,17 @@ def measure(cmd: list[str], workers: list[psutil.Process] | None = None, env: di
     status = "ok" if proc.returncode == 0 else f"failed (rc {proc.returncode}: {(err or [''])[-1][:160]})"
     return {"status": status, "wall_s": time.perf_counter() - t0, "caller_peak_mb": peak_caller,
             "worker_peak_mb": peak_worker, "json_mb": len(b"".join(out_chunks)) / 1e6}
+
+
+def _tree(roots: list[int]) -> list[psutil.Process]:
+    out = []
+    for pid in roots:
+        try:
+            p = psutil.Process(pid)
+            out += [p, *p.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            pass
+    return out
 
 
 def _free_port() -> int:
@@ -112,8 +124,7 @@ def run_dask(cmd: list[str], n_workers: int) -> dict[str, float | str]:
                                       env={**os.environ, "PYTHONPATH": str(ROOT)}))
     time.sleep(8)
     try:
-        workers = [q for p in procs[1:] for q in [psutil.Process(p.pid)] + psutil.Process(p.pid).children(True)]
-        return measure(cmd + ["--scheduler", address], workers)
+        return measure(cmd + ["--scheduler", address], [p.pid for p in procs[1:]])
     finally:
         for p in reversed(procs):
             p.terminate()
