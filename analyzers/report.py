@@ -12,6 +12,7 @@ import pandas as pd
 
 from analyzers.crossrank import CrossRankParams, CrossRankReport, RankSteps, analyze_cross_rank, rank_steps
 from analyzers.crossrank.collective_table import CollectiveParams, CollectiveTable, collective_table
+from analyzers.crossrank.stragglers import straggler_view
 from analyzers.findings import FindingParams, cross_rank_findings, detect_findings, detect_rank
 from analyzers.findings.finding import Finding, sort_findings
 from analyzers.findings.view import windows_of
@@ -29,7 +30,7 @@ from analyzers.syncs.blocking import (
     syncs_not_judged,
 )
 from analyzers.timeline.iterations import check_step_selection, select_step_rows
-from analyzers.timeline.model import RankTrace, TraceSet, without_host_tables
+from analyzers.timeline.model import GPU_STRING_COLUMNS, RankTrace, TraceSet, without_host_tables
 
 
 @dataclass
@@ -48,6 +49,7 @@ class AnalysisReport:
     extra: dict[str, Any] = field(default_factory=dict)  # further sections (e.g. a run's timings)
     critical_path: dict[str, Any] | None = None  # analyzers.graph: fidelity, critical paths, attribution
     graph_run: GraphRun | None = field(default=None, repr=False, compare=False)  # for `whatif` (not in JSON)
+    stragglers: dict[str, Any] | None = None  # crossrank.stragglers.straggler_view (two ranks or more)
 
     @property
     def diagnosed(self) -> bool:
@@ -75,7 +77,11 @@ class AnalysisReport:
 
     def document(self) -> dict[str, Any]:
         """What to_dict holds, not yet made plain: ``analyzers.io.plain.to_json`` of it is the JSON of
-        to_dict, without the decode and re-encode that cleaning costs (0.04 s for 8 ranks)."""
+        to_dict, without the decode and re-encode that cleaning costs (0.04 s for 8 ranks).
+
+        Compact: what grows with ranks x collectives or ranks x iterations (per-rank columns of the
+        collectives, per-iteration rows) is left to the Parquet tables (overlapscope/write_tables.py),
+        so 1024 ranks stay a document of a few MB."""
         return {
             "label": self.label,
             "format": self.fmt,
@@ -83,8 +89,9 @@ class AnalysisReport:
             "sources": self.sources,
             "clock_offsets_ns": {str(k): v for k, v in self.clock_offsets_ns.items()},
             "notes": self.notes,
-            "ranks": [m.to_dict() for m in self.ranks],
+            "ranks": [m.to_dict(iterations=False) for m in self.ranks],
             "cross_rank": self.cross_rank.document() if self.cross_rank is not None else None,
+            "stragglers": self.stragglers,
             "syncs": {
                 "n": int(sum(len(df) for df in self.syncs.values())),
                 "host_blocked_ns": self.blocking_sync_ns(),
@@ -129,10 +136,12 @@ class RankStage:
         return res
 
     def shipped(self, trace: RankTrace) -> RankTrace:
-        """The trace as the caller gets it back, once __call__ has run on it (see send_host_tables)."""
+        """The trace as the caller gets it back, once __call__ has run on it (see send_host_tables); its GPU
+        table's string columns (collective name, process group, dtype: mostly empty) as categoricals, one
+        byte a row instead of an Arrow string's offset and data (0.5 of 2.2 MB a 54 MB rank)."""
         if self.send_host_tables or self.options.steps.steps is not None:
             return trace
-        return without_host_tables(trace)
+        return replace(without_host_tables(trace), gpu=categorical_strings(trace.gpu))
 
 
 @dataclass
@@ -149,6 +158,11 @@ class RankResults:
     windows: pd.DataFrame | None = None  # the findings' iteration windows (findings.view.windows_of)
     cross_steps: RankSteps | None = None  # the cross-rank order comparison's steps (default pattern)
     graph: RankGraph | None = None  # the rank's dependency graph (analyzers.graph), with diagnose
+
+
+def categorical_strings(gpu: pd.DataFrame) -> pd.DataFrame:
+    """The GPU table with its string columns as categoricals (same values, far fewer bytes)."""
+    return gpu.assign(**{c: gpu[c].astype("category") for c in GPU_STRING_COLUMNS if c in gpu})
 
 
 def table_fingerprint(trace: RankTrace) -> int:
@@ -240,9 +254,9 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
     selected = selected_steps_only(traces, options)
     if cross_rank and len(ids) > 1:
         steps = {r: pre[r].cross_steps for r in ids} if pre and options.steps.steps is None else None
-        report.cross_rank = analyze_cross_rank(selected, align=align,
-                                               params=cross_rank_params,
+        report.cross_rank = analyze_cross_rank(selected, align=align, params=cross_rank_params,
                                                steps=steps if steps and None not in steps.values() else None)
+        report.stragglers = straggler_view(selected.ranks, report.cross_rank.collectives, report.cross_rank.members)
         if report.cross_rank.clock is not None:
             report.clock_offsets_ns = dict(report.cross_rank.clock.offsets_ns)
         tick("cross-rank")

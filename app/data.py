@@ -302,8 +302,14 @@ def fingerprint(paths: Iterable[str]) -> Fingerprint:
 
 
 def load_fingerprinted(fp: Fingerprint, label: str = "") -> TraceSet:
-    """Load the files a fingerprint names (the Streamlit layer caches this by fp)."""
-    return load_traces([p for p, _, _ in fp], label=label, jobs=None, cache=True)
+    """Load the files a fingerprint names (the Streamlit layer caches this by fp). The per-rank part
+    of the analysis (metrics, syncs, per-rank findings) runs in the parse workers, as `analyze` does, so
+    the app's first chart waits for the parallel parse and the cross-rank stage only."""
+    from analyzers.overlap.metrics import AnalysisOptions
+    from analyzers.report import RankStage
+
+    return load_traces([p for p, _, _ in fp], label=label, jobs=None, cache=True,
+                       per_rank=RankStage(AnalysisOptions(), diagnose=True, send_host_tables=True))
 
 
 # --------------------------------------------------------------------------- reproducing a sample

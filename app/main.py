@@ -26,6 +26,7 @@ PAGES = [
     st.Page(ui.PAGE_FILES["overview"], title="Overview", default=True),
     st.Page(ui.PAGE_FILES["timeline"], title="Timeline"),
     st.Page(ui.PAGE_FILES["crossrank"], title="Cross-rank"),
+    st.Page(ui.PAGE_FILES["stragglers"], title="Stragglers"),
     st.Page(ui.PAGE_FILES["syncs"], title="Syncs"),
     st.Page(ui.PAGE_FILES["collectives"], title="Collectives"),
     st.Page(ui.PAGE_FILES["diff"], title="Diff"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ PAGE_FILES = {
     "overview": "views/overview.py",
     "timeline": "views/timeline.py",
     "crossrank": "views/crossrank.py",
+    "stragglers": "views/stragglers.py",
     "syncs": "views/syncs.py",
     "collectives": "views/collectives.py",
     "diff": "views/diff.py",
@@ -79,15 +80,19 @@ def aligned_set(run: Any) -> TraceSet:
 
 
 @st.cache_resource(max_entries=16, show_spinner="Preparing the timeline…")
-def _timeline(fp: data.Fingerprint, label: str) -> TimelineData:
+def _timeline(fp: data.Fingerprint, label: str, ranks: tuple[int, ...] | None = None) -> TimelineData:
+    """The timeline of the run, or of those ranks only (a run of 1024 ranks never draws them all)."""
     syncs = _syncs(fp, label)
     ts = _aligned_set(fp, label)
+    if ranks is not None:
+        ts = replace(ts, ranks={r: ts.ranks[r] for r in ranks if r in ts.ranks})
+        syncs = {r: df for r, df in (syncs or {}).items() if r in ts.ranks} if syncs is not None else None
     if syncs is None:
         frame = None
     else:
         parts = [normalize_syncs(df, r) for r, df in syncs.items() if len(df)]
         frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: [] for c in SYNC_COLUMNS})
-        if ts is not _trace_set(fp, label):  # move host syncs onto the aligned clock too
+        if ts.clock_offsets_ns and any(ts.clock_offsets_ns.values()):  # host syncs onto the aligned clock too
             off = ts.clock_offsets_ns or {}
             frame = frame.assign(start_ns=frame["start_ns"] + frame["rank"].map(off).fillna(0).astype("int64"),
                                  end_ns=frame["end_ns"] + frame["rank"].map(off).fillna(0).astype("int64"))
@@ -135,8 +140,8 @@ class Loaded:
     def report(self) -> AnalysisReport:
         return _report(self.fp, self.label)
 
-    def timeline(self) -> TimelineData:
-        return _timeline(self.fp, self.label)
+    def timeline(self, ranks: tuple[int, ...] | None = None) -> TimelineData:
+        return _timeline(self.fp, self.label, ranks)
 
     def findings(self) -> list | None:
         return _findings(self.fp, self.label)

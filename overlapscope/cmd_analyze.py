@@ -78,6 +78,14 @@ def analyze_cmd(
     jobs: JobsOpt = None,
     no_cache: NoCacheOpt = False,
     scheduler: SchedulerOpt = None,
+    tables: Annotated[Path | None, typer.Option(
+        "--tables", metavar="DIR",
+        help="Also write the full detail (per iteration, per collective and rank, stragglers, syncs) as "
+             "Parquet tables in DIR, readable with pandas or DuckDB; the JSON document stays compact.")] = None,
+    ranks: Annotated[str | None, typer.Option(
+        "--ranks", metavar="LIST",
+        help="Analyze only these ranks, e.g. 0-7,512,1023; the notes name asked-for ranks no file holds, "
+             "and the cross-rank figures cover only the ranks given.")] = None,
 ) -> None:
     """Measure comm/compute overlap per rank, stream and iteration.
 
@@ -91,9 +99,10 @@ def analyze_cmd(
     key = None if no_cache else report_cache.ReportKey.of(paths, {
         "command": "analyze", "rank": rank, "rules": _file_digest(rules), "comm_kernel": comm_kernel or [],
         "steps": steps, "like_hta": like_hta, "step_pattern": step_pattern, "align": not no_align,
-        "diagnose": not no_diagnose, "link_gbps": link_gbps})
-    # The cache keeps the JSON document (no pickle): every format is rendered from it, so a hit answers all.
-    doc = report_cache.get(key) if key is not None else None
+        "diagnose": not no_diagnose, "link_gbps": link_gbps, "ranks": ranks})
+    # The cache keeps the JSON document (no pickle): every format is rendered from it, so a hit answers all
+    # (--tables needs the report itself, so it analyzes).
+    doc = report_cache.get(key) if key is not None and tables is None else None
     if doc is None:
         with analysis_stack_imports():  # pandas, pyarrow, numpy (overlapscope/stack_imports.py)
             from analyzers.crossrank.collective_table import CollectiveParams
@@ -101,11 +110,19 @@ def analyze_cmd(
 
         options = options_from(steps, like_hta, step_pattern)
         traces = load_set(paths, rank=rank, rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache,
-                          scheduler=scheduler, options=options, diagnose=not no_diagnose, host_tables=False)
+                          scheduler=scheduler, options=options, diagnose=not no_diagnose, host_tables=False,
+                          ranks=ranks)
         with stage_progress(err_console.is_terminal) as progress:
             report = analyze(traces, options, diagnose=not no_diagnose, align=not no_align, progress=progress,
                              collective_params=CollectiveParams(link_gbps=link_gbps))
         doc = _json_document(report)
+        if tables is not None:
+            from .write_tables import write_tables
+
+            try:
+                write_tables(report, tables)
+            except OSError as exc:
+                raise UsageFailure(f"--tables {tables}: cannot write ({exc.strerror or exc})") from None
         if key is not None:
             report_cache.put(key, doc)
     emit_document(doc, format, streams=streams)

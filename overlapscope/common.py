@@ -120,7 +120,8 @@ def load_progress(enabled: bool):
 def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = None,
              comm_kernel: list[str] | None = None, label: str = "", jobs: int | None = None,
              cache: bool = True, scheduler: str | None = None, options: AnalysisOptions | None = None,
-             diagnose: bool = True, require_gpu: bool = True, host_tables: bool = True) -> TraceSet:
+             diagnose: bool = True, require_gpu: bool = True, host_tables: bool = True,
+             ranks: str | None = None) -> TraceSet:
     """Load a trace set with progress on stderr (several files) and classification rules.
 
     Files are parsed in parallel (jobs workers, default one per core, or on the Dask cluster
@@ -136,12 +137,20 @@ def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = 
     scheduler = check_scheduler(scheduler) if scheduler else check_scheduler(scheduler_from_env(None),
                                                                               f"${ENV_SCHEDULER}")
     rule_list = load_rules(rules, comm_kernel)
+    selected = None
+    if ranks is not None:
+        from analyzers.io.rank_select import parse_ranks
+
+        try:
+            selected = parse_ranks(ranks)
+        except ValueError as exc:
+            raise UsageFailure(f"--ranks: {exc}") from None
     many = len(paths) > 1 or any(Path(p).is_dir() or any(c in p for c in "*?[") for p in paths)
     with load_progress(many and err_console.is_terminal) as progress:
         return load_traces(paths, rank=rank, rules=rule_list, label=label, progress=progress, jobs=jobs,
                            cache=cache, scheduler=scheduler_from_env(scheduler),
                            per_rank=RankStage(options, diagnose, host_tables) if options is not None else None,
-                           require_gpu=require_gpu)
+                           require_gpu=require_gpu, ranks=selected)
 
 
 def options_from(steps: str | None, like_hta: bool, step_pattern: str) -> AnalysisOptions:

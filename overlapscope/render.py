@@ -19,11 +19,12 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 
 from viz.formats import UNDEFINED, ms, pct  # noqa: F401  (render.pct is the formatter commands use)
+from viz.scale_tables import straggler_section
 from viz.tables import RANK_COLUMNS, Doc, rank_rows, sync_rows
 
 from .render_collectives import collectives_markdown, collectives_table
 from .render_critical import critical_markdown, critical_tables
-from .render_crossrank import cross_rank_markdown, cross_rank_table
+from .render_crossrank import cross_rank_markdown, cross_rank_table, sections_markdown, sections_table
 from .render_findings import findings_markdown, findings_table, syncs_table
 
 
@@ -80,8 +81,20 @@ def stream_tables(doc: Doc) -> list[Table]:
 
 
 def notes(doc: Doc) -> list[str]:
-    """The report's notes, then each rank's (repeats dropped), as printed."""
-    return list(doc["notes"]) + [f"rank {m['rank']}: {n}" for m in doc["ranks"] for n in dict.fromkeys(m["notes"])]
+    """The report's notes, then each rank's, as printed."""
+    return list(doc["notes"]) + rank_notes(doc)
+
+
+def rank_notes(doc: Doc) -> list[str]:
+    """Each rank's notes, one line per distinct note with the ranks it holds for ('rank 3: ...',
+    'ranks 0-1023: ...'), so a note every rank shares is said once."""
+    from analyzers.io.rank_select import format_ranks
+
+    by_note: dict[str, list[int]] = {}
+    for m in doc["ranks"]:
+        for note in dict.fromkeys(m["notes"]):
+            by_note.setdefault(note, []).append(m["rank"])
+    return [f"rank{'s' if len(rs) > 1 else ''} {format_ranks(rs, 8)}: {note}" for note, rs in by_note.items()]
 
 
 # --------------------------------------------------------------------------- sections
@@ -114,8 +127,15 @@ def _syncs_table(doc: Doc, opts: RenderOptions) -> list[RenderableType]:
 
 
 def _notes_table(doc: Doc, opts: RenderOptions) -> list[RenderableType]:
-    return [f"[dim]note: {n}[/dim]" for n in doc["notes"]] + [
-        f"[dim]rank {m['rank']}: {n}[/dim]" for m in doc["ranks"] for n in dict.fromkeys(m["notes"])]
+    return [f"[dim]note: {n}[/dim]" for n in doc["notes"]] + [f"[dim]{n}[/dim]" for n in rank_notes(doc)]
+
+
+def _stragglers_table(doc: Doc, opts: RenderOptions) -> list[RenderableType]:
+    return list(sections_table([s] if (s := straggler_section(doc["stragglers"])) else []))
+
+
+def _stragglers_markdown(doc: Doc) -> str:
+    return sections_markdown([s] if (s := straggler_section(doc["stragglers"])) else [])
 
 
 # In display order. Markdown prints the notes under the rank table (its ranks part), the terminal last.
@@ -123,6 +143,7 @@ SECTIONS: list[DocSection] = [
     DocSection("ranks", _ranks_table, _ranks_markdown),
     DocSection("cross_rank", _cross_rank_table, lambda doc: cross_rank_markdown(doc["cross_rank"])),
     DocSection("collectives", collectives_table, collectives_markdown),
+    DocSection("stragglers", _stragglers_table, _stragglers_markdown),
     DocSection("syncs", _syncs_table, None),
     DocSection("critical_path", lambda doc, opts: list(critical_tables(doc["critical_path"])),
                lambda doc: critical_markdown(doc["critical_path"])),

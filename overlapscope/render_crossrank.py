@@ -11,14 +11,21 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from viz.crossrank_tables import Doc, sections
+from viz.crossrank_tables import Doc, Section, sections
+
+LEFT_COLUMNS = ("next collective", "waited for", "host", "before its late arrivals")
 
 
 def cross_rank_table(report: Doc) -> list[RenderableType]:
-    """rich tables of the cross-rank report, one per section; a section with no rows is one line
-    (its title, "none", its caption), never a table of headers alone."""
+    """rich tables of the cross-rank report, one per section."""
+    return sections_table(sections(report))
+
+
+def sections_table(secs: list[Section]) -> list[RenderableType]:
+    """rich tables, one per section; a section with no rows is one line (its title, "none", its
+    caption), never a table of headers alone."""
     tables: list[RenderableType] = []
-    for s in sections(report):
+    for s in secs:
         if not s.rows:
             tables.append(Text(f"{s.title}: none." + (f" {s.caption}" if s.caption else "")))
             continue
@@ -26,7 +33,7 @@ def cross_rank_table(report: Doc) -> list[RenderableType]:
                   caption_justify="left")
         for i, h in enumerate(s.header):
             t.add_column(h, justify="left" if i == 0 or h in ("collective", "group", "note", "explains wait") or
-                         h.startswith("order") or h in ("next collective", "waited for", "wait per rank")
+                         h.startswith("order") or h in LEFT_COLUMNS
                          else "right")
         for row in s.rows:
             t.add_row(*(escape(c) for c in row))  # cells are data: "[stream 7]" is not markup
@@ -43,7 +50,12 @@ def cross_rank_markdown(report: Doc) -> str:
     secs = sections(report)
     if not secs:
         return ""
-    lines = ["## Cross-rank", ""]
+    return "## Cross-rank\n\n" + sections_markdown(secs)
+
+
+def sections_markdown(secs: list[Section]) -> str:
+    """Sections as Markdown, one ### per table."""
+    lines: list[str] = []
     for s in secs:
         lines += [f"### {s.title}", ""]
         if s.rows:

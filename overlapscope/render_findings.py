@@ -19,6 +19,28 @@ from viz.tables import Doc, syncs_summary
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 SYNC_GROUP_LIMIT = 20  # rows of the grouped sync table; the JSON output has every sync
+PER_FINDING_ROWS = 3  # past this many findings of one id (one per rank at scale), the rest in one row
+RANK_TOTALS_LIMIT = 16  # per-rank sync totals in the caption up to this many ranks
+
+
+def collapse(findings: list[Doc]) -> tuple[list[Doc], dict[int, tuple[int, list[int]]]]:
+    """The findings to list, most severe first, at most PER_FINDING_ROWS of each id; for the last one
+    listed of an id that had more: (how many more, the ranks they name)."""
+    ordered = sort_findings(findings)
+    by_id: dict[str, list[Doc]] = {}
+    for f in ordered:
+        by_id.setdefault(f["id"], []).append(f)
+    shown: list[Doc] = []
+    more: dict[int, tuple[int, list[int]]] = {}
+    seen: dict[str, int] = {}
+    for f in ordered:
+        k = seen[f["id"]] = seen.get(f["id"], 0) + 1
+        if k <= PER_FINDING_ROWS:
+            shown.append(f)
+            rest = by_id[f["id"]][PER_FINDING_ROWS:]
+            if k == PER_FINDING_ROWS and rest:
+                more[len(shown) - 1] = (len(rest), sorted({r for g in rest for r in g["ranks"]}))
+    return shown, more
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -49,12 +71,19 @@ def findings_table(findings: list[Doc], title: str = "findings") -> Table:
     if not findings:
         table.add_row("", "none", "", "", "no cause of lost overlap found", "")
         return table
-    for f in sort_findings(findings):
+    from analyzers.io.rank_select import format_ranks
+
+    shown, more = collapse(findings)
+    for i, f in enumerate(shown):
         style = SEVERITY_STYLE.get(f["severity"], "")
         sev = f"[{style}]{f['severity']}[/{style}]" if style else str(f["severity"])
         saving = f.get("saving_ns")
         saves = "" if saving is None else f"{_ms(saving)} ms\n{100 * (f.get('saving_fraction') or 0):.1f}%"
         table.add_row(sev, f["id"], _ranks(f["ranks"]), saves, f["title"], f["fix"])
+        if i in more:
+            n, ranks = more[i]
+            table.add_row("", f["id"], "…", "", f"and {n} more {f['id']} findings (ranks {format_ranks(ranks, 8)}); "
+                                            "-f json lists every one", "")
     return table
 
 
@@ -79,9 +108,13 @@ def syncs_table(rows: list[Doc], title: str = "blocking host syncs", limit: int 
         t[0] += 1
         t[1] += row["gpu_idle_ns"] or 0
         t[2] += row["host_blocked_ns"] or 0
+    listed = sorted(totals.items())
+    if len(listed) > RANK_TOTALS_LIMIT:  # the ranks whose syncs idled the GPU most
+        table.caption = ((table.caption + "; ") if table.caption else "") + (
+            f"{len(listed)} ranks with blocking syncs; the {RANK_TOTALS_LIMIT} with the most GPU idle")
+        listed = sorted(listed, key=lambda kv: -kv[1][1])[:RANK_TOTALS_LIMIT]
     table.caption = ((table.caption + "; ") if table.caption else "") + "; ".join(
-        f"rank {rk}: {n} syncs, host blocked {_ms(host)} ms, GPU idle {_ms(idle)} ms"
-        for rk, (n, idle, host) in sorted(totals.items()))
+        f"rank {rk}: {n} syncs, host blocked {_ms(host)} ms, GPU idle {_ms(idle)} ms" for rk, (n, idle, host) in listed)
     return table
 
 
@@ -100,9 +133,12 @@ def findings_markdown(findings: list[Doc], heading_level: int = 3) -> str:
     """Each finding as a Markdown section: title, explanation, evidence figures, fix."""
     if not findings:
         return "No cause of lost overlap found.\n"
+    from analyzers.io.rank_select import format_ranks
+
     h = "#" * heading_level
     parts = []
-    for f in sort_findings(findings):
+    shown, more = collapse(findings)
+    for i, f in enumerate(shown):
         lines = [f"{h} {f['severity']}: `{f['id']}` — {f['title']}", "", f["explanation"], ""]
         if f.get("start_ns") is not None and f.get("end_ns") is not None:
             lines.append(f"- time range: {f['start_ns']} – {f['end_ns']} ns (ranks {_ranks(f['ranks'])})")
@@ -110,5 +146,9 @@ def findings_markdown(findings: list[Doc], heading_level: int = 3) -> str:
             lines.append(f"- {k}: `{_evidence_value(v)}`")
         priced = saving_text(f.get("saving_ns"), f.get("saving_fraction"))
         lines += ["", f"**Fix:** {f['fix']}" + (f" — {priced}" if priced else ""), ""]
+        if i in more:
+            n, ranks = more[i]
+            lines += [f"… and {n} more `{f['id']}` findings (ranks {format_ranks(ranks, 8)}); `-f json` lists every "
+                      "one.", ""]
         parts.append("\n".join(lines))
     return "\n".join(parts)

@@ -32,8 +32,9 @@ def test_json_output_carries_every_metric(hta_dir):
     r0 = doc["ranks"][0]
     for key in ("comm_ns", "compute_ns", "overlap_ns", "overlap_ratio", "exposed_comm_ns",
                 "hidden_fraction_of_min", "span_ns", "idle_ns", "streams", "stream_pair_overlap_ns",
-                "iterations", "iteration_summary", "compute_compute_overlap_ns"):
+                "iteration_summary", "compute_compute_overlap_ns"):
         assert key in r0
+    assert "iterations" not in r0  # per-iteration rows: analyze --tables (tests/test_write_tables.py)
     assert abs(r0["overlap_ratio"] * 100 - 14.95) < 0.1
     assert r0["exposed_comm_ns"] == r0["comm_ns"] - r0["overlap_ns"]
 

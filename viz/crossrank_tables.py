@@ -18,6 +18,9 @@ from .formats import dur, pct
 
 TOP_COLLECTIVES = 10  # collectives with the most waiting shown in tables (JSON carries all)
 TOP_MISMATCHES = 10
+MAX_RANK_ROWS = 16  # per-rank sections list every rank up to this many (viz/scale_tables.py)
+TOP_RANK_ROWS = 5  # past it: this many ranks of interest per criterion
+MAX_CELL = 400  # characters in one cell (lists of ranks are cut)
 NAME_WIDTH = 48  # kernel names are cut to this many characters in tables
 
 Doc = dict[str, Any]
@@ -40,6 +43,10 @@ def _short(name: str) -> str:
     return n[:head] + "…" + n[-(NAME_WIDTH - head - 1):]
 
 
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_CELL else text[:MAX_CELL - 1] + "…"
+
+
 def _plural(n: int, word: str, plural: str = "") -> str:
     return f"{n} {word if n == 1 else (plural or word + 's')}"
 
@@ -51,29 +58,43 @@ def _top(rows: list[Doc], key: str, n: int) -> list[Doc]:
 
 def _clock(rep: Doc) -> Section:
     c = rep["clock"]
-    rows = [[f"rank {r}", dur(c["offsets_ns"][str(r)]), dur(c["estimated_offsets_ns"][str(r)])] for r in rep["ranks"]]
+    shown = rep["ranks"]
+    if len(shown) > MAX_RANK_ROWS:  # the ranks with the largest offsets, the rest counted in the caption
+        shown = sorted(shown, key=lambda r: -abs(c["estimated_offsets_ns"][str(r)]))[:TOP_RANK_ROWS]
+    rows = [[f"rank {r}", dur(c["offsets_ns"][str(r)]), dur(c["estimated_offsets_ns"][str(r)])] for r in shown]
     shared = "shared clock" if c["shared_clock"] else "separate clocks"
     cap = (f"{shared}, method {c['method']}: {c['reason']}. Residual skew of matched collective ends "
            f"{dur(c['residual_skew_ns'])} median, {dur(c['residual_skew_max_ns'])} max "
            f"({c['n_collectives_used']} collectives; {dur(c['unaligned_skew_ns'])} median before alignment).")
+    if len(shown) < len(rep["ranks"]):
+        cap += f" {len(shown)} of {len(rep['ranks'])} ranks shown: the largest estimated offsets."
     return Section("Clock alignment (aligned = own time + offset)", ["rank", "offset applied", "offset estimated"],
                    rows, cap)
 
 
 def _peer_wait(rep: Doc) -> Section:
     rows = []
-    for r in rep["ranks"]:
-        p = rep["peer_wait"].get(str(r), {})
+    shown = rep["ranks"]
+    pw = rep["peer_wait"]
+    if len(shown) > MAX_RANK_ROWS:  # the ranks that waited most, then those most often last
+        shown = sorted(rep["ranks"], key=lambda r: -(pw.get(str(r), {}).get("wait_ns") or 0))[:TOP_RANK_ROWS]
+        shown += [r for r in sorted(rep["ranks"], key=lambda r: -(pw.get(str(r), {}).get("n_late") or 0))
+                  if r not in shown][:TOP_RANK_ROWS]
+    for r in shown:
+        p = pw.get(str(r), {})
         waited = ", ".join(f"rank {k}: {dur(v)}" for k, v in
                            sorted(p.get("wait_for_rank_ns", {}).items(), key=lambda kv: int(kv[0]))) or "-"
         rows.append([f"rank {r}", str(p.get("n_collectives", 0)), dur(p.get("kernel_ns")), dur(p.get("wait_ns")),
                      dur(p.get("transfer_ns")), pct(p.get("wait_fraction")), pct(p.get("overlap_ratio")),
-                     pct(p.get("effective_overlap_ratio")), str(p.get("n_late", 0)), waited])
+                     pct(p.get("effective_overlap_ratio")), str(p.get("n_late", 0)), _cut(waited)])
     lines = [f"rank {d['rank']} last at {_plural(d['n_collectives_last'], 'collective')} "
              f"({d['share_of_late_collectives']:.0%} of those with a late rank), others waited "
-             f"{dur(d['wait_caused_ns'])}" for d in rep["late_ranks"]]
+             f"{dur(d['wait_caused_ns'])}" for d in rep["late_ranks"][:TOP_RANK_ROWS]]
     cap = ("wait = kernel time before the last rank arrived; effective overlap = overlap of the transfer part "
            "with compute. " + "; ".join(lines))
+    if len(shown) < len(rep["ranks"]):
+        cap += (f" {len(shown)} of {len(rep['ranks'])} ranks shown: those that waited most and those most often "
+                "last (all ranks: -f json or --tables).")
     return Section("Peer wait per rank", ["rank", "collectives", "kernel time", "wait", "transfer", "wait %",
                                           "overlap", "effective overlap", "last at", "waited for"], rows, cap)
 
@@ -82,15 +103,14 @@ def _collectives(rep: Doc) -> Section:
     rows: list[list[str]] = []
     waiting = [c for c in rep["collectives"] if c["max_wait_ns"] is not None and c["max_wait_ns"] > 0]
     for rec in _top(waiting, "max_wait_ns", TOP_COLLECTIVES):
-        waits = ", ".join(f"{r}: {dur(int(rec[f'wait_ns_r{r}']))}" for r in rep["ranks"]
-                          if rec.get(f"wait_ns_r{r}") is not None)
         late = f"rank {int(rec['late_rank'])}" if rec["late_rank"] >= 0 else "together"
         rows.append([str(int(rec["coll_id"])), _short(rec["coll_name"]), str(rec["group"]), late,
-                     dur(rec["skew_ns"]), dur(rec["max_wait_ns"]), waits])
+                     dur(rec["skew_ns"]), dur(rec["max_wait_ns"]), dur(rec["total_wait_ns"])])
     cap = (f"{rep['n_matched']} collectives matched; {rep['n_unmatched']} unmatched, "
-           f"{rep['n_inconsistent']} inconsistent (left out).")
+           f"{rep['n_inconsistent']} inconsistent (left out). Each rank's wait at each collective: "
+           "analyze --tables DIR (collective_ranks.parquet).")
     return Section(f"Collectives with the longest peer wait (top {TOP_COLLECTIVES})",
-                   ["#", "collective", "group", "last to arrive", "arrival skew", "max wait", "wait per rank"],
+                   ["#", "collective", "group", "last to arrive", "arrival skew", "max wait", "total wait"],
                    rows, cap)
 
 

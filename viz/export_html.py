@@ -40,6 +40,7 @@ from .figures import iteration_figure, overview_bars, peer_wait_bars, skew_heatm
 from .formats import ms
 from .labels import header
 from .lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
+from .scale_tables import straggler_section
 from .tables import RANK_COLUMNS, rank_rows, sync_rows, syncs_summary
 from .timeline import SYNC_COLUMNS, TimelineData, lod_for_windows, normalize_syncs, prepare_timeline
 
@@ -224,7 +225,8 @@ def _cross_rank_html(report: AnalysisReport, doc: dict, fig) -> str:
     if cross is None or cross.clock is None:
         return '<p class="muted">One rank: no cross-rank analysis.</p>'
     parts = []
-    for s in cross_rank_sections(doc["cross_rank"]):
+    straggler = straggler_section(doc.get("stragglers"))
+    for s in [*cross_rank_sections(doc["cross_rank"]), *([straggler] if straggler else [])]:
         parts.append(f"<h3>{_e(s.title)}</h3>")
         parts.append(html_table(s.header, s.rows, text_cols=range(len(s.header))))
         if s.caption:

@@ -25,7 +25,8 @@ from plotly.subplots import make_subplots
 from analyzers.report import AnalysisReport
 
 from . import labels
-from .timeline import CODES, N_CODES, LaneSegments
+from .mix import mix_polygons, needs_mix, pixel_mix
+from .timeline import CODE, CODES, N_CODES, LaneSegments
 
 COLORS: dict[str, str] = {
     "compute": "#1f77b4",
@@ -125,6 +126,26 @@ def _interleave(a: np.ndarray, b: np.ndarray, fill: float) -> np.ndarray:
     return out.ravel()
 
 
+def mix_traces(v: LaneSegments, width_px: int, top: int, legend_done: set[str]) -> list[go.Scattergl]:
+    """The window as per-pixel category shares (viz/mix.py): one filled trace per colour."""
+    d = v.data
+    mix = pixel_mix(d.starts, d.ends, d.groups, v.lo_ns, v.hi_ns, width_px)
+    poly = mix_polygons(mix, N_CODES, top, [CODE[c] for c in MIX_ORDER])
+    out = []
+    for code in sorted(poly.x, key=lambda c: MIX_ORDER.index(CODES[c]) if CODES[c] in MIX_ORDER else -1):
+        name = CODES[code]
+        out.append(go.Scattergl(
+            x=_ms(poly.x[code] - v.origin_ns).astype(np.float32), y=poly.y[code].astype(np.float32),
+            mode="lines", fill="toself", fillcolor=COLORS[name], line=dict(width=0, color=COLORS[name]),
+            hoverinfo="skip", name=LABELS[name], legendgroup=name, showlegend=name not in legend_done))
+        legend_done.add(name)
+    return out
+
+
+# Bottom to top within a lane's sub-lanes (communication on top, as segments are drawn).
+MIX_ORDER = ("other", "memset", "copy", "compute", "comm", "exposed_comm", "overlap", "host_sync")
+
+
 def timeline_figure(
     variants: Sequence[LaneSegments],
     *,
@@ -167,7 +188,10 @@ def timeline_figure(
         # Lane 0 on top. y counts upward (top - lane): a reversed axis mis-draws Scattergl in
         # the plotly.js that Streamlit bundles (every line lands on the bottom edge).
         top = len(lanes) - 1
-        if len(seg):
+        if needs_mix(seg, max(1, int(widest / max(1, width_px)))):
+            for trace in mix_traces(v, width_px, top, legend_done):
+                fig.add_trace(trace, row=row, col=1)
+        elif len(seg):
             cuts = np.flatnonzero(np.diff(seg.group)) + 1
             bounds = np.r_[0, cuts, len(seg)]
             # Draw order: other, memset, copy, compute, comm (communication on top), then bands.

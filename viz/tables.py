@@ -31,9 +31,26 @@ RANK_COLUMNS: list[tuple[str, str]] = [
 
 
 def rank_rows(doc: Doc) -> list[list[str]]:
-    """One text row per rank of the document's ``ranks`` (RANK_COLUMNS)."""
+    """One text row per rank of the document's ``ranks`` (RANK_COLUMNS); past scale_tables.MAX_RANK_ROWS
+    ranks, the distribution across ranks and the ranks with the lowest overlap ratio (the JSON and
+    `analyze --tables` keep every rank)."""
+    from .scale_tables import TOP_RANKS, distribution_rows, many
+
+    ranks = doc["ranks"]
+    if not many(len(ranks)):
+        return _rows(ranks)
+    keys = ("comm_ns", "compute_ns", "overlap_ns", "overlap_ratio", "exposed_comm_ns", "hidden_fraction_of_min",
+            "span_ns", "idle_ns")
+    fmts = [pct if k in ("overlap_ratio", "hidden_fraction_of_min") else (lambda v: ms(int(v))) for k in keys]
+    cols = [[m[k] for m in ranks] for k in keys] + [[m["iteration_summary"].get("n", 0) for m in ranks]]
+    rows = [[*r, UNDEFINED] for r in distribution_rows(cols, [*fmts, lambda v: str(int(v))])]
+    worst = sorted((m for m in ranks if m["overlap_ratio"] is not None), key=lambda m: m["overlap_ratio"])
+    return rows + [[f"{r[0]} (lowest overlap)", *r[1:]] for r in _rows(worst[:TOP_RANKS])]
+
+
+def _rows(ranks: list[Doc]) -> list[list[str]]:
     rows = []
-    for m in doc["ranks"]:
+    for m in ranks:
         s = m["iteration_summary"]
         iters = (f"{pct(s.get('overlap_ratio_median'))}/{pct(s.get('overlap_ratio_worst'))}"
                  if s.get("n") else UNDEFINED)

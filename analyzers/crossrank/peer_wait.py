@@ -129,7 +129,8 @@ def peer_wait_totals(traces: TraceSet, colls: pd.DataFrame, members: pd.DataFram
         rows = np.flatnonzero(colls["peers_known"].to_numpy(dtype=bool)[pos])
         rank = members["rank"].to_numpy()[rows]
         o = np.argsort(rank, kind="stable")
-        by_rank = {r: rows[o][sl] for r, sl in _slices(rank[o]).items()}
+        rows_o = rows[o]  # once: a view per rank into one array (rows[o] per rank kept ranks x members alive)
+        by_rank = {r: rows_o[sl] for r, sl in _slices(rank[o]).items()}
         m_start, m_end = members["start_ns"].to_numpy(dtype=np.int64), members["end_ns"].to_numpy(dtype=np.int64)
         m_arrival, m_late = members["arrival"].to_numpy(dtype=np.int64), late[pos]
         m_wait, m_transfer = members["wait_ns"].to_numpy(), members["transfer_ns"].to_numpy()

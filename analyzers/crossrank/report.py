@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -143,7 +144,7 @@ class CrossRankReport:
             "reference_rank": self.reference_rank,
             "clock": self.clock.to_dict() if self.clock else None,
             "n_matched": self.n_matched,
-            "collectives": rows(self.collectives),
+            "collectives": rows(self.collectives[collective_columns(self.collectives)]),
             "n_unmatched": int(sum(u.get("count", 1) for u in self.unmatched)),
             "unmatched": self.unmatched[:cap],
             "n_inconsistent": int(sum(u.get("count", 1) for u in self.inconsistent)),
@@ -160,6 +161,16 @@ class CrossRankReport:
 
 
 # --------------------------------------------------------------------------- helpers
+
+_PER_RANK_COLUMN = re.compile(r"_r\d+$")
+
+
+def collective_columns(colls: pd.DataFrame) -> list[str]:
+    """The collectives table's columns about the collective as a whole: its per-rank columns
+    (start_ns_r{r}, ...) grow with ranks x collectives, so the JSON document leaves them to the
+    long per-(collective, rank) table (`analyze --tables`, members)."""
+    return [c for c in colls.columns if not _PER_RANK_COLUMN.search(str(c))]
+
 
 def _plain(obj: Any) -> Any:
     """JSON-safe copy: numpy scalars -> Python, NaN -> None, tuple -> list, keys -> str (one msgspec pass)."""

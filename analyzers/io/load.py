@@ -15,6 +15,7 @@ from analyzers.errors import BadInputError, MixedRunsError
 from analyzers.io.discover import expand_paths
 from analyzers.io.input_limits import ENV_MAX_FILES, InputLimitError, Limits, check_loaded_times, check_rank_meta
 from analyzers.io.kineto import load_kineto
+from analyzers.io.rank_select import format_ranks, missing_ranks_note, selection_notes
 from analyzers.timeline.classify import Rule, load_rules
 from analyzers.timeline.model import RankTrace, TraceSet
 
@@ -117,6 +118,7 @@ def load_traces(
     scheduler: str | None = None,
     per_rank: PerRank | None = None,
     require_gpu: bool = True,
+    ranks: frozenset[int] | None = None,
 ) -> TraceSet:
     """Load, validate and classify the traces of one run.
 
@@ -124,7 +126,8 @@ def load_traces(
     the per-rank stage on that Dask cluster instead. per_rank (analyzers.report.RankStage) is
     computed beside each rank's parse; its results land in meta for `analyze` to reuse. A set in
     which no rank ran a GPU kernel has nothing to measure: refused, unless require_gpu is False (the
-    runners' CPU correctness runs, whose traces are host-only).
+    runners' CPU correctness runs, whose traces are host-only). ranks: analyze only these ranks
+    (analyzers.io.rank_select); the set's notes say which were asked for and not found.
     """
     from analyzers.io.parallel import PER_RANK_KEY, run_files
 
@@ -138,13 +141,18 @@ def load_traces(
     if progress:
         progress(str(paths[0]) if paths else "", 0, len(paths))
     done = run_files(paths, rank, rules, load_file, per_rank, jobs=jobs, use_cache=cache, scheduler=scheduler,
-                     progress=progress)
+                     progress=progress, only=ranks)
     if progress:
         progress("", len(paths), len(paths))
     traces = [t for d in done for t in d.traces]
+    if ranks is not None and not traces:
+        raise BadInputError(label or _default_label(paths),
+                            f"--ranks {format_ranks(ranks)}: no trace holds any of these ranks")
     if require_gpu and traces:
         _require_kernels(traces, str(paths[0]) if len(paths) == 1 else (label or ", ".join(map(str, paths))))
     ts = assemble(traces, label=label or _default_label(paths))
+    if ranks is not None:
+        ts.notes = [n for n in ts.notes if "ranks given" not in n] + selection_notes(ranks, ts.ranks, ts.world_size)
     results = {r: res for d in done for r, res in d.results.items()}
     if results:
         ts.meta[PER_RANK_KEY] = results
@@ -198,8 +206,6 @@ def assemble(traces: list[RankTrace], label: str = "") -> TraceSet:
                                         "files from different runs?")
         by_rank[t.rank] = t
     world = worlds.pop() if worlds else None
-    notes = []
-    if world is not None and len(by_rank) < world:
-        notes.append(f"{len(by_rank)} of {world} ranks given")
+    notes = [n] if (n := missing_ranks_note(by_rank, world)) else []
     return TraceSet(ranks=dict(sorted(by_rank.items())), label=label, fmt=fmts.pop(), world_size=world,
                     notes=notes)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzers.errors import BadInputError, WorkerDiedError
+from analyzers.io.rank_select import skip_file
 from analyzers.io.trace_bytes import map_files_here
 from analyzers.io.worker_memory import keep_freed_memory, last_file_follows
 from analyzers.timeline.classify import Rule, classify_trace
@@ -57,10 +58,15 @@ class FileResult:
 
 
 def run_rank_stage(path: str, rank: int | None, rules: tuple[Rule, ...], per_rank: PerRank | None,
-                   use_cache: bool, loader: Loader) -> FileResult:
-    """One file through the per-rank stage (runs in a worker process, or in-process)."""
+                   use_cache: bool, loader: Loader, only: frozenset[int] | None = None) -> FileResult:
+    """One file through the per-rank stage (runs in a worker process, or in-process); with `only`,
+    the ranks outside that selection are dropped (their files skipped unparsed where the head says)."""
     p = Path(path)
+    if skip_file(p, only):
+        return FileResult(path, [])
     traces = _load_cached(p, rank, loader) if use_cache else loader(p, rank)
+    if only is not None:
+        traces = [t for t in traces if t.rank in only]
     out = FileResult(path, traces)
     for t in traces:
         classify_trace(t, list(rules))
@@ -93,12 +99,13 @@ def _pool_context() -> multiprocessing.context.BaseContext:
 
 def run_files(paths: list[Path], rank: int | None, rules: list[Rule], loader: Loader,
               per_rank: PerRank | None = None, *, jobs: int | None = None, use_cache: bool = False,
-              scheduler: str | None = None, progress: Progress | None = None) -> list[FileResult]:
-    """The per-rank stage over every file, in input order, on the chosen executor."""
+              scheduler: str | None = None, progress: Progress | None = None,
+              only: frozenset[int] | None = None) -> list[FileResult]:
+    """The per-rank stage over every file, in input order, on the chosen executor (only: a rank selection)."""
     jobs = default_jobs() if jobs is None or jobs < 1 else jobs
     total = len(paths)
     results: dict[int, FileResult] = {}
-    for i, res in _execute(paths, rank, (tuple(rules), per_rank, use_cache, loader), jobs, scheduler):
+    for i, res in _execute(paths, rank, (tuple(rules), per_rank, use_cache, loader, only), jobs, scheduler):
         results[i] = res
         if progress:
             progress(res.path, len(results), total)

@@ -220,8 +220,10 @@ class RankMetrics:
     def overlap_ns(self) -> int:
         return self.whole.overlap_ns
 
-    def to_dict(self) -> dict:
-        return {
+    def to_dict(self, iterations: bool = True) -> dict:
+        """Plain data; iterations=False leaves out the per-iteration rows (the compact `analyze` document
+        keeps their summary; `analyze --tables` writes the rows)."""
+        out = {
             "rank": self.rank,
             "source": self.source,
             **self.whole.to_dict(),
@@ -230,10 +232,13 @@ class RankMetrics:
                 "streams": [int(x) for x in self.stream_pairs.index],
                 "matrix": self.stream_pairs.to_numpy().tolist(),
             },
-            "iterations": records(self.iterations),
+            "iterations": records(self.iterations) if iterations else None,
             "iteration_summary": self.iteration_summary,
             "notes": list(self.notes),
         }
+        if not iterations:
+            del out["iterations"]
+        return out
 
 
 def iteration_metrics(gpu: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:

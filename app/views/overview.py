@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import streamlit as st
 
-from app import ui
+from app import ranks, ui
 from app.tables import readable, show
 from viz import labels
 from viz.critical import attribution_figure, fidelity_line, saving_text
 from viz.figures import iteration_figure, overview_bars
+from viz.scale_figures import MANY_RANKS, rank_distributions
 
 st.title("Overview")
 runs = ui.load_selected()
@@ -35,8 +38,14 @@ for label, rep in reports:
     c[4].metric("Iteration (median)", ui.ms(max(med)) if med else labels.ABSENT,
                 help="median iteration time of the slowest rank")
 
-st.subheader("Where each rank's time goes")
-st.plotly_chart(overview_bars(reports), theme=None, key="overview_bars")
+if max(len(rep.ranks) for _, rep in reports) > MANY_RANKS:
+    st.subheader("Across ranks")
+    st.plotly_chart(rank_distributions(reports), theme=None, key="overview_dist")
+    st.caption("Many ranks: their distribution, not a bar each. The table below lists every rank (sortable); "
+               "the Stragglers page shows who arrives late, the Timeline draws the ranks you pick.")
+else:
+    st.subheader("Where each rank's time goes")
+    st.plotly_chart(overview_bars(reports), theme=None, key="overview_bars")
 
 rows = []
 for label, rep in reports:
@@ -48,7 +57,10 @@ show(readable(rows, ["run", "rank", "overlap_ratio", "comm_ns", "compute_ns", "o
 
 if any(not m.iterations.empty for _, rep in reports for m in rep.ranks):
     st.subheader("Overlap per iteration")
-    st.plotly_chart(iteration_figure(reports), theme=None, key="iteration_fig")
+    # many ranks: the ranks the Timeline draws (default: slowest, median and fastest), not a line each
+    few = [(label, replace(rep, ranks=[m for m in rep.ranks if m.rank in set(ranks.chosen_ranks(run))]))
+           for (label, rep), run in zip(reports, runs, strict=True)]
+    st.plotly_chart(iteration_figure(few), theme=None, key="iteration_fig")
 
 priced = [(label, rep.critical_path) for label, rep in reports if rep.critical_path]
 if priced:

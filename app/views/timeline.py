@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import ui
+from app import ranks, ui
 from app.downloads import run_downloads
 from app.tables import readable, show
 from viz.critical import critical_overlay
@@ -21,7 +21,19 @@ st.title("Timeline")
 runs = ui.load_selected()
 if not runs:
     st.stop()
-datas = [r.timeline() for r in runs]
+shown: dict[str, list[int] | None] = {}
+for r in runs:  # a run of many ranks draws the ranks picked here (default: slowest, median, fastest)
+    all_ranks = [m.rank for m in r.report().ranks]
+    if len(all_ranks) <= ranks.MANY_RANKS:
+        shown[r.source.key] = None
+        continue
+    picked = st.multiselect(f"Ranks of {r.label} ({len(all_ranks)} ranks)", all_ranks, ranks.chosen_ranks(r),
+                            key=f"tl_ranks:{r.source.key}",
+                            help="A run of many ranks is drawn for the ranks picked here: by default the slowest "
+                                 "(longest GPU span), the median and the fastest; the Stragglers page sends others.")
+    ranks.set_ranks(r.source.key, picked)
+    shown[r.source.key] = ranks.chosen_ranks(r)
+datas = [r.timeline(tuple(shown[r.source.key]) if shown[r.source.key] is not None else None) for r in runs]
 focus = ui.pop_focus()
 
 WHOLE = "whole trace"
@@ -104,7 +116,7 @@ for d in datas:
 st.subheader("Metrics in this window")
 rows = []
 for run, (_, lo, hi) in zip(runs, windows, strict=True):
-    for rank in run.traces().rank_ids():
+    for rank in shown[run.source.key] or run.traces().rank_ids():
         rows.append({"run": run.label, "rank": rank, **run.window_metrics(rank, lo, hi).to_dict()})
 show(readable(rows, ["run", "rank", "overlap_ratio", "comm_ns", "compute_ns", "overlap_ns", "exposed_comm_ns",
                      "idle_ns", "n_gpu"]))
