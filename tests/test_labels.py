@@ -26,6 +26,13 @@ from viz.formats import ms, pct
     ("caller", "", "—"),
     ("caller", None, "—"),
     ("sync_op", "aten::item", "aten::item"),
+    ("busbw_median_gbps", 123.456, "123.5 GB/s"),
+    ("busbw_median_gbps", math.nan, "n/a"),  # no activity alone: no median
+    ("bytes_median", 3 * 2**20, "3.00 MiB"),
+    ("outlier", True, "yes"),
+    ("outlier", False, "no"),
+    ("host", None, "—"),
+    ("last_share", 0.25, "25.0%"),
 ])
 def test_values_read_with_their_units(key, v, text):
     assert labels.show(key, v) == text
@@ -35,6 +42,9 @@ def test_headers_are_labels_with_the_unit_of_a_time():
     assert labels.header("gpu_idle_ns") == "GPU idle caused (ms)"
     assert labels.header("overlap_ratio") == "overlap ratio (overlap/comm)"
     assert labels.header("sync_op") == "sync-implying op"
+    assert labels.header("busbw_median_gbps") == "bus bandwidth, median (GB/s)"
+    assert labels.header("bytes_median") == "median size (MiB)"
+    assert labels.header("median_lateness_ns") == "median lateness (ms)"
 
 
 def test_an_unregistered_key_still_reads_as_words():

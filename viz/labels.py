@@ -5,7 +5,8 @@ Here in viz/, the package both front ends (overlapscope/ and app/) stand on with
 Light to import (no pandas): the CLI draws a cached report with it before the analysis stack loads.
 
 Kinds and how they read: ``time`` (ns in the data) in ms, ``ratio`` (a fraction) in percent, ``count``
-with thousands separators, ``id`` (rank, step, stream; -1 means none) as is, ``text`` as is. A value that
+with thousands separators, ``gbps`` (a bandwidth) in GB/s, ``bytes`` in MiB, ``id`` (rank, step, stream; -1
+means none) as is, ``text`` as is (a flag as yes / no). A value that
 exists but is undefined (a ratio of nothing: None or NaN) reads ``n/a``; a value that is not there at all
 (no step, a side without it, an id of -1) reads ``—``.
 """
@@ -18,14 +19,14 @@ from typing import Any
 
 UNDEFINED = "n/a"
 ABSENT = "—"
-UNITS = {"time": "ms", "ratio": "%", "count": "", "id": "", "text": ""}
+UNITS = {"time": "ms", "ratio": "%", "count": "", "gbps": "GB/s", "bytes": "MiB", "id": "", "text": ""}
 
 
 @dataclass(frozen=True)
 class Metric:
     key: str  # the data's name (JSON key, column)
     label: str  # how people read it, without unit: "exposed communication"
-    kind: str = "time"  # time | ratio | count | id | text
+    kind: str = "time"  # time | ratio | count | gbps | bytes | id | text
     help: str = ""  # one sentence: what it means
     better: int = 0  # +1 higher helps overlap or speed, -1 lower does, 0 neither (colours deltas)
     short: str = ""  # a narrow column's header, without unit; default label
@@ -39,8 +40,8 @@ class Metric:
         return UNITS[self.kind]
 
     def header(self) -> str:
-        """Column header with the unit of a time column: "exposed communication (ms)"."""
-        return f"{self.label} (ms)" if self.kind == "time" else self.label
+        """Column header with the unit of a time, bandwidth or size column: "exposed communication (ms)"."""
+        return f"{self.label} ({self.unit})" if self.kind in ("time", "gbps", "bytes") else self.label
 
 
 def _m(key: str, label: str, kind: str = "time", help: str = "", better: int = 0, short: str = "") -> Metric:
@@ -150,6 +151,37 @@ _ALL = [
     _m("mean_ns_a", "mean A"),
     _m("mean_ns_b", "mean B"),
     _m("metric", "metric", "text"),
+    # collectives' bandwidth per operation and size (analyzers.crossrank.collectives)
+    _m("op", "operation", "text"),
+    _m("size_bucket", "message size", "text"),
+    _m("n_overlapped", "overlapped with compute", "count"),
+    _m("bytes_median", "median size", "bytes"),
+    _m("dur_median_ns", "median duration", better=-1),
+    _m("wait_median_ns", "median wait", help="kernel time before the last rank arrived", better=-1),
+    _m("transfer_median_ns", "median transfer", help="kernel time after the last rank arrived"),
+    _m("algbw_median_gbps", "algorithm bandwidth, median", "gbps", "bytes / transfer time", +1, "algbw"),
+    _m("busbw_median_gbps", "bus bandwidth, median", "gbps",
+       "NCCL's bus bandwidth: algbw scaled by the operation's traffic factor", +1, "busbw"),
+    _m("busbw_alone_median_gbps", "bus bandwidth alone, median", "gbps",
+       "bus bandwidth of the activities that ran with no compute", +1, "busbw alone"),
+    _m("busbw_overlapped_median_gbps", "bus bandwidth overlapped, median", "gbps",
+       "bus bandwidth of the activities that ran alongside compute", +1, "busbw overlapped"),
+    _m("link_fraction", "of link peak", "ratio", "median bus bandwidth / the link's peak", +1),
+    # stragglers (analyzers.crossrank.stragglers)
+    _m("host", "host", "text"),
+    _m("ranks", "ranks", "text"),
+    _m("outlier", "outlier", "text", "robust z-score of the median lateness above the threshold"),
+    _m("outliers", "outlier ranks", "text"),
+    _m("z", "robust z-score", "text", "how far the rank's median lateness lies from the others'"),
+    _m("n_last", "times last", "count", "collectives the rank was the last to reach"),
+    _m("last_share", "share last", "ratio", "times last / collectives", -1),
+    _m("median_lateness_ns", "median lateness", help="start − the first rank's start, median", better=-1),
+    _m("worst_lateness_ns", "worst lateness", better=-1),
+    _m("before_mostly", "before: mostly", "text", "what the rank's GPU held most before its late arrivals"),
+    _m("before_window_ns", "before: window"),
+    _m("before_compute_ns", "before: compute"),
+    _m("before_other_gpu_ns", "before: other GPU work"),
+    _m("before_idle_ns", "before: idle GPU"),
 ]
 METRICS: dict[str, Metric] = {m.key: m for m in _ALL}
 
@@ -197,6 +229,10 @@ def number(kind: str, v: Any) -> str:
         return f"{v / 1e6:.3f}"
     if kind == "ratio":
         return f"{100 * v:.1f}%"
+    if kind == "gbps":
+        return f"{v:,.1f}"
+    if kind == "bytes":
+        return f"{v / 2**20:,.2f}"
     return f"{v:,.0f}" if float(v).is_integer() else f"{v:,.1f}"
 
 
@@ -207,11 +243,15 @@ def value(kind: str, v: Any) -> str:
             return ABSENT
         return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
     if kind == "text":
+        if isinstance(v, bool):
+            return "yes" if v else "no"
         if isinstance(v, float) and not missing(v):
             return f"{v:.4g}"
         return ABSENT if missing(v) or v == "" else str(v)
     if kind == "time" and not missing(v):
         return f"{v / 1e6:,.3f} ms"
+    if kind in ("gbps", "bytes") and not missing(v):
+        return f"{number(kind, v)} {UNITS[kind]}"
     return number(kind, v)
 
 
@@ -225,6 +265,10 @@ def delta(kind: str, v: Any) -> str:
         return f"{100 * v:+.1f} pt"
     if kind == "time":
         return f"{v / 1e6:+.3f} ms"
+    if kind == "gbps":
+        return f"{v:+,.1f} GB/s"
+    if kind == "bytes":
+        return f"{v / 2**20:+,.2f} MiB"
     return f"{v:+,.0f}" if float(v).is_integer() else f"{v:+,.1f}"
 
 

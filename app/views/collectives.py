@@ -8,10 +8,10 @@ operation and size.
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from app import ui
+from app.tables import readable, show
 from viz.collectives_figure import busbw_figure, plottable
 
 st.title("Collectives")
@@ -51,13 +51,9 @@ for run in runs:
                                pad=2.0)
         else:
             st.caption("Click a point to see that collective in the timeline.")
-    g = table.groups
-    st.dataframe(pd.DataFrame({
-        "operation": g["op"], "size": g["size_bucket"], "n": g["n"], "overlapped": g["n_overlapped"],
-        "median size (MiB)": g["bytes_median"] / 2**20, "median transfer (ms)": g["transfer_median_ns"] / 1e6,
-        "median wait (ms)": g["wait_median_ns"] / 1e6, "busbw GB/s": g["busbw_median_gbps"],
-        "alone": g["busbw_alone_median_gbps"], "overlapped ": g["busbw_overlapped_median_gbps"],
-        "of link": g["link_fraction"]}), hide_index=True,
-        column_config={"of link": st.column_config.NumberColumn("of link", format="percent")})
+    show(readable(table.groups, ["op", "size_bucket", "n", "n_overlapped", "bytes_median", "transfer_median_ns",
+                                 "wait_median_ns", "busbw_median_gbps", "busbw_alone_median_gbps",
+                                 "busbw_overlapped_median_gbps", "link_fraction"],
+                  headers={"n": "activities"}), key=f"coll-table-{run.source.key}")
     for note in table.notes:
         st.caption(note)

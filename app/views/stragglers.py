@@ -12,6 +12,7 @@ import streamlit as st
 
 from analyzers.crossrank.stragglers import lateness_matrix
 from app import ranks, ui
+from app.tables import readable, show
 from viz.scale_figures import MAX_COLUMNS, lateness_heatmap
 
 st.title("Stragglers")
@@ -37,7 +38,10 @@ for run in runs:
     if view["outliers"]:
         st.markdown("**Outliers:** " + ", ".join(f"rank {r}" for r in view["outliers"]))
     if view["hosts"]:
-        st.dataframe(pd.DataFrame(view["hosts"]), hide_index=True)
+        hosts = [{**h, "ranks": ", ".join(map(str, h["ranks"])), "outliers": ", ".join(map(str, h["outliers"]))}
+                 for h in view["hosts"]]
+        show(readable(hosts, ["host", "ranks", "n_last", "median_lateness_ns", "worst_lateness_ns", "outliers"]),
+             key=f"st-hosts-{run.source.key}")
 
     st.subheader("Lateness, rank x collective")
     mat, first_ids, rks = lateness_matrix(rep.cross_rank.collectives, rep.cross_rank.members,
@@ -47,15 +51,10 @@ for run in runs:
 
     st.subheader("Per rank")
     shown = table.sort_values(["outlier", "n_last", "median_lateness_ns"], ascending=False, kind="stable")
-    shown = shown.assign(**{"median late (µs)": shown["median_lateness_ns"] / 1e3,
-                            "worst late (µs)": shown["worst_lateness_ns"] / 1e3,
-                            "before: compute (ms)": shown["before_compute_ns"] / 1e6,
-                            "before: idle GPU (ms)": shown["before_idle_ns"] / 1e6})
-    cols = ["rank", "host", "outlier", "z", "n_last", "n_collectives", "last_share", "median late (µs)",
-            "worst late (µs)", "before_mostly", "before: compute (ms)", "before: idle GPU (ms)"]
+    cols = ["rank", "host", "outlier", "z", "n_last", "n_collectives", "last_share", "median_lateness_ns",
+            "worst_lateness_ns", "before_mostly", "before_compute_ns", "before_idle_ns"]
     key = f"st-table-{run.source.key}"
-    st.dataframe(shown[cols], hide_index=True, key=key, on_select="rerun", selection_mode="multi-row",
-                 column_config={"last_share": st.column_config.NumberColumn("last share", format="percent")})
+    show(readable(shown, cols), key=key, on_select="rerun", selection_mode="multi-row")
     state = st.session_state.get(key)
     picked = [int(shown["rank"].iloc[i]) for i in (state["selection"]["rows"] if state else []) if i < len(shown)]
     st.caption(f"Before: what the rank's {view['before_source']} held, over the collectives it was last to. "
