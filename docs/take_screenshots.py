@@ -26,10 +26,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 USER_ENV = dict(os.environ)  # before the tests' conftest points the cache at a temporary folder
 
+from app.ui import PAGE_FILES  # noqa: E402
 from tests.test_app_browser import free_port, launch_browser, start_app, stop_app  # noqa: E402
 
-PAGES = (("overview", "", "Overview"), ("timeline", "timeline", "Timeline"), ("crossrank", "crossrank", "Cross-rank"),
-         ("syncs", "syncs", "Syncs"), ("diff", "diff", "Diff"), ("run", "run", "Run"))
+TITLES = {"overview": "Overview", "timeline": "Timeline", "crossrank": "Cross-rank", "stragglers": "Stragglers",
+          "syncs": "Syncs", "collectives": "Collectives", "diff": "Diff", "run": "Run"}  # as app/main.py names them
+# (name, URL path, heading) of every page in the app's registry: a new page without a title here fails loudly
+PAGES = tuple((name, "" if name == "overview" else Path(f).stem, TITLES[name]) for name, f in PAGE_FILES.items())
 SAMPLE_RUNS = "ag-gemm/sync-in-loop,ag-gemm/sync-before-loop"
 SAMPLE_PAGE_RUNS = ["syncs=ag-gemm/host-sync"]
 WIDTH = 1440

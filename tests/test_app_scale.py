@@ -11,6 +11,7 @@ import pytest
 
 from app import data
 from app.ranks import default_ranks
+from viz import labels
 
 from .conftest import SAMPLES
 
@@ -88,7 +89,7 @@ def test_stragglers_page_heatmap_and_picker_to_timeline(many_env: Path):
     heat = [f for f in _charts(at) if f["data"] and f["data"][0]["type"] == "heatmap"]
     assert heat
     table = at.dataframe[-1].value
-    assert len(table) == N_RANKS and {"z", "n_last", "before_mostly"} <= set(table.columns)
+    assert len(table) == N_RANKS and {labels.header(k) for k in ("z", "n_last", "before_mostly")} <= set(table.columns)
     # no row selected: the button sends the top 3 rows' ranks to the Timeline
     at.button[0].click().run()
     _ok(at)

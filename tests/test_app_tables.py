@@ -54,6 +54,14 @@ def test_the_registry_lists_every_page_file() -> None:
     assert PAGES[0] == "overview"  # the checks start on the page the app opens on
 
 
+def test_the_docs_picture_every_page() -> None:
+    """docs/app.md shows a screenshot of each registered page (docs/take_screenshots.py writes them)."""
+    text = (ROOT / "docs" / "app.md").read_text(encoding="utf-8")
+    for page in PAGES:
+        assert f"(screenshots/{page}.png)" in text, page
+        assert (ROOT / "docs" / "screenshots" / f"{page}.png").stat().st_size > 10_000, page
+
+
 def _all_tables(at, page: str) -> list[str]:
     out = []
     for i, el in enumerate(at.dataframe):

@@ -51,9 +51,15 @@ for run in runs:
                                pad=2.0)
         else:
             st.caption("Click a point to see that collective in the timeline.")
+    st.caption("Medians per operation and message size (bus bandwidth overall, alone and overlapped with "
+               "compute; of link: the median against the link's peak).")
     show(readable(table.groups, ["op", "size_bucket", "n", "n_overlapped", "bytes_median", "transfer_median_ns",
                                  "wait_median_ns", "busbw_median_gbps", "busbw_alone_median_gbps",
                                  "busbw_overlapped_median_gbps", "link_fraction"],
-                  headers={"n": "activities"}), key=f"coll-table-{run.source.key}")
+                  headers={"n": "activities", "n_overlapped": "overlapped", "bytes_median": "size (MiB)",
+                           "transfer_median_ns": "transfer (ms)", "wait_median_ns": "wait (ms)",
+                           "busbw_median_gbps": "busbw (GB/s)", "busbw_alone_median_gbps": "alone (GB/s)",
+                           "busbw_overlapped_median_gbps": "overlapped (GB/s)", "link_fraction": "of link"}),
+         key=f"coll-table-{run.source.key}")
     for note in table.notes:
         st.caption(note)
