@@ -234,8 +234,8 @@ def test_run_page_refuses_an_output_folder_holding_a_run(app_env: Path, tmp_path
     at = _app()
     at.switch_page("views/run.py").run()
     out = tmp_path / "earlier"
-    (out / "kineto").mkdir(parents=True)  # the sample's variant: the command writes OUT/VARIANT
-    (out / "kineto" / "manifest.json").write_text("{}")
+    out.mkdir()  # `overlapscope run` writes its run into OUT itself
+    (out / "manifest.json").write_text("{}")
     at.text_input(key="run_out").set_value(str(out)).run()
     assert not at.exception
     assert any("already holds a run" in e.value for e in at.error), [e.value for e in at.error]

@@ -54,7 +54,7 @@ def test_tuned_ag_gemm_hides_its_transfers_and_meets_the_time_bound():
 
 
 def test_tuned_gemm_rs_hides_its_transfers_at_the_gemms_time():
-    """Issue 18's acceptance, on the recorded 2×H200 `overlapscope sweep gemm-rs` (its manifests
+    """The tuned schedule's targets, on the recorded 2×H200 `overlapscope sweep gemm-rs` (its manifests
     and traces): overlap ≥ 0.9 on both ranks; time within 5 % of the GEMM alone measured in the
     same process (interleaved with it); faster than PyTorch's fused_matmul_reduce_scatter in the
     same sweep; both checked against the baseline's output (relative error within the bound)."""
