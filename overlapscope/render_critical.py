@@ -9,11 +9,40 @@ from rich.table import Table
 
 from viz.critical import FIDELITY_HEADER, PART_LABELS, STEP_HEADER, fidelity_line, step_rows
 from viz.formats import ms, pct
+from viz.scale_tables import MAX_RANK_ROWS, TOP_RANKS
+
+
+def _shown_ranks(cp: dict[str, Any]) -> list[str]:
+    """Every rank up to MAX_RANK_ROWS; past it the TOP_RANKS with the longest mean step (they set the job's step)."""
+    per = cp.get("per_rank", {})
+    ranks = list(per)
+    if len(ranks) > MAX_RANK_ROWS:
+        ranks = sorted(ranks, key=lambda r: -per[r]["mean_step_ns"])[:TOP_RANKS]
+    return sorted(ranks, key=int)
 
 
 def _rank_rows(cp: dict[str, Any]) -> list[list[str]]:
-    return [[r, ms(d["mean_step_ns"]), *(pct(d["shares"][k]) for k in PART_LABELS)]
-            for r, d in sorted(cp.get("per_rank", {}).items(), key=lambda kv: int(kv[0]))]
+    per = cp.get("per_rank", {})
+    return [[r, ms(per[r]["mean_step_ns"]), *(pct(per[r]["shares"][k]) for k in PART_LABELS)]
+            for r in _shown_ranks(cp)]
+
+
+def _notes(cp: dict[str, Any]) -> list[str]:
+    """The section's notes, a note that several ranks share ('rank 3: ...') said once with its ranks."""
+    import re
+
+    from analyzers.io.rank_select import format_ranks
+
+    by_text: dict[str, list[int]] = {}
+    for note in cp.get("notes", []):
+        m = re.match(r"rank (\d+): (.*)", note, re.S)
+        by_text.setdefault(m.group(2) if m else note, []).extend([int(m.group(1))] if m else [])
+    return [f"rank{'s' if len(rs) > 1 else ''} {format_ranks(rs, 8)}: {t}" if rs else t for t, rs in by_text.items()]
+
+
+def _rank_caption(cp: dict[str, Any]) -> str:
+    n, shown = len(cp.get("per_rank", {})), len(_shown_ranks(cp))
+    return "" if shown == n else f"{shown} of {n} ranks shown (the longest mean step); -f json lists every rank"
 
 
 RANK_HEADER = ["rank", "mean step ms", *PART_LABELS.values()]
@@ -26,7 +55,8 @@ def critical_tables(cp: dict[str, Any]) -> list[Table]:
         steps.add_column(h, justify="left" if h.startswith("late") else "right")
     for row in step_rows(cp):
         steps.add_row(*row)
-    ranks = Table(title="critical path per rank (share of the mean step)", title_justify="left", header_style="bold")
+    ranks = Table(title="critical path per rank (share of the mean step)", title_justify="left", header_style="bold",
+                  caption=_rank_caption(cp) or None, caption_justify="left")
     for h in RANK_HEADER:
         ranks.add_column(h, justify="right")
     for row in _rank_rows(cp):
@@ -41,9 +71,11 @@ def critical_markdown(cp: dict[str, Any]) -> str:
 
     lines = ["### critical path", "", fidelity_line(cp), ""]
     lines += table(STEP_HEADER, step_rows(cp)) + [""] + table(RANK_HEADER, _rank_rows(cp))
+    if _rank_caption(cp):
+        lines += ["", _rank_caption(cp)]
     lines += ["", "<details><summary>replay fidelity per step</summary>", ""]
     from viz.critical import fidelity_rows
 
     lines += table(FIDELITY_HEADER, fidelity_rows(cp)) + ["", "</details>"]
-    lines += [f"- {n}" for n in cp.get("notes", [])]
+    lines += [f"- {n}" for n in _notes(cp)]
     return "\n".join(lines) + "\n"

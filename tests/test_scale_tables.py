@@ -18,7 +18,7 @@ def test_many_ranks_give_distributions_and_top_ranks():
     rep = _report(60, late=37)
     md = to_markdown(rep.to_dict())
     lines = md.splitlines()
-    assert len(lines) < 130  # one row per rank would be 60+ rows in each per-rank table
+    assert len(lines) < 180  # sections of fixed size; one row per rank would add 60+ rows to each per-rank table
     assert "| median of 60 ranks |" in md and "| p90 of 60 ranks |" in md
     assert sum(1 for ln in lines if "(lowest overlap)" in ln) == 5
     st = lines.index(next(ln for ln in lines if ln.startswith("### Stragglers")))
