@@ -22,10 +22,12 @@ from runners.context import Ctx
 from runners.harness import main
 from runners.specs import AG_GEMM
 from runners.streams import Streams, region
-from runners.workload import Workload
 
 
-class AgGemm(Workload):
+class AgGemm(tuning.TunedWorkload):
+    TUNED_ALGO = "ag-gemm"
+    TUNED_MODULE = ag_gemm_tuned
+
     def __init__(self, ctx: Ctx, variants: list[str]) -> None:
         super().__init__(ctx)
         p = ctx.params
@@ -135,19 +137,6 @@ class AgGemm(Workload):
             return self._tuned()
 
         return run
-
-    def prepare(self, variant: str) -> None:
-        """tuned: the schedule for this shape (cached or searched), or the parameters' own with tune=off."""
-        if variant == "tuned" and self._tuned is None:
-            sched, self._tuned, self._tuning = tuning.choose(self, "ag-gemm", {"M": self.M, "K": self.K, "N": self.N},
-                                                             ag_gemm_tuned)
-            self._tuned_mode = sched.name
-            if not symm.available(self.ctx):
-                self._fallbacks["tuned"] = ("copy-engine and CUDA-graph schedules unavailable here ("
-                                            + symm.why_unavailable(self.ctx) + "): NCCL/gloo ones only")
-
-    def tuning(self, variant: str) -> dict[str, Any] | None:
-        return self._tuning if variant == "tuned" else None
 
     def _make_fused(self) -> Callable[[], torch.Tensor]:
         """PyTorch's fused_all_gather_matmul (CUDA symmetric memory); unfused with gloo."""

@@ -14,16 +14,17 @@ from __future__ import annotations
 import socket
 import statistics
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from runners import autotune
+from runners import autotune, symm
 from runners.autotune import Schedule
 from runners.context import Ctx
 from runners.timing import TIMING_CHUNK, synchronize, time_interleaved
-from runners.workload import REL_ERROR_BOUND, rel_error, rel_ref
+from runners.workload import REL_ERROR_BOUND, Workload, rel_error, rel_ref
 
 Builder = Callable[[Schedule], Callable[[], Any]]
 
@@ -138,3 +139,26 @@ def choose(wl: Any, algo: str, shape: dict[str, Any], tuned: Any) -> tuple[Sched
         return sched, builder.build(sched), {"source": "parameters (tune=off)", "choice": sched.to_dict()}
     reference = rel_ref(wl.baseline_fn("tuned")())
     return tune(ctx, algo, shape, tuned.candidates(wl), builder.build, reference, tuned.CODE_VERSION)
+
+
+class TunedWorkload(Workload):
+    """A workload whose `tuned` variant takes its schedule from choose(): the search, or the cache.
+
+    Subclasses name their algorithm (TUNED_ALGO) and the module of candidate schedules (TUNED_MODULE),
+    and set M, K, N, ctx and the _tuned / _tuning / _tuned_mode / _fallbacks fields in __init__."""
+
+    TUNED_ALGO: str
+    TUNED_MODULE: ModuleType
+
+    def prepare(self, variant: str) -> None:
+        """tuned: the schedule for this shape (cached or searched), or the parameters' own with tune=off."""
+        if variant == "tuned" and self._tuned is None:
+            sched, self._tuned, self._tuning = choose(self, self.TUNED_ALGO, {"M": self.M, "K": self.K, "N": self.N},
+                                                      self.TUNED_MODULE)
+            self._tuned_mode = sched.name
+            if not symm.available(self.ctx):
+                self._fallbacks["tuned"] = ("copy-engine and CUDA-graph schedules unavailable here ("
+                                            + symm.why_unavailable(self.ctx) + "): NCCL/gloo ones only")
+
+    def tuning(self, variant: str) -> dict[str, Any] | None:
+        return self._tuning if variant == "tuned" else None

@@ -49,7 +49,7 @@ REAL_COMM = [
     # vLLM custom all-reduce: kernel-share tables of vLLM profiles in public repositories (code index)
     ("void vllm::cross_device_reduce_1stage<__nv_bfloat16, 2>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, "
      "__nv_bfloat16*, int, int)", "custom all-reduce", "AllReduce"),
-    # SGLang custom all-reduce: sgl-project/sglang issue 6067 names cross_device_reduce_2stage; the full
+    # SGLang custom all-reduce: the sgl-project/sglang GitHub thread 6067 names cross_device_reduce_2stage; the full
     # signature from a public SGLang B200 kernel report (code index)
     ("void sglang::cross_device_reduce_1stage<__nv_bfloat16, 8>(sglang::RankData*, sglang::RankSignals, "
      "sglang::Signal*, __nv_bfloat16*, int, int)", "custom all-reduce", "AllReduce"),
@@ -58,7 +58,7 @@ REAL_COMM = [
      "TensorRT-LLM", "AllReduce"),
     ("void tensorrt_llm::oneShotAllReduceKernel<__half, (int)8>(tensorrt_llm::AllReduceParams)",
      "TensorRT-LLM", "AllReduce"),
-    # TensorRT-LLM all-reduce fusion as FlashInfer ships it (flashinfer-ai/flashinfer issue 3825)
+    # TensorRT-LLM all-reduce fusion as FlashInfer ships it (the flashinfer-ai/flashinfer GitHub thread 3825)
     ("tensorrt_llm::_v1::kernels::ar_fusion::allreduce_fusion_kernel_oneshot_lamport", "TensorRT-LLM", "AllReduce"),
     # PyTorch symmetric memory, multimem (NVLS) all-reduce: vLLM profile kernel tables (code index)
     ("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*, unsigned long, "
@@ -72,7 +72,7 @@ REAL_COMM = [
     ("nvshmemi_proxy_rma_signal_entrypoint_blocking", "NVSHMEM", "Other"),
     # RCCL on ROCm keeps NCCL's symbol names: AMD_LOG_LEVEL=4 "ShaderName" lines quoted in public notes
     ("ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)", "NCCL/RCCL", "Other"),
-    # oneCCL on Intel XPU: the Kineto kernel event of intel/torch-xpu-ops issue 5384
+    # oneCCL on Intel XPU: the Kineto kernel event of the intel/torch-xpu-ops GitHub thread 5384
     ("oneccl_reduce_base<float, 2, 16, 1, 1, 2>", "oneCCL", "Other"),
 ]
 
