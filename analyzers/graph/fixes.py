@@ -98,6 +98,7 @@ class ReplayInputs:
     sync_blocks: np.ndarray  # per sync: the host waits for the GPU
     sync_cost: np.ndarray  # per sync: host time of the call when it does not block
     join: str = "max"  # "max" | "median"
+    contention: bool = True  # communication slows beside compute (graph.contention); off: the comm-contention fix
 
 
 def baseline_inputs(sg: SetGraph) -> ReplayInputs:
@@ -205,10 +206,12 @@ def apply_fixes(sg: SetGraph, fixes: list[Fix]) -> ReplayInputs:
             inp.off[:] = 0
         elif fix.name == "comm-contention":
             inp.dur = _uncontended(sg, inp.dur)
+            inp.contention = False
         elif fix.name == "serialized-streams":
             d = inp.dep
             has = d >= 0
             drop = has & (sg.cat == CAT_CODES["comm"]) & (sg.cat[np.maximum(d, 0)] == CAT_CODES["compute"])
+            drop &= sg.step[np.maximum(d, 0)] == sg.step
             inp.dep = np.where(drop, -1, d)
         elif fix.name == "no-copies":
             copies = (sg.cat == CAT_CODES["copy"]) | (sg.cat == CAT_CODES["memset"])
