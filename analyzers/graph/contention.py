@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+import pandas as pd
 
 from analyzers.graph.fixes import ReplayInputs, baseline_inputs
 from analyzers.graph.rank_graph import CAT_CODES
@@ -110,10 +111,37 @@ def _groups(sg: SetGraph, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(gid)[sel], np.concatenate(nid)[sel]
 
 
-def _slope(x: np.ndarray, y: np.ndarray) -> float | None:
-    if len(x) < MIN_EACH:
-        return None
-    return max(float((x * y).sum() / (x * x).sum()), 0.0)
+def _slopes(key: np.ndarray, x: np.ndarray, y: np.ndarray) -> pd.Series:
+    """Per key: the least-squares slope through the origin of y over x (at least MIN_EACH points; >= 0)."""
+    df = pd.DataFrame({"k": key, "xy": x * y, "xx": x * x})
+    g = df.groupby("k").agg(xy=("xy", "sum"), xx=("xx", "sum"), n=("xx", "size"))
+    g = g[(g["n"] >= MIN_EACH) & (g["xx"] > 0)]
+    return (g["xy"] / g["xx"]).clip(lower=0.0)
+
+
+def _class_slowdowns(gid: np.ndarray, nid: np.ndarray, fr: np.ndarray, d: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Per node of one class: its slowdown and the level it came from (0 kernel, 1 kernel name, 2 class, 3 none)."""
+    alone = fr < F_ALONE
+    # each (rank, name)'s alone median, where it has enough alone instances
+    a = pd.DataFrame({"g": gid[alone], "d": d[alone]}).groupby("g")["d"].agg(["median", "size"])
+    a = a.loc[a["size"] >= MIN_EACH, "median"]
+    base = pd.Series(gid).map(a).to_numpy(np.float64)
+    fit = ~alone & np.isfinite(base) & (base > 0)
+    x, y = fr[fit], d[fit] / base[fit] - 1.0
+    out = np.zeros(len(gid), dtype=np.float64)
+    level = np.full(len(gid), 3, dtype=np.int8)
+    pooled = _slopes(np.zeros(len(x), dtype=np.int64), x, y)
+    if len(pooled):
+        out[:], level[:] = float(pooled.iloc[0]), 2
+    for lv, key, key_fit in ((1, nid, nid[fit]), (0, gid, gid[fit])):  # the finer level wins
+        v = pd.Series(key).map(_slopes(key_fit, x, y)).to_numpy(np.float64)
+        hit = np.isfinite(v)
+        out[hit], level[hit] = v[hit], lv
+    return out, level
+
+
+LEVELS = ("kernel", "kernel name", "class", "none")
 
 
 def estimate(sg: SetGraph) -> ContentionModel:
@@ -126,46 +154,19 @@ def estimate(sg: SetGraph) -> ContentionModel:
     s = np.zeros(sg.n, dtype=np.float64)
     sources: dict[str, int] = {}
     notes: list[str] = []
-    for cls, label in ((COMM, "communication"), (COMPUTE, "compute")):
+    for cls, label, other in ((COMM, "communication", "compute"), (COMPUTE, "compute", "communication")):
         rows = np.flatnonzero(sg.cat == cls)
         if not len(rows):
             continue
         gid, nid = _groups(sg, rows)
-        fr, d = f[rows], dur[rows].astype(np.float64)
-        alone = fr < F_ALONE
-        # each (rank, name)'s alone median, where it has enough alone instances
-        base = np.full(len(rows), np.nan)
-        for gk in np.unique(gid).tolist():
-            m = gid == gk
-            if int((m & alone).sum()) >= MIN_EACH:
-                base[m] = np.median(d[m & alone])
-        fit = ~alone & np.isfinite(base) & (base > 0)
-        x = fr[fit]
-        y = d[fit] / base[fit] - 1.0
-        g_fit, n_fit = gid[fit], nid[fit]
-        pooled = _slope(x, y)
-        per_name = {k: _slope(x[n_fit == k], y[n_fit == k]) for k in np.unique(n_fit).tolist()}
-        per_group = {k: _slope(x[g_fit == k], y[g_fit == k]) for k in np.unique(g_fit).tolist()}
-        level = np.full(len(rows), "none", dtype=object)
-        for i, (gk, nk) in enumerate(zip(gid.tolist(), nid.tolist(), strict=True)):
-            v = per_group.get(gk)
-            if v is not None:
-                s[rows[i]], level[i] = v, "kernel"
-                continue
-            v = per_name.get(nk)
-            if v is not None:
-                s[rows[i]], level[i] = v, "kernel name"
-                continue
-            if pooled is not None:
-                s[rows[i]], level[i] = pooled, "class"
-        for lv in ("kernel", "kernel name", "class", "none"):
+        s[rows], level = _class_slowdowns(gid, nid, f[rows], dur[rows].astype(np.float64))
+        for lv, name in enumerate(LEVELS):
             k = int((level == lv).sum())
             if k:
-                sources[f"{label}: {lv}"] = k
-        if pooled is None:
-            notes.append(f"contention: no {label} kernel ran both alone and beside "
-                         f"{'compute' if cls == COMM else 'communication'} often enough to estimate how much "
-                         f"it slows there; {label} durations are kept whatever runs beside them")
+                sources[f"{label}: {name}"] = k
+        if (level == 3).any():
+            notes.append(f"contention: no {label} kernel ran both alone and beside {other} often enough to "
+                         f"estimate how much it slows there; {label} durations are kept whatever runs beside them")
     model = ContentionModel(slowdown=s, measured_f=f, sources=sources, notes=notes)
     sg._contention = model  # type: ignore[attr-defined]
     return model

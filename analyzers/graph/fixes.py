@@ -23,8 +23,9 @@ FIXES: dict[str, str] = {
     "peer-wait": "no rank arrives late: each collective's transfer starts when the median rank arrives",
     "launch-gaps": "launches cost nothing, as under CUDA graphs: the host's time between launches is removed",
     "comm-contention": "communication runs at its uncontended speed (the median transfer of the same "
-                       "collective and size while no compute ran beside it)",
-    "serialized-streams": "the cross-stream event waits of communication on compute of another stream are removed",
+                       "kernel while no compute ran beside it) and is not slowed by compute in the replay",
+    "serialized-streams": "the cross-stream event waits of communication on compute of another stream in the same "
+                          "step are removed (a wait on the previous step stays)",
     "no-copies": "copy and memset activities take no time (buffers preallocated, views instead of copies)",
     "drop": "drop=REGEX: GPU activities whose name matches REGEX take no time (a kernel removed)",
     "comm-speed": "comm-speed=F: communication transfers run F times as fast",
