@@ -28,8 +28,9 @@ Each finding of this tool on the recorded traces became a dimension of the searc
   partial sums. Rank r's block is the sum over ranks q of A_q[rows of r] @ B_q, so each rank
   sends every peer the rows of its A that the peer owns and its whole B shard (rows x K/D +
   K/D x N elements instead of rows x N), computes its own term while they travel, then adds
-  each peer's term in the epilogue of one GEMM each (addmm_): the same FLOPs, no reduction
-  pass, and less to move wherever N x (rows - K/D) > rows x K/D. Offered only where it moves less.
+  each peer's term in the epilogue of its GEMMs (addmm_): the same FLOPs, no reduction pass,
+  and less to move wherever N x (rows - K/D) > rows x K/D. Offered only where it moves less;
+  B may travel in 2 or 4 blocks of its rows, each added as soon as it arrived.
 
 Receive slots alternate between two buffers by iteration; the barriers keep a peer less than
 one iteration ahead, so it never overwrites a slot that is still being read.
@@ -65,7 +66,8 @@ def candidates(wl: Workload) -> list[Schedule]:
         out += [Schedule("ce", s, -1, "group", g, lanes=2) for s in chunks[:2] for g in graphs]
         out += [Schedule("ce", s, 0, "group", g) for s in chunks[1:2] for g in graphs]
         if inputs_move_less(wl):
-            out += [Schedule("ce", 1, -1, "inputs", g, lanes=n) for n in (1, 2) for g in graphs]
+            out += [Schedule("ce", s, -1, "inputs", g, lanes=n) for s in (1, 2, 4) if wl.kp % s == 0
+                    for n in (1, 2) for g in graphs]
     if wl.D > 1:  # eager only: a capture of batch_isend_irecv fails and leaves torch's capture state broken
         out += [Schedule("p2p", s, -1, "group") for s in chunks[:2]]
         if inputs_move_less(wl):
@@ -254,15 +256,19 @@ class TunedGemmRs:
         ce = sched.transport == "ce"
         handle, recv, remote_of = self._recv_slots((2, self.peers, size), ce)
         out = torch.empty(2, rows, N, device=ctx.device, dtype=ctx.dtype)  # one per parity, as the slots
-        lanes = sched.lanes if ce else 1
+        lanes, S = (sched.lanes, sched.chunks) if ce else (1, 1)
+        kc = kp // S  # B travels in S blocks of its rows; the peer's term is added block by block
         copies = Streams(ctx, lanes, priority=sched.priority)
         syncs = Streams(ctx, 1, priority=sched.priority)
-        ready, pushed, synced = Marker(ctx), Marker(ctx), Marker(ctx)
-        lane_done = [Marker(ctx) for _ in range(lanes)]
+        ready = Marker(ctx)
+        pushed, synced = [Marker(ctx) for _ in range(S)], [Marker(ctx) for _ in range(S)]
+        lane_done = [[Marker(ctx) for _ in range(lanes)] for _ in range(S)]
         remote = {q: remote_of(q) for q in peers} if ce else {}
         b_flat = wl.b.reshape(-1)
-        cut = [rows * kp + (kp * i // lanes) * N for i in range(lanes + 1)]  # B rows split over the lanes
-        cut[0] = 0
+
+        def b_part(s: int, lane: int) -> slice:
+            """The elements of B's row block s that copy lane `lane` carries."""
+            return slice((s * kc + kc * lane // lanes) * N, (s * kc + kc * (lane + 1) // lanes) * N)
 
         def operands(buf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             return buf[: rows * kp].view(rows, kp), buf[rows * kp:].view(kp, N)
@@ -277,26 +283,26 @@ class TunedGemmRs:
                             dist.P2POp(dist.irecv, operands(recv[par, j - 1])[0], src, ctx.group),
                             dist.P2POp(dist.irecv, operands(recv[par, j - 1])[1], src, ctx.group)]
                 return dist.batch_isend_irecv(ops)
-            for lane in range(lanes):
-                with copies.on(lane), region(f"tuned: operands to peers, lane {lane}"):
-                    ready.wait()
-                    for q in peers:
-                        dst = remote[q][par, (q - r) % D - 1]
-                        lo, hi = cut[lane], cut[lane + 1]
-                        if lane == 0:
-                            dst[: rows * kp].view(rows, kp).copy_(a_rows[q])
-                            lo = rows * kp
-                        dst[lo:hi].copy_(b_flat[lo - rows * kp: hi - rows * kp])
-                    if lane:
-                        lane_done[lane].record()
-            with copies.on(0):
-                for lane in range(1, lanes):
-                    lane_done[lane].wait()
-                pushed.record()
-            with syncs.on(0), region("tuned: barrier, operands arrived"):
-                pushed.wait()  # our operands are in the peers' slots ...
-                handle.barrier(channel=0)  # ... and theirs in ours
-                synced.record()
+            for s in range(S):
+                for lane in range(lanes):
+                    with copies.on(lane), region(f"tuned: operands to peers, B rows block {s}, lane {lane}"):
+                        if s == 0:
+                            ready.wait()
+                        for q in peers:
+                            dst = remote[q][par, (q - r) % D - 1]
+                            if s == 0 and lane == 0:
+                                dst[: rows * kp].copy_(a_rows[q].reshape(-1))
+                            part = b_part(s, lane)
+                            dst[rows * kp + part.start: rows * kp + part.stop].copy_(b_flat[part])
+                        lane_done[s][lane].record()
+                with copies.on(0):
+                    for lane in range(1, lanes):
+                        lane_done[s][lane].wait()
+                    pushed[s].record()
+                with syncs.on(0), region(f"tuned: barrier, B rows block {s} arrived"):
+                    pushed[s].wait()  # our block s is in the peers' slots ...
+                    handle.barrier(channel=0)  # ... and theirs in ours
+                    synced[s].record()
             return []
 
         def step(par: int) -> torch.Tensor:
@@ -304,13 +310,15 @@ class TunedGemmRs:
             works = send(par)
             with region("tuned: own term"):
                 torch.matmul(a_rows[r], wl.b, out=out[par])
-            synced.wait()
             for w in works:
                 w.wait()
-            for j in range(1, D):
-                a_q, b_q = operands(recv[par, j - 1])
-                with region(f"tuned: term of rank {(r - j) % D}"):
-                    out[par].addmm_(a_q, b_q)  # beta = 1: the sum happens in the epilogue
+            for s in range(S):
+                synced[s].wait()
+                ks = slice(s * kc, (s + 1) * kc)
+                for j in range(1, D):
+                    a_q, b_q = operands(recv[par, j - 1])
+                    with region(f"tuned: term of rank {(r - j) % D}, B rows block {s}"):
+                        out[par].addmm_(a_q[:, ks], b_q[ks])  # beta = 1: the sum happens in the epilogue
             copies.join_all()
             syncs.main_waits(0)
             return out[par]
