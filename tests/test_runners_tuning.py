@@ -146,3 +146,24 @@ def test_tuned_run_searches_then_reuses_retunes_and_replaces_a_stale_choice(tmp_
     assert fixed["tuning"]["choice"]["name"] == "p2p x8 prio-1 group"
     assert fixed["launch"]["reproduce"] == ("overlapscope run gemm-rs --variant tuned --profiler none "
                                             "M=64 K=32 N=16 steps=8 tune=off")
+
+
+def test_gemm_rs_operand_exchange_is_offered_where_it_moves_less_and_passes_the_check(tmp_path: Path,
+                                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sending operands (A rows + B shard) instead of output blocks: a candidate only where it moves less, and correct."""
+    pytest.importorskip("torch")
+    from runners import launch
+    from runners.gemm_rs_tuned import inputs_move_less
+
+    class Shape:
+        def __init__(self, M: int, K: int, N: int, D: int = 2) -> None:
+            self.M, self.N, self.D, self.kp = M, N, D, K // D
+
+    assert inputs_move_less(Shape(8192, 4096, 32768))  # 4096*2048 + 2048*32768 < 4096*32768
+    assert not inputs_move_less(Shape(4096, 32768, 4096))  # the B shard alone outweighs the output block
+    monkeypatch.setenv(autotune.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    res = launch.run("gemm-rs", "tuned", nproc=2, profiler="none", out=tmp_path / "run",
+                     params={"M": 64, "K": 8, "N": 64}, timeout_s=240)
+    rec = res.manifest["tuning"]
+    assert "p2p x1 prio-1 inputs" in rec["rounds_ms"][0]  # built, checked against the baseline, timed
+    assert not any("inputs" in str(s) for s in rec.get("skipped", []))
