@@ -113,3 +113,24 @@ def test_serialized_streams_keeps_a_wait_on_the_previous_step(same_step):
     run = _run([g])
     inp, rp = run.run([Fix("serialized-streams")])
     assert _us(rp.end) == ([100, 10] if same_step else [100, 110])
+
+
+@pytest.mark.parametrize("with_steps", [True, False])
+def test_one_name_running_two_shapes_is_fitted_per_call_site(with_steps):
+    # "gemm" runs two shapes each step: 100 µs then 300 µs alone (step 1); in step 2 each has nccl beside it
+    # for 1/6 of its time and takes 20 % longer (120, 360): per call site (the k-th gemm of its step) s =
+    # 0.2 / (1/6) = 1.2. Without steps the name's alone instances (100, 300) do not do the same work: no
+    # reference, no fit (and a note).
+    start = [0, 100, 400, 1000, 1120, 1000, 1120]
+    end = [100, 400, 410, 1120, 1480, 1020, 1180]
+    stream, cat = [0, 0, 1, 0, 0, 1, 1], [C, C, X, C, C, X, X]
+    names = ["gemm", "gemm", "nccl", "gemm", "gemm", "nccl", "nccl"]
+    step = [1, 1, 1, 2, 2, 2, 2] if with_steps else None
+    g = _graph(0, start, end, stream=stream, prev=[-1, 0, -1, 1, 3, 2, 5], off=start, cat=cat, names=names,
+               step=step)
+    m = estimate(_run([g]).sg)
+    gemm = np.asarray(cat) == C
+    if with_steps:
+        assert np.allclose(m.slowdown[gemm], 1.2) and m.sources["compute: kernel"] == 4
+    else:
+        assert not m.slowdown[gemm].any() and m.sources == {"communication: none": 3, "compute: none": 4}

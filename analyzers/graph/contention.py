@@ -11,13 +11,19 @@ kernel: its transfer window, the last ``dur`` ns before its end; a compute kerne
 span, beside any part of a communication kernel, whose SMs are held while it waits too) and s
 the activity's *slowdown*, estimated from the trace being replayed, never from another run:
 
-- per (rank, kernel name, class): ``alone`` = the median duration of its instances with
-  f < ``F_ALONE``; s = the least-squares slope, through the origin, of duration / alone - 1 over f
-  of its instances with f >= ``F_ALONE`` (at least ``MIN_EACH`` instances of each kind); a
-  negative slope counts as 0 (an activity is not taken to speed up beside the other class);
-- where a kernel name lacks such instances: the same fit pooled over the ranks' instances of that
-  name (each normalized by its own rank's alone median), then over every kernel of its class in the
-  set; where nothing of the class ever ran both ways, s = 0 (durations kept) and a note says so.
+- each instance's reference (its duration alone): the median of its *call site*'s instances with
+  f < ``F_ALONE``, a call site being the k-th instance of its kernel name in its step on its rank
+  (the same operation on the same shapes in every iteration; one name often runs many shapes);
+  where its call site never ran alone, or the rank has no steps, the median of its (rank, name)'s
+  alone instances, if there are ``MIN_EACH`` of them and they do the same work (p90 within
+  ``SAME_WORK`` of p10);
+- s per (rank, kernel name, class): the least-squares slope, through the origin, of
+  duration / reference - 1 over f of its instances with f >= ``F_ALONE`` and a reference (at least
+  ``MIN_EACH``); a negative slope counts as 0 (an activity is not taken to speed up beside the
+  other class);
+- where a kernel name lacks such instances on a rank: the same fit pooled over every rank's
+  instances of that name, then over every kernel of its class in the set; where nothing of the
+  class ever ran both ways, s = 0 (durations kept) and a note says so.
 
 The replay is iterated: replay, measure each activity's f in the replayed timeline, set its
 duration to ``input x (1 + s f') / (1 + s f)`` (f measured in the trace, so an unchanged timeline
@@ -44,6 +50,7 @@ from analyzers.timeline import intervals as iv
 
 F_ALONE = 0.05  # an instance with less of its time beside the other class counts as run alone
 MIN_EACH = 2  # instances needed both alone and beside the other class for a fit
+SAME_WORK = 0.25  # alone instances of one name within this of each other (p90 / p10) do the same work
 TOL_NS = 1_000  # the replay has converged when no duration moves by more than this ...
 REL_TOL = 0.002  # ... or than this share of itself
 MAX_ROUNDS = 8  # replays at most (the first included)
@@ -98,17 +105,25 @@ def overlap_shares(sg: SetGraph, start: np.ndarray, end: np.ndarray, dur: np.nda
     return f
 
 
-def _groups(sg: SetGraph, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per selected node: a (rank, name) group id and a name id shared across ranks (by the name's text)."""
+def _groups(sg: SetGraph, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per selected node: its (rank, name) group, its name across ranks (by the name's text), its call site
+    and whether that is a repeated call site: the k-th instance of its name in its step on its rank (the
+    same operation, same shapes, in every iteration), or, without steps, the (rank, name) group itself."""
     names: dict[str, int] = {}
-    gid, nid = [], []
+    nid = []
     for r in sg.ranks:
         g = sg.graphs[r]
         codes = np.asarray([names.setdefault(nm, len(names)) for nm in g.names], dtype=np.int64)
-        nm = codes[g.name_id] if len(codes) else np.zeros(g.n, dtype=np.int64)
-        nid.append(nm)
-        gid.append(nm * (len(sg.ranks) + 1) + sg.ranks.index(r))
-    return np.concatenate(gid)[sel], np.concatenate(nid)[sel]
+        nid.append(codes[g.name_id] if len(codes) else np.zeros(g.n, dtype=np.int64))
+    name = np.concatenate(nid)[sel] if nid else np.zeros(0, dtype=np.int64)
+    rank_pos = np.searchsorted(np.asarray(sg.ranks), sg.rank_of[sel])
+    gid = name * (len(sg.ranks) + 1) + rank_pos
+    step = sg.step[sel]
+    df = pd.DataFrame({"g": gid, "step": step, "start": sg.start[sel]})
+    occ = df.sort_values("start", kind="stable").groupby(["g", "step"]).cumcount().reindex(df.index).to_numpy()
+    repeated = step >= 0
+    site = pd.factorize(pd.MultiIndex.from_arrays([gid, np.where(repeated, occ, -1)]))[0]
+    return gid, name, site.astype(np.int64), repeated
 
 
 def _slopes(key: np.ndarray, x: np.ndarray, y: np.ndarray) -> pd.Series:
@@ -119,14 +134,21 @@ def _slopes(key: np.ndarray, x: np.ndarray, y: np.ndarray) -> pd.Series:
     return (g["xy"] / g["xx"]).clip(lower=0.0)
 
 
-def _class_slowdowns(gid: np.ndarray, nid: np.ndarray, fr: np.ndarray, d: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray]:
+def _class_slowdowns(gid: np.ndarray, nid: np.ndarray, site: np.ndarray, repeated: np.ndarray, fr: np.ndarray,
+                     d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per node of one class: its slowdown and the level it came from (0 kernel, 1 kernel name, 2 class, 3 none)."""
     alone = fr < F_ALONE
-    # each (rank, name)'s alone median, where it has enough alone instances
-    a = pd.DataFrame({"g": gid[alone], "d": d[alone]}).groupby("g")["d"].agg(["median", "size"])
-    a = a.loc[a["size"] >= MIN_EACH, "median"]
-    base = pd.Series(gid).map(a).to_numpy(np.float64)
+    # the reference of each instance: its call site's alone median (one alone instance of a repeated call site
+    # is enough: the same work in another iteration), else its (rank, name)'s, where that has MIN_EACH alone
+    # instances that do the same work (within SAME_WORK of each other: one name may run many shapes)
+    a = pd.DataFrame({"g": site[alone], "d": d[alone]}).groupby("g")["d"].median()
+    base = np.full(len(site), np.nan)
+    base[repeated] = pd.Series(site[repeated]).map(a).to_numpy(np.float64)
+    ga = pd.DataFrame({"g": gid[alone], "d": d[alone]}).groupby("g")["d"]
+    q = pd.DataFrame({"m": ga.median(), "n": ga.size(), "lo": ga.quantile(0.1), "hi": ga.quantile(0.9)})
+    q = q[(q["n"] >= MIN_EACH) & (q["hi"] <= (1 + SAME_WORK) * q["lo"])]
+    by_name = pd.Series(gid).map(q["m"]).to_numpy(np.float64)
+    base = np.where(np.isfinite(base), base, by_name)
     fit = ~alone & np.isfinite(base) & (base > 0)
     x, y = fr[fit], d[fit] / base[fit] - 1.0
     out = np.zeros(len(gid), dtype=np.float64)
@@ -158,8 +180,8 @@ def estimate(sg: SetGraph) -> ContentionModel:
         rows = np.flatnonzero(sg.cat == cls)
         if not len(rows):
             continue
-        gid, nid = _groups(sg, rows)
-        s[rows], level = _class_slowdowns(gid, nid, f[rows], dur[rows].astype(np.float64))
+        gid, nid, site, repeated = _groups(sg, rows)
+        s[rows], level = _class_slowdowns(gid, nid, site, repeated, f[rows], dur[rows].astype(np.float64))
         for lv, name in enumerate(LEVELS):
             k = int((level == lv).sum())
             if k:
