@@ -128,16 +128,20 @@ def _groups(sg: SetGraph, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
 
 def _slopes(key: np.ndarray, x: np.ndarray, y: np.ndarray) -> pd.Series:
     """Per key: the least-squares slope through the origin of y over x (at least MIN_EACH points; >= 0)."""
-    df = pd.DataFrame({"k": key, "xy": x * y, "xx": x * x})
-    g = df.groupby("k").agg(xy=("xy", "sum"), xx=("xx", "sum"), n=("xx", "size"))
-    g = g[(g["n"] >= MIN_EACH) & (g["xx"] > 0)]
-    return (g["xy"] / g["xx"]).clip(lower=0.0)
+    if not len(key):
+        return pd.Series(dtype=np.float64)
+    uniq, inv = np.unique(key, return_inverse=True)
+    xy, xx, n = np.bincount(inv, x * y), np.bincount(inv, x * x), np.bincount(inv)
+    ok = (n >= MIN_EACH) & (xx > 0)
+    return pd.Series(np.maximum(xy[ok] / np.where(ok, xx, 1.0)[ok], 0.0), index=uniq[ok])
 
 
 def _class_slowdowns(gid: np.ndarray, nid: np.ndarray, site: np.ndarray, repeated: np.ndarray, fr: np.ndarray,
                      d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per node of one class: its slowdown and the level it came from (0 kernel, 1 kernel name, 2 class, 3 none)."""
     alone = fr < F_ALONE
+    out = np.zeros(len(gid), dtype=np.float64)
+    level = np.full(len(gid), 3, dtype=np.int8)
     # the reference of each instance: its call site's alone median (one alone instance of a repeated call site
     # is enough: the same work in another iteration), else its (rank, name)'s, where that has MIN_EACH alone
     # instances that do the same work (within SAME_WORK of each other: one name may run many shapes)
@@ -151,8 +155,6 @@ def _class_slowdowns(gid: np.ndarray, nid: np.ndarray, site: np.ndarray, repeate
     base = np.where(np.isfinite(base), base, by_name)
     fit = ~alone & np.isfinite(base) & (base > 0)
     x, y = fr[fit], d[fit] / base[fit] - 1.0
-    out = np.zeros(len(gid), dtype=np.float64)
-    level = np.full(len(gid), 3, dtype=np.int8)
     pooled = _slopes(np.zeros(len(x), dtype=np.int64), x, y)
     if len(pooled):
         out[:], level[:] = float(pooled.iloc[0]), 2
@@ -180,8 +182,12 @@ def estimate(sg: SetGraph) -> ContentionModel:
         rows = np.flatnonzero(sg.cat == cls)
         if not len(rows):
             continue
-        gid, nid, site, repeated = _groups(sg, rows)
-        s[rows], level = _class_slowdowns(gid, nid, site, repeated, f[rows], dur[rows].astype(np.float64))
+        alone = f[rows] < F_ALONE
+        if alone.all() or not alone.any():  # nothing to fit: the common case of traces without overlap
+            level = np.full(len(rows), 3, dtype=np.int8)
+        else:
+            gid, nid, site, repeated = _groups(sg, rows)
+            s[rows], level = _class_slowdowns(gid, nid, site, repeated, f[rows], dur[rows].astype(np.float64))
         for lv, name in enumerate(LEVELS):
             k = int((level == lv).sum())
             if k:
