@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.graph.rank_graph import RankGraph
+from analyzers.graph.scan import grouped_cummax
 
 
 @dataclass
@@ -63,35 +64,40 @@ class SetGraph:
 
 
 def _cat(parts: list[np.ndarray], dtype=np.int64) -> np.ndarray:
-    return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype=dtype)
 
 
 def _shift(a: np.ndarray, by: int) -> np.ndarray:
     return np.where(a >= 0, a + by, -1)
 
 
-def _along_streams(key: np.ndarray, stream_key: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """Each activity's key at least its stream predecessor's + 1 (a grouped running max)."""
-    o = np.lexsort((start, stream_key))
-    pos = np.arange(len(o))
-    sk = stream_key[o]
-    first = np.r_[True, sk[1:] != sk[:-1]] if len(o) else np.zeros(0, dtype=bool)
-    base = np.maximum.accumulate(np.where(first, pos, 0)) if len(o) else pos
-    idx = pos - base
-    raised = pd.Series(key[o] - idx).groupby(sk).cummax().to_numpy() + idx
-    out = key.copy()
-    out[o] = np.maximum(key[o], raised)
-    return out
+class _StreamOrder:
+    """Every activity by stream, then start (one sort, shared by the rounds of _ordered)."""
+
+    def __init__(self, stream_key: np.ndarray, start: np.ndarray) -> None:
+        self.o = np.lexsort((start, stream_key))
+        sk = stream_key[self.o]
+        self.first = np.r_[True, sk[1:] != sk[:-1]] if len(sk) else np.zeros(0, dtype=bool)
+        pos = np.arange(len(sk))
+        self.idx = pos - np.maximum.accumulate(np.where(self.first, pos, 0)) if len(sk) else pos
+
+    def raised(self, key: np.ndarray) -> np.ndarray:
+        """Each activity's key at least its stream predecessor's + 1 (a grouped running max)."""
+        o, idx = self.o, self.idx
+        ko = key[o]
+        out = key.copy()
+        out[o] = np.maximum(ko, grouped_cummax(ko - idx, self.first) + idx)
+        return out
 
 
-def _ordered(key: np.ndarray, stream_key: np.ndarray, dep: np.ndarray, start: np.ndarray) -> np.ndarray:
+def _ordered(key: np.ndarray, streams: _StreamOrder, dep: np.ndarray) -> np.ndarray:
     """Keys raised so that the measured order stays topological once joins have moved some: after the
     stream predecessor, after the event-wait source (two rounds; what is left is counted by the replay)."""
     d = np.flatnonzero(dep >= 0)
     for _ in range(2):
-        key = _along_streams(key, stream_key, start)
+        key = streams.raised(key)
         key[d] = np.maximum(key[d], key[dep[d]] + 1)
-    return _along_streams(key, stream_key, start)
+    return streams.raised(key)
 
 
 def build_set_graph(graphs: dict[int, RankGraph], offsets: dict[int, int], members: pd.DataFrame | None,
@@ -172,9 +178,9 @@ def build_set_graph(graphs: dict[int, RankGraph], offsets: dict[int, int], membe
             d = c["dep"][has_dep]
             a = arrival[coll[d]] + 1
             key[has_dep] = np.maximum(key[has_dep], a)
-        stream_key = np.concatenate([np.full(graphs[r].n, i, dtype=np.int64) * (1 << 32) + graphs[r].stream
-                                     for i, r in enumerate(ranks)])
-        key = _ordered(key, stream_key, c["dep"], start)
+        stream_key = (np.repeat(np.arange(len(ranks), dtype=np.int64), [graphs[r].n for r in ranks]) * (1 << 32)
+                      + _cat([graphs[r].stream for r in ranks]))
+        key = _ordered(key, _StreamOrder(stream_key, start), c["dep"])
     safter = np.concatenate(parts["safter"]) if parts["safter"] else np.zeros((0, 2), dtype=np.int64)
     for r in ranks:
         notes += graphs[r].notes
