@@ -77,7 +77,7 @@ def _static(sg: SetGraph, order: np.ndarray | None) -> _Static:
 
 
 def _run_structure(sg: SetGraph, inp: ReplayInputs, st: _Static) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Followers, each activity's run head, followers in run order (see _Runs)."""
+    """Followers, each activity's run head, followers grouped by run in stream order (see _Runs)."""
     n = sg.n
     read = np.zeros(n + 1, dtype=bool)  # index n: "none"
     read[np.where(inp.dep >= 0, inp.dep, n)] = True
@@ -87,6 +87,15 @@ def _run_structure(sg: SetGraph, inp: ReplayInputs, st: _Static) -> tuple[np.nda
     p = sg.prev
     pc = np.maximum(p, 0)
     follower = (p >= 0) & (sg.coll < 0) & (inp.dep < 0) & (inp.dep2 < 0) & (st.dseg_arr < 0) & ~read[pc]
+    so = sg.stream_order
+    if so is not None and len(so) == n:
+        fo = follower[so]
+        if not fo[:1].any() and np.array_equal(p[so[1:][fo[1:]]], so[:-1][fo[1:]]):
+            # every follower comes right after its predecessor: its head is the last non-follower before it
+            pos = np.arange(n)
+            head = np.empty(n, dtype=np.int64)
+            head[so] = so[np.maximum.accumulate(np.where(fo, 0, pos))]
+            return follower, head, so[fo]
     f = np.flatnonzero(follower)
     head = np.arange(n)
     head[f] = p[f]
@@ -95,8 +104,7 @@ def _run_structure(sg: SetGraph, inp: ReplayInputs, st: _Static) -> tuple[np.nda
         if np.array_equal(nxt, head):
             break
         head = nxt
-    o = f[np.lexsort((sg.start[f], head[f]))]
-    return follower, head, o
+    return follower, head, f[np.lexsort((sg.start[f], head[f]))]
 
 
 class _Visits:
@@ -121,13 +129,17 @@ class _Visits:
         self.k = ol.tolist()
         self.prev, self.turn = sg.prev[gi].tolist(), sg.turnaround[gi].tolist()
         self.dep, self.dep2, self.dlat = inp.dep[gi].tolist(), inp.dep2[gi].tolist(), sg.dep_lat[gi].tolist()
-        self.coll, self.anchor, self.dseg = sg.coll[gi].tolist(), sg.start[gi].tolist(), st.dseg_arr[gi].tolist()
+        self.coll, self.dseg = sg.coll[gi].tolist(), st.dseg_arr[gi].tolist()
+        self.moving = np.flatnonzero(st.dseg_arr[gi] >= 0)  # events whose launch moves with its host segment
         o = self.rows  # the runs: their heads, first and last followers, the followers' fixed columns
         self.run_head = head[o]
         h = self.run_head
         self.run_first = np.r_[True, h[1:] != h[:-1]] if len(h) else np.zeros(0, dtype=bool)
         last = np.r_[h[1:] != h[:-1], True] if len(h) else np.zeros(0, dtype=bool)
-        self.heads, self.tails = h[last], o[last]
+        self.heads = h[last]
+        tail = np.full(n, -1, dtype=np.int64)  # per head: its run's last follower
+        tail[self.heads] = o[last]
+        self.tail, self.c_tail = tail[gi].tolist(), tail[sg.coll_nodes].tolist()
         self.run_turn, self.run_prev = sg.turnaround[o], sg.prev[o]
 
 
@@ -160,10 +172,8 @@ class _Runs:
         qk = pk + grouped_cummax(self.ready0 + self.dur - pk, vs.run_first) if len(o) else pk
         self.p, self.q = pk, qk
         last = np.r_[vs.run_first[1:], True] if len(o) else np.zeros(0, dtype=bool)
-        self.tail = np.full(n, -1, dtype=np.int64)
-        self.ph = np.zeros(n, dtype=np.int64)
+        self.ph = np.zeros(n, dtype=np.int64)  # per head: its run's P and Q at the last follower
         self.qh = np.zeros(n, dtype=np.int64)
-        self.tail[vs.heads] = vs.tails
         self.ph[vs.heads], self.qh[vs.heads] = pk[last], qk[last]
 
     def fill(self, start: np.ndarray, end: np.ndarray, why: np.ndarray) -> None:
@@ -198,11 +208,13 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, com
     ready0_a = np.where(st.static, st.seg_base + inp.off + inp.latency, UNSET)
     runs = _Runs(sg, inp, vs, ready0_a)
     gi = vs.gi
-    ready0, doff, dur = ready0_a[gi].tolist(), (inp.off + inp.latency)[gi].tolist(), inp.dur[gi].tolist()
-    tails, ph, qh = runs.tail[gi].tolist(), runs.ph[gi].tolist(), runs.qh[gi].tolist()
+    launch = ready0_a[gi]  # a fixed launch's time; where it moves, its offset into the segment
+    mv = gi[vs.moving]
+    launch[vs.moving] = inp.off[mv] + inp.latency[mv]
+    launch_l, dur, ph, qh = launch.tolist(), inp.dur[gi].tolist(), runs.ph[gi].tolist(), runs.qh[gi].tolist()
     ptr, cnodes = st.ptr, st.cnodes
     cm = sg.coll_nodes
-    c_dur, c_tail, c_ph, c_qh = inp.dur[cm].tolist(), runs.tail[cm].tolist(), runs.ph[cm].tolist(), runs.qh[cm].tolist()
+    c_dur, c_tail, c_ph, c_qh = inp.dur[cm].tolist(), vs.c_tail, runs.ph[cm].tolist(), runs.qh[cm].tolist()
     left = np.diff(sg.coll_ptr).tolist()
     n_coll = len(left)
     arrival, late = [0] * n_coll, [-1] * n_coll
@@ -214,13 +226,13 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, com
     s_call, s_res, s_gpu = [0] * ns, [0] * ns, [False] * ns
     start, end, why = [0] * n, [UNSET] * n, [ANCHOR] * n
     violations = 0
-    for k, t, sd, do, p, tn, d, d2, dl, c, dk, tl, pk, qk, an in zip(
-            vs.k, ready0, vs.dseg, doff, vs.prev, vs.turn, vs.dep, vs.dep2, vs.dlat, vs.coll, dur, tails, ph, qh,
-            vs.anchor, strict=True):
+    for k, t, sd, p, tn, d, d2, dl, c, dk, tl, pk, qk in zip(
+            vs.k, launch_l, vs.dseg, vs.prev, vs.turn, vs.dep, vs.dep2, vs.dlat, vs.coll, dur, vs.tail, ph, qh,
+            strict=True):
         if k < n:
             w = LAUNCH
             if sd >= 0:
-                t = seg_time[sd] + do
+                t += seg_time[sd]
             if p >= 0:
                 e = end[p]
                 if e == UNSET:
@@ -244,8 +256,8 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, com
                     e = start[d2] + int(inp.dur[d2])
                 if e > t:
                     t, w = e, DEP2
-            if t == UNSET:
-                t, w = an, ANCHOR
+            if t == UNSET:  # no launch, no input: its measured start
+                t, w = int(sg.start[k]), ANCHOR
             start[k] = t
             why[k] = w
             if c < 0:

@@ -52,6 +52,7 @@ class SetGraph:
     transfer: np.ndarray  # per node: measured transfer (collective members), else its duration
     order_key: np.ndarray  # per node: the topological ordering key (aligned start, after its joins)
     notes: list[str] = field(default_factory=list)
+    stream_order: np.ndarray | None = None  # every node by rank, stream, start: each stream's prev chain in a row
 
     @property
     def n(self) -> int:
@@ -148,6 +149,9 @@ def build_set_graph(graphs: dict[int, RankGraph], offsets: dict[int, int], membe
     ptr, nodes = np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     notes: list[str] = []
     key = start.copy()
+    stream_key = (np.repeat(np.arange(len(ranks), dtype=np.int64), [graphs[r].n for r in ranks]) * (1 << 32)
+                  + _cat([graphs[r].stream for r in ranks]))
+    streams = _StreamOrder(stream_key, start)
     if members is not None and len(members) and colls is not None and len(colls):
         known = colls.loc[colls["peers_known"].astype(bool), "coll_id"].to_numpy()
         m = members[members["coll_id"].isin(known) & members["rank"].isin(ranks)]
@@ -178,9 +182,7 @@ def build_set_graph(graphs: dict[int, RankGraph], offsets: dict[int, int], membe
             d = c["dep"][has_dep]
             a = arrival[coll[d]] + 1
             key[has_dep] = np.maximum(key[has_dep], a)
-        stream_key = (np.repeat(np.arange(len(ranks), dtype=np.int64), [graphs[r].n for r in ranks]) * (1 << 32)
-                      + _cat([graphs[r].stream for r in ranks]))
-        key = _ordered(key, _StreamOrder(stream_key, start), c["dep"])
+        key = _ordered(key, streams, c["dep"])
     safter = np.concatenate(parts["safter"]) if parts["safter"] else np.zeros((0, 2), dtype=np.int64)
     for r in ranks:
         notes += graphs[r].notes
@@ -190,7 +192,7 @@ def build_set_graph(graphs: dict[int, RankGraph], offsets: dict[int, int], membe
         turnaround=c["turn"], seg_base=c["seg_base"], seg_opened_by=opened, sync_seg=c["sseg"],
         sync_off=c["soff"], sync_awaited=c["sawait"], sync_lat=c["slat"], sync_dur=c["sdur"], sync_end=c["send"],
         sync_opens=sync_opens, sync_after=safter, coll=coll, coll_ptr=ptr, coll_nodes=nodes, transfer=transfer,
-        order_key=key, notes=notes)
+        order_key=key, notes=notes, stream_order=streams.o)
 
 
 def rank_graphs_of(traces, syncs: dict[int, pd.DataFrame], step_pattern: str,
