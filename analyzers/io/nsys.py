@@ -36,7 +36,7 @@ from analyzers.io.nsys_ranks import (
     _hostname,
     _process_names,
 )
-from analyzers.io.nsys_rep import _source_label, is_nsys_rep, nsys_rep_to_sqlite
+from analyzers.io.nsys_rep import _source_label, export_notes, is_nsys_rep, nsys_rep_to_sqlite
 from analyzers.io.nsys_schema import (
     OPTIONAL_TABLES,
     T_KERNEL,
@@ -229,7 +229,7 @@ def load_nsys(path: str | Path) -> list[RankTrace]:
 
 
 def _load(ex: _Export, source: str, sqlite_path: Path) -> list[RankTrace]:
-    notes = [msg for table, msg in OPTIONAL_TABLES.items() if not ex.has(table)]
+    notes = [msg for table, msg in OPTIONAL_TABLES.items() if not ex.has(table)] + export_notes(sqlite_path)
 
     gpu_parts: list[pd.DataFrame] = []
     for table, reader in ((T_KERNEL, _read_kernels), (T_MEMCPY, _read_memcpy), (T_MEMSET, _read_memset)):
