@@ -114,13 +114,13 @@ def test_default_export_has_no_sizes_and_says_why() -> None:
     assert any("108 of 108 communication activities carry no message size" in n for n in report.collectives.notes)
 
 
-def _edited_copy(tmp_path: Path, *sql: str) -> Path:
-    """The JSON export of both ranks with SQL statements applied to each copy."""
+def _edited_copy(tmp_path: Path, *sql: str, export: str = "json") -> Path:
+    """An export (json, blobs) of both ranks with SQL statements applied to each copy."""
     out = tmp_path / "edited"
     out.mkdir()
     for r in (0, 1):
         target = out / f"rank{r}.sqlite"
-        with gzip.open(DATA / "json" / f"rank{r}.sqlite.gz") as src, target.open("wb") as dst:
+        with gzip.open(DATA / export / f"rank{r}.sqlite.gz") as src, target.open("wb") as dst:
             shutil.copyfileobj(src, dst)
         con = sqlite3.connect(target)
         for statement in sql:
@@ -151,6 +151,24 @@ def test_malformed_payloads_are_counted_not_fatal(tmp_path: Path) -> None:
     lost = rows["op"].isin(["AllReduce", "Broadcast"])
     assert (rows.loc[lost, "bytes"] == 0).all() and lost.sum() == 36
     assert (rows.loc[~lost, "bytes"] > 0).all()
+    for t in traces:
+        assert any(n.startswith("18 NCCL NVTX payloads could not be read") for n in t.notes)
+
+
+def test_binary_payloads_that_do_not_fit_their_schema_are_counted(tmp_path: Path) -> None:
+    """Binary payloads cut short (every all-gather's) or naming a schema the export lacks (every
+    reduce-scatter's, stored as text that is no UTF-8): those kernels lose their sizes, 18 payloads a
+    rank are counted, nothing fails."""
+    def named(api: str) -> str:
+        return f"textId = (SELECT id FROM StringIds WHERE value = '{api}')"
+
+    traces, report = _analyzed(_edited_copy(
+        tmp_path, f"UPDATE NVTX_EVENTS SET binaryData = substr(binaryData, 1, 40) WHERE {named('ncclAllGather')}",
+        "UPDATE NVTX_EVENTS SET binaryData = zeroblob(8) || x'ffffff7f00000000' || substr(binaryData, 17) "
+        f"WHERE {named('ncclReduceScatter')}", export="blobs"))
+    rows = report.collectives.rows
+    lost = rows["op"].isin(["AllGather", "ReduceScatter"])
+    assert (rows.loc[lost, "bytes"] == 0).all() and lost.sum() == 36 and (rows.loc[~lost, "bytes"] > 0).all()
     for t in traces:
         assert any(n.startswith("18 NCCL NVTX payloads could not be read") for n in t.notes)
 

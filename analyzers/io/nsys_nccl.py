@@ -96,8 +96,9 @@ def read_nccl_calls(ex: _Export) -> NcclCalls | None:
     if domains:
         where += f' AND domainId IN ({", ".join(str(int(d)) for d in sorted({d for _, d in domains}))})'
     text_sql = '"text"' if "text" in cols else "NULL"
-    js_sql = '"jsonText"' if "jsonText" in cols else "NULL"
-    blob_sql = '"binaryData"' if "binaryData" in cols else "NULL"
+    # as bytes: a payload is decoded (and its UTF-8 checked) in Python, where a bad one is counted, not fatal
+    js_sql = 'CAST("jsonText" AS BLOB)' if "jsonText" in cols else "NULL"
+    blob_sql = 'CAST("binaryData" AS BLOB)' if "binaryData" in cols else "NULL"
     df = ex.query(
         f'SELECT start AS start_ns, "end" AS end_ns, {PID_SQL.format(col="globalTid")} AS pid, '
         f'{TID_SQL.format(col="globalTid")} AS tid, {_opt(ex, T_NVTX, "domainId")} AS domain, {text_sql} AS text, '
@@ -116,41 +117,28 @@ def read_nccl_calls(ex: _Export) -> NcclCalls | None:
         return None
     js = df["js"].to_numpy(dtype=object)
     js = np.where(pd.isna(js), ex.strings(df["js_id"].to_numpy(dtype=np.int64)), js)
-    payloads, bad = _json_payloads(js)
-    blobs = df["blob"].to_numpy(dtype=object)
-    need_blob = np.flatnonzero(np.array([p is None for p in payloads], dtype=bool) & ~pd.isna(blobs))
-    if need_blob.size:
-        schemas = _schemas(ex)
-        for i in need_blob:
-            decoded = _blob_payload(blobs[i], schemas.get(int(df["domain"].iat[i]), {}))
-            bad += decoded is None
-            payloads[i] = decoded
-    comm, size, nranks = (np.full(len(df), -1, dtype=object) for _ in range(3))
-    n_bad_values = 0
-    for i, p in enumerate(payloads):
-        if p is None:
-            continue
-        values = (_int(p.get(KEY_COMM), 1 << 64), _int(p.get(KEY_SIZE), MAX_MESSAGE_BYTES + 1),
-                  _int(p.get(KEY_NRANKS), MAX_RANKS + 1))
-        if any(v is False for v in values) or all(v is None for v in values):
-            n_bad_values += any(v is False for v in values)  # a payload naming none of NCCL's fields is no call's
-            payloads[i] = None
-            continue
-        comm[i], size[i], nranks[i] = (-1 if v is None else v for v in values)
+    blobs, domain = df["blob"].to_numpy(dtype=object), df["domain"].to_numpy(np.int64)
+    # One key a row (its JSON text, else its domain and binary data): payloads repeat, each is decoded once.
+    keys = [("j", t) if isinstance(t, str | bytes) and t else ("b", int(d), b) if isinstance(b, bytes) else None
+            for t, b, d in zip(js, blobs, domain, strict=True)]
+    codes, uniques = pd.factorize(pd.Series(keys, dtype=object), use_na_sentinel=True)
+    schemas = _schemas(ex) if any(u[0] == "b" for u in uniques) else {}
+    values = [_values(_json_payload(u[1]) if u[0] == "j" else _blob_payload(u[2], schemas.get(u[1], {})))
+              for u in uniques]
+    state = np.array([values[c][3] if c >= 0 else "none" for c in codes], dtype=object)
+    comm = np.array([values[c][0] if c >= 0 else -1 for c in codes], dtype=object)
+    size, nranks = (np.array([values[c][k] if c >= 0 else -1 for c in codes], dtype=np.int64) for k in (1, 2))
     if domains is None:  # no domain names in the export: only payloads that name NCCL's fields count
-        named = np.array([p is not None for p in payloads], dtype=bool)
-        api = np.char.replace(name.astype(str), "nccl", "", count=1)
-        keep = named | np.isin(api, [GROUP_START, GROUP_END])
-        df, name, comm, size, nranks = df[keep].reset_index(drop=True), name[keep], comm[keep], size[keep], nranks[keep]
-        payloads = [p for p, k in zip(payloads, keep, strict=True) if k]
+        keep = (state == "ok") | np.isin(np.asarray([n[4:] for n in name], dtype=object), [GROUP_START, GROUP_END])
+        df, name, comm, size, nranks, state = df[keep], name[keep], comm[keep], size[keep], nranks[keep], state[keep]
     calls = pd.DataFrame({
         "pid": df["pid"].to_numpy(np.int64), "tid": df["tid"].to_numpy(np.int64),
         "start_ns": df["start_ns"].to_numpy(np.int64), "end_ns": df["end_ns"].to_numpy(np.int64),
         "api": np.asarray([n[4:] for n in name], dtype=object),
-        "comm": comm, "size": size.astype(np.int64), "nranks": nranks.astype(np.int64),
+        "comm": comm, "size": size, "nranks": nranks,
     })
-    ranks = {int(c): int(n) for c, n in zip(calls["comm"], calls["nranks"], strict=True) if c != -1 and n > 0}
-    return NcclCalls(calls[_CALL_COLUMNS], sum(p is not None for p in payloads), bad + n_bad_values, ranks)
+    ranks = {int(c): int(n) for c, n in zip(comm, nranks, strict=True) if c != -1 and n > 0}
+    return NcclCalls(calls[_CALL_COLUMNS], int((state == "ok").sum()), int((state == "bad").sum()), ranks)
 
 
 def _nccl_domains(ex: _Export) -> set[tuple[int, int]] | None:
@@ -168,23 +156,28 @@ def _nccl_domains(ex: _Export) -> set[tuple[int, int]] | None:
     return {(int(p), int(d)) for p, d, n in zip(df["pid"], df["domain"], names, strict=True) if n == NCCL_DOMAIN}
 
 
-def _json_payloads(texts: np.ndarray) -> tuple[list[dict | None], int]:
-    """Each text decoded as a JSON object (each distinct text once); (payloads, texts that did not decode)."""
-    payloads: list[dict | None] = [None] * len(texts)
-    present = np.flatnonzero(np.array([isinstance(t, str) and t != "" for t in texts], dtype=bool))
-    if not present.size:
-        return payloads, 0
-    codes, uniques = pd.factorize(pd.Series(texts[present], dtype=object))
-    decoded: list[dict | None] = []
-    for u in uniques:
-        try:
-            value = msgspec.json.decode(str(u))
-        except (msgspec.DecodeError, UnicodeError):
-            value = None
-        decoded.append(value if isinstance(value, dict) else None)
-    for i, c in zip(present, codes, strict=True):
-        payloads[i] = decoded[c]
-    return payloads, int(sum(decoded[c] is None for c in codes))
+def _json_payload(text: str | bytes) -> dict | None:
+    """A JSON object, or None for text that is not one (or not UTF-8)."""
+    try:
+        value = msgspec.json.decode(text)
+    except (msgspec.DecodeError, UnicodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _values(payload: dict | None) -> tuple[int, int, int, str]:
+    """(communicator, message bytes, number of ranks, state) of a decoded payload, -1 for each field it
+    lacks; state "ok", "bad" (undecodable, or a field of the wrong type or range) or "none" (no NCCL field)."""
+    if payload is None:
+        return -1, -1, -1, "bad"
+    got = (_int(payload.get(KEY_COMM), 1 << 64), _int(payload.get(KEY_SIZE), MAX_MESSAGE_BYTES + 1),
+           _int(payload.get(KEY_NRANKS), MAX_RANKS + 1))
+    if any(v is False for v in got):
+        return -1, -1, -1, "bad"
+    if all(v is None for v in got):
+        return -1, -1, -1, "none"
+    comm, size, nranks = (-1 if v is None else int(v) for v in got)
+    return comm, size, nranks, "ok"
 
 
 def _schemas(ex: _Export) -> dict[int, dict[int, list[tuple[str, str, int]]]]:
