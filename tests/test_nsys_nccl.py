@@ -173,6 +173,18 @@ def test_binary_payloads_that_do_not_fit_their_schema_are_counted(tmp_path: Path
         assert any(n.startswith("18 NCCL NVTX payloads could not be read") for n in t.notes)
 
 
+@pytest.mark.parametrize("export", ["json", "blobs"])
+def test_rank_from_the_communicator_set_up_payload(tmp_path: Path, export: str) -> None:
+    """Without the recorded environment, each file's rank and world size come from its
+    ncclCommInitRankConfig payload ("Rank", "No. of ranks"), JSON or binary alike."""
+    folder = _edited_copy(tmp_path, "DELETE FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%:ENVIRONMENT_VARIABLE'",
+                          export=export)
+    traces = load_traces([folder])
+    assert [(t.rank, t.world_size, t.rank_source) for t in traces] == [(0, 2, "NCCL NVTX payload"),
+                                                                       (1, 2, "NCCL NVTX payload")]
+    assert [Path(t.source).name for t in traces] == ["rank0.sqlite", "rank1.sqlite"]
+
+
 # ---------------------------------------------------------------------------------------------
 # Tying calls to kernels, by hand: one thread, one NCCL kernel launched with correlation id 5
 # ---------------------------------------------------------------------------------------------

@@ -278,7 +278,7 @@ def _load(ex: _Export, source: str, sqlite_path: Path) -> list[RankTrace]:
     if nccl is not None and nccl.n_bad:
         notes.append(f"{nccl.n_bad} NCCL NVTX payloads could not be read (malformed JSON or binary data, or "
                      "fields of the wrong type): those calls' sizes are unknown")
-    ranks = _assign_ranks(ex, pids)
+    ranks = _assign_ranks(ex, pids, nccl.calls if nccl is not None else None)
     meta_file = _export_meta(ex)
     hostname = _hostname(ex)
     devices = _devices(ex)

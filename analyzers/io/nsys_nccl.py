@@ -65,13 +65,14 @@ _NCCL_KERNEL = re.compile(r"^(?:void\s+)?[nr]ccl")
 # NVTX payload entry types (nvToolsExtPayload.h) -> struct format, on the 64-bit Linux hosts NCCL runs on.
 _ENTRY_FORMATS = {1: "b", 2: "B", 3: "h", 4: "H", 5: "i", 6: "I", 7: "q", 8: "Q", 9: "q", 10: "Q", 11: "b",
                   12: "B", 13: "h", 14: "H", 15: "i", 16: "I", 17: "q", 18: "Q", 22: "Q", 23: "Q"}
-_CALL_COLUMNS = ["pid", "tid", "start_ns", "end_ns", "api", "comm", "size", "nranks"]
+_CALL_COLUMNS = ["pid", "tid", "start_ns", "end_ns", "api", "comm", "size", "nranks", "rank"]
 
 
 @dataclass
 class NcclCalls:
     """The NCCL ranges of one export: one row per call (api "AllReduce", "GroupEnd", ...), its payload
-    (comm: the communicator's hash, or -1; size: message bytes, or -1; nranks, or -1) and counts."""
+    (comm: the communicator's hash, or -1; size: message bytes; nranks and rank: the communicator's number
+    of ranks and this process's rank in it, at set-up; -1 each when absent) and counts."""
 
     calls: pd.DataFrame
     n_payload: int = 0  # calls whose payload was read
@@ -125,17 +126,19 @@ def read_nccl_calls(ex: _Export) -> NcclCalls | None:
     schemas = _schemas(ex) if any(u[0] == "b" for u in uniques) else {}
     values = [_values(_json_payload(u[1]) if u[0] == "j" else _blob_payload(u[2], schemas.get(u[1], {})))
               for u in uniques]
-    state = np.array([values[c][3] if c >= 0 else "none" for c in codes], dtype=object)
+    state = np.array([values[c][4] if c >= 0 else "none" for c in codes], dtype=object)
     comm = np.array([values[c][0] if c >= 0 else -1 for c in codes], dtype=object)
-    size, nranks = (np.array([values[c][k] if c >= 0 else -1 for c in codes], dtype=np.int64) for k in (1, 2))
+    size, nranks, rank = (np.array([values[c][k] if c >= 0 else -1 for c in codes], dtype=np.int64)
+                          for k in (1, 2, 3))
     if domains is None:  # no domain names in the export: only payloads that name NCCL's fields count
         keep = (state == "ok") | np.isin(np.asarray([n[4:] for n in name], dtype=object), [GROUP_START, GROUP_END])
-        df, name, comm, size, nranks, state = df[keep], name[keep], comm[keep], size[keep], nranks[keep], state[keep]
+        df, name, comm, size, nranks, rank, state = (df[keep], name[keep], comm[keep], size[keep], nranks[keep],
+                                                     rank[keep], state[keep])
     calls = pd.DataFrame({
         "pid": df["pid"].to_numpy(np.int64), "tid": df["tid"].to_numpy(np.int64),
         "start_ns": df["start_ns"].to_numpy(np.int64), "end_ns": df["end_ns"].to_numpy(np.int64),
         "api": np.asarray([n[4:] for n in name], dtype=object),
-        "comm": comm, "size": size, "nranks": nranks,
+        "comm": comm, "size": size, "nranks": nranks, "rank": rank,
     })
     ranks = {int(c): int(n) for c, n in zip(comm, nranks, strict=True) if c != -1 and n > 0}
     return NcclCalls(calls[_CALL_COLUMNS], int((state == "ok").sum()), int((state == "bad").sum()), ranks)
@@ -165,19 +168,19 @@ def _json_payload(text: str | bytes) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def _values(payload: dict | None) -> tuple[int, int, int, str]:
-    """(communicator, message bytes, number of ranks, state) of a decoded payload, -1 for each field it
-    lacks; state "ok", "bad" (undecodable, or a field of the wrong type or range) or "none" (no NCCL field)."""
+def _values(payload: dict | None) -> tuple[int, int, int, int, str]:
+    """(communicator, message bytes, number of ranks, rank, state) of a decoded payload, -1 for each field
+    it lacks; state "ok", "bad" (undecodable, or a field of the wrong type or range) or "none" (no NCCL field)."""
     if payload is None:
-        return -1, -1, -1, "bad"
+        return -1, -1, -1, -1, "bad"
     got = (_int(payload.get(KEY_COMM), 1 << 64), _int(payload.get(KEY_SIZE), MAX_MESSAGE_BYTES + 1),
-           _int(payload.get(KEY_NRANKS), MAX_RANKS + 1))
+           _int(payload.get(KEY_NRANKS), MAX_RANKS + 1), _int(payload.get(KEY_RANK), MAX_RANKS))
     if any(v is False for v in got):
-        return -1, -1, -1, "bad"
+        return -1, -1, -1, -1, "bad"
     if all(v is None for v in got):
-        return -1, -1, -1, "none"
-    comm, size, nranks = (-1 if v is None else int(v) for v in got)
-    return comm, size, nranks, "ok"
+        return -1, -1, -1, -1, "none"
+    comm, size, nranks, rank = (-1 if v is None else int(v) for v in got)
+    return comm, size, nranks, rank, "ok"
 
 
 def _schemas(ex: _Export) -> dict[int, dict[int, list[tuple[str, str, int]]]]:
