@@ -28,14 +28,16 @@ class FakeTimer:
         return {c.name: table[c.name] for c in cands}
 
 
-def test_search_takes_the_fastest_of_the_second_round_and_always_times_the_baseline_schedule() -> None:
+def test_search_takes_the_fastest_of_the_second_round_and_times_every_family_and_the_baseline_again() -> None:
     first = {c.name: t for c, t in zip(CANDS, [3.0, 1.0, 1.1, 2.0, 1.2, 1.3], strict=True)}
     # round 2 reverses the two leaders: its longer measurement decides
     second = {**first, CANDS[1].name: 1.15, CANDS[2].name: 1.05}
     timer = FakeTimer(first, second)
     result = search(CANDS, timer, keep=3)
     assert timer.asked[0] == [c.name for c in CANDS]
-    assert timer.asked[1] == [CANDS[1].name, CANDS[2].name, CANDS[4].name, SERIAL.name]  # 3 best + serial
+    # the 3 best, then the best of each family not among them (p2p, serial): ce*2 "group" is not
+    # timed again, its family's best (ce x2 group) is
+    assert timer.asked[1] == [CANDS[1].name, CANDS[2].name, CANDS[4].name, CANDS[3].name, SERIAL.name]
     assert result.choice == CANDS[2] and result.rounds == [first, {k: second[k] for k in timer.asked[1]}]
 
 
