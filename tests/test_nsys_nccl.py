@@ -104,6 +104,15 @@ def test_binary_payloads_give_the_same_table(json_run) -> None:
                                   json_report.collectives.rows[cols].reset_index(drop=True))
 
 
+def test_binary_payload_entries_without_offsets_sit_at_their_natural_alignment(tmp_path: Path, json_run) -> None:
+    """NVTX places a schema entry whose offset is 0 / missing at the next offset aligned to its size:
+    the message size (a size_t after the u64 communicator) at 8, where NCCL put it explicitly."""
+    folder = _edited_copy(tmp_path, "UPDATE NVTX_PAYLOAD_SCHEMA_ENTRIES SET offset = NULL "
+                                    "WHERE name = 'Message size [bytes]'", export="blobs")
+    rows = _analyzed(folder)[1].collectives.rows
+    assert list(rows["bytes"]) == list(json_run[1].collectives.rows["bytes"])
+
+
 def test_default_export_has_no_sizes_and_says_why() -> None:
     traces, report = _analyzed(DATA / "default")
     rows = report.collectives.rows

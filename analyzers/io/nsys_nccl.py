@@ -32,7 +32,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from analyzers.io.nsys_schema import PID_SQL, T_NVTX, TID_SQL, _Export, _opt, quote
+from analyzers.io.nsys_schema import PID_SQL, T_NVTX, TID_SQL, _Export, quote
 from analyzers.io.nsys_tables import _nvtx_range_types
 
 NCCL_DOMAIN = "NCCL"
@@ -88,7 +88,7 @@ def read_nccl_calls(ex: _Export) -> NcclCalls | None:
     if not ex.has(T_NVTX) or "globalTid" not in ex.columns(T_NVTX):
         return None
     cols = ex.columns(T_NVTX)
-    domains = _nccl_domains(ex) if "domainId" in cols else None
+    domains = _nccl_domains(ex) if {"domainId", "eventType"} <= set(cols) else None
     if domains is not None and not domains:
         return None
     where = 'start IS NOT NULL AND "end" IS NOT NULL AND "end" >= start'
@@ -102,9 +102,9 @@ def read_nccl_calls(ex: _Export) -> NcclCalls | None:
     blob_sql = 'CAST("binaryData" AS BLOB)' if "binaryData" in cols else "NULL"
     df = ex.query(
         f'SELECT start AS start_ns, "end" AS end_ns, {PID_SQL.format(col="globalTid")} AS pid, '
-        f'{TID_SQL.format(col="globalTid")} AS tid, {_opt(ex, T_NVTX, "domainId")} AS domain, {text_sql} AS text, '
-        f'{_opt(ex, T_NVTX, "textId")} AS text_id, {js_sql} AS js, {_opt(ex, T_NVTX, "jsonTextId")} AS js_id, '
-        f'{blob_sql} AS blob FROM {quote(T_NVTX)} WHERE {where}')
+        f'{TID_SQL.format(col="globalTid")} AS tid, {_int_sql(ex, T_NVTX, "domainId")} AS domain, '
+        f'{text_sql} AS text, {_int_sql(ex, T_NVTX, "textId")} AS text_id, {js_sql} AS js, '
+        f'{_int_sql(ex, T_NVTX, "jsonTextId")} AS js_id, {blob_sql} AS blob FROM {quote(T_NVTX)} WHERE {where}')
     if df.empty:
         return None
     text = df["text"].to_numpy(dtype=object)
@@ -149,9 +149,9 @@ def _nccl_domains(ex: _Export) -> set[tuple[int, int]] | None:
     by_name = {v: k for k, v in ex.enum("ENUM_NSYS_EVENT_TYPE", "name").items()}
     kind = by_name.get(DOMAIN_CREATE[0], DOMAIN_CREATE[1])
     text_sql = '"text"' if "text" in ex.columns(T_NVTX) else "NULL"
-    df = ex.query(f'SELECT {PID_SQL.format(col="globalTid")} AS pid, domainId AS domain, {text_sql} AS text, '
-                  f'{_opt(ex, T_NVTX, "textId")} AS text_id FROM {quote(T_NVTX)} '
-                  f'WHERE eventType = {int(kind)} AND domainId IS NOT NULL')
+    df = ex.query(f'SELECT {PID_SQL.format(col="globalTid")} AS pid, {_int_sql(ex, T_NVTX, "domainId")} AS domain, '
+                  f'{text_sql} AS text, {_int_sql(ex, T_NVTX, "textId")} AS text_id FROM {quote(T_NVTX)} '
+                  f'WHERE eventType = {int(kind)} AND typeof(domainId) = \'integer\'')
     if df.empty:
         return None
     text = df["text"].to_numpy(dtype=object)
@@ -184,19 +184,37 @@ def _values(payload: dict | None) -> tuple[int, int, int, int, str]:
 
 
 def _schemas(ex: _Export) -> dict[int, dict[int, list[tuple[str, str, int]]]]:
-    """domain -> schema id -> [(entry name, struct format, offset)] of the entries this reader can decode."""
-    needed = {"domainId", "schemaId", "name", "type"}
-    if not ex.has(T_SCHEMA_ENTRIES) or not needed <= set(ex.columns(T_SCHEMA_ENTRIES)):
+    """domain -> schema id -> [(entry name, struct format, offset)] of the entries this reader can decode.
+
+    An entry without an offset (after the first) sits at the next offset aligned to its size, NVTX's rule
+    for static schemas; after an entry of a type this reader cannot size, such entries are left out."""
+    t = T_SCHEMA_ENTRIES
+    if not ex.has(t) or not {"domainId", "schemaId", "name", "type"} <= set(ex.columns(t)):
         return {}
-    df = ex.query(f'SELECT domainId AS domain, schemaId AS schema, {_opt(ex, T_SCHEMA_ENTRIES, "idx", 0)} AS idx, '
-                  f'name, type, {_opt(ex, T_SCHEMA_ENTRIES, "offset", 0)} AS off FROM {quote(T_SCHEMA_ENTRIES)}')
+    df = ex.query(f'SELECT {_int_sql(ex, t, "domainId")} AS domain, {_int_sql(ex, t, "schemaId")} AS schema, '
+                  f'{_int_sql(ex, t, "idx")} AS idx, name, {_int_sql(ex, t, "type")} AS type, '
+                  f'{_int_sql(ex, t, "offset")} AS off FROM {quote(t)} ORDER BY domain, schema, idx')
     out: dict[int, dict[int, list[tuple[str, str, int]]]] = {}
-    for d, s, name, kind, off in zip(df["domain"], df["schema"], df["name"], df["type"], df["off"], strict=True):
-        fmt = _ENTRY_FORMATS.get(int(kind)) if pd.notna(kind) else None
-        if fmt is None or pd.isna(d) or pd.isna(s) or not isinstance(name, str) or pd.isna(off) or int(off) < 0:
-            continue
-        out.setdefault(int(d), {}).setdefault(int(s), []).append((name, fmt, int(off)))
+    cursor: dict[tuple[int, int], int | None] = {}
+    for d, sc, name, kind, off in zip(df["domain"], df["schema"], df["name"], df["type"], df["off"], strict=True):
+        fmt, key = _ENTRY_FORMATS.get(int(kind)), (int(d), int(sc))
+        width = struct.calcsize(fmt) if fmt else None
+        at = cursor.get(key, 0)
+        if off > 0 or key not in cursor:
+            at = max(int(off), 0)
+        elif at is not None and width:
+            at = -(-at // width) * width
+        cursor[key] = None if at is None or width is None else at + width
+        if fmt and at is not None and isinstance(name, str):
+            out.setdefault(key[0], {}).setdefault(key[1], []).append((name, fmt, at))
     return out
+
+
+def _int_sql(ex: _Export, table: str, column: str) -> str:
+    """An integer column as SQL that gives -1 wherever the file holds anything but an integer."""
+    if column not in ex.columns(table):
+        return "-1"
+    return f"CASE WHEN typeof({quote(column)}) = 'integer' THEN {quote(column)} ELSE -1 END"
 
 
 def _blob_payload(blob: object, schemas: dict[int, list[tuple[str, str, int]]]) -> dict | None:
