@@ -293,13 +293,14 @@ def test_report_export_without_json_flag_is_retried_and_said(tmp_path: Path, mon
     """A .nsys-rep read through an nsys that refuses `--include-json`: exported again without it, and the
     trace says its export lacks the payloads."""
     from analyzers.io.nsys import load_nsys
-    from tests.test_nsys import NVFUSER_REP, NVFUSER_SQLITE
+
+    from .conftest import NSYS_TRACES
 
     monkeypatch.setenv("OVERLAPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
-    script, calls = _fake_nsys(tmp_path, False, NVFUSER_SQLITE)
+    script, calls = _fake_nsys(tmp_path, False, NSYS_TRACES / "nvfuser_report1.sqlite")
     monkeypatch.setenv("NSYS", str(script))
-    rep = tmp_path / NVFUSER_REP.name
-    shutil.copy2(NVFUSER_REP, rep)
+    rep = tmp_path / "nvfuser_report1.nsys-rep"
+    shutil.copy2(NSYS_TRACES / rep.name, rep)
     (t,) = load_nsys(rep)
     lines = calls.read_text().splitlines()
     assert len(lines) == 2 and "--include-json true" in lines[0] and "--include-json" not in lines[1]
