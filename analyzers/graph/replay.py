@@ -277,14 +277,12 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, com
             if median:
                 a = _median(starts)
             arrival[c] = a
-            for i in range(lo, hi):
-                m = cnodes[i]
-                sm = start[m]
-                end[m] = e = (a if a > sm else sm) + c_dur[i]
-                tl = c_tail[i]
+            for m, sm, dm, tl, pm, qm in zip(members, starts, c_dur[lo:hi], c_tail[lo:hi], c_ph[lo:hi], c_qh[lo:hi],
+                                             strict=True):
+                end[m] = e = (a if a > sm else sm) + dm
                 if tl >= 0:
-                    e += c_ph[i]
-                    end[tl] = e if e > c_qh[i] else c_qh[i]
+                    e += pm
+                    end[tl] = e if e > qm else qm
         else:
             j = k - n
             call = seg_time[s_seg[j]] + s_off[j] if s_seg[j] >= 0 else 0
