@@ -15,7 +15,8 @@ Recorded per run: wall time and CPU time of the whole process tree (bench_scale.
 machine wall times follow the other jobs' load, so the in-process figures come too: one process loads
 the set from the parse cache as `analyze` does (`load_set(..., host_tables=False)`), then times
 `analyze()` (time.process_time and wall) with the parent's graph stage on and off, alternately, and
-the graph's parts (set graph, replays, critical path, savings).
+the graph's parts (set graph, replays, critical path, savings); then what `whatif` does once its set
+is loaded (report.graph_run and one fix's replay), from a graph-only load.
 
 usage: python benchmarks/bench_graph.py [--rounds 5] [--code DIR]
   --code DIR: the source tree to measure (default: this one), e.g. a `git worktree` of another commit
@@ -83,6 +84,16 @@ def in_process(folder: str, rounds: int) -> dict[str, list[float]]:
             out.setdefault(f"analyze() wall, graph {mode}", []).append(time.perf_counter() - w)
             for k, v in parts.items():
                 out.setdefault(k, []).append(v)
+    if hasattr(report, "graph_run"):  # whatif's own work once loaded (as `whatif` loads: graph_only)
+        from analyzers.graph.analysis import whatif
+        from analyzers.graph.fixes import Fix
+
+        lean = load_set([folder], options=options, diagnose=True, host_tables=False, graph_only=True)
+        for _ in range(rounds):
+            c, w = time.process_time(), time.perf_counter()
+            whatif(report.graph_run(lean, options), [Fix("launch-gaps")])
+            out.setdefault("whatif after loading: graph_run + whatif() CPU", []).append(time.process_time() - c)
+            out.setdefault("whatif after loading: graph_run + whatif() wall", []).append(time.perf_counter() - w)
     return out
 
 
