@@ -1,4 +1,9 @@
-"""Overview: how much communication each rank hides, and the findings that explain the rest."""
+"""Overview: how much communication each rank hides, and the findings that explain the rest.
+
+The key metrics and the first chart come from the per-rank metrics, which the load computes: they reach the
+browser while the cross-rank stage and the findings run. A finding's evidence tables are sent when its
+expander is open (the first one starts open), not for every finding on every run of the page.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from dataclasses import replace
 import streamlit as st
 
 from app import ranks, ui
-from app.tables import readable, show
+from app.tables import readable, show, show_evidence
 from viz import labels
 from viz.critical import attribution_figure, fidelity_line, saving_text
 from viz.figures import iteration_figure, overview_bars
@@ -18,10 +23,10 @@ runs = ui.load_selected()
 if not runs:
     st.stop()
 
-reports = [(r.label, r.report()) for r in runs]
+quick = [(r.label, r.rank_report()) for r in runs]  # per-rank metrics only: no wait for the cross-rank stage
 
 # Key metrics, one row per run: the worst rank decides (a step waits for the slowest rank).
-for label, rep in reports:
+for label, rep in quick:
     ratios = [m.overlap_ratio for m in rep.ranks if m.overlap_ratio is not None]
     hidden = [m.whole.hidden_fraction_of_min for m in rep.ranks if m.whole.hidden_fraction_of_min is not None]
     st.markdown(f"**{label}** · {len(rep.ranks)} rank(s) · {rep.fmt}"
@@ -38,14 +43,16 @@ for label, rep in reports:
     c[4].metric("Iteration (median)", ui.ms(max(med)) if med else labels.ABSENT,
                 help="median iteration time of the slowest rank")
 
-if max(len(rep.ranks) for _, rep in reports) > MANY_RANKS:
+if max(len(rep.ranks) for _, rep in quick) > MANY_RANKS:
     st.subheader("Across ranks")
-    st.plotly_chart(rank_distributions(reports), theme=None, key="overview_dist")
+    st.plotly_chart(rank_distributions(quick), theme=None, key="overview_dist")
     st.caption("Many ranks: their distribution, not a bar each. The table below lists every rank (sortable); "
                "the Stragglers page shows who arrives late, the Timeline draws the ranks you pick.")
 else:
     st.subheader("Where each rank's time goes")
-    st.plotly_chart(overview_bars(reports), theme=None, key="overview_bars")
+    st.plotly_chart(overview_bars(quick), theme=None, key="overview_bars")
+
+reports = [(r.label, r.report()) for r in runs]  # the whole analysis: cross-rank stage, findings, critical path
 
 rows = []
 for label, rep in reports:
@@ -86,14 +93,16 @@ for run in runs:
     for i, f in enumerate(findings):
         icon = {"critical": ":material/error:", "warning": ":material/warning:"}.get(str(f.severity),
                                                                                   ":material/info:")
-        with st.expander(f.title, expanded=i == 0, icon=icon):
+        box = st.expander(f.title, expanded=i == 0, icon=icon, key=f"finding-open-{run.source.key}-{i}",
+                          on_change="rerun")
+        with box:
             st.markdown(f"`{f.id}` · {f.severity} · rank(s) {', '.join(map(str, f.ranks))}")
             st.write(f.explanation)
             st.markdown(f"**Known fix:** {f.fix}")
             if f.saving_ns is not None:
                 st.markdown(f"**{saving_text(f.saving_ns, f.saving_fraction)}** (replay of `{f.saving_fix}`)")
-            if f.evidence:
-                ui.show_evidence(f.evidence, key=f"ev-{run.source.key}-{i}")
+            if f.evidence and box.open:
+                show_evidence(f.evidence, key=f"ev-{run.source.key}-{i}")
             ui.timeline_button("Show in timeline", run.source.key, f.start_ns, f.end_ns,
                                key=f"finding-{run.source.key}-{i}")
 
