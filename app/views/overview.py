@@ -1,14 +1,17 @@
 """Overview: how much communication each rank hides, and the findings that explain the rest.
 
 The key metrics and the first chart come from the per-rank metrics, which the load computes: they reach the
-browser while the cross-rank stage and the findings run. A finding's evidence tables are sent when its
-expander is open (the first one starts open), not for every finding on every run of the page.
+browser while the cross-rank stage and the findings run. While the runs load, the first chart's place holds
+an empty figure, so the browser fetches and starts Plotly during the wait rather than after it. A finding's
+evidence tables are sent when its expander is open (the first one starts open), not for every finding on
+every run of the page.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import plotly.graph_objects as go
 import streamlit as st
 
 from app import ranks, ui
@@ -18,9 +21,21 @@ from viz.critical import attribution_figure, fidelity_line, saving_text
 from viz.figures import iteration_figure, overview_bars
 from viz.scale_figures import MANY_RANKS, rank_distributions
 
+
+def _waiting() -> go.Figure:
+    """The empty figure the first chart's place holds while the runs load."""
+    fig = go.Figure()
+    fig.update_layout(template="plotly_white", height=160, xaxis=dict(visible=False), yaxis=dict(visible=False),
+                      annotations=[dict(text="loading and analyzing the runs…", showarrow=False)])
+    return fig
+
+
 st.title("Overview")
+head, first_chart = st.container(), st.empty()
+first_chart.plotly_chart(_waiting(), theme=None, key="overview_waiting")
 runs = ui.load_selected()
 if not runs:
+    first_chart.empty()
     st.stop()
 
 quick = [(r.label, r.rank_report()) for r in runs]  # per-rank metrics only: no wait for the cross-rank stage
@@ -29,9 +44,9 @@ quick = [(r.label, r.rank_report()) for r in runs]  # per-rank metrics only: no 
 for label, rep in quick:
     ratios = [m.overlap_ratio for m in rep.ranks if m.overlap_ratio is not None]
     hidden = [m.whole.hidden_fraction_of_min for m in rep.ranks if m.whole.hidden_fraction_of_min is not None]
-    st.markdown(f"**{label}** · {len(rep.ranks)} rank(s) · {rep.fmt}"
+    head.markdown(f"**{label}** · {len(rep.ranks)} rank(s) · {rep.fmt}"
                 + (f" · world size {rep.world_size}" if rep.world_size else ""))
-    c = st.columns(5)
+    c = head.columns(5)
     c[0].metric("Overlap ratio (worst rank)", ui.pct(min(ratios) if ratios else None),
                 help=labels.metric("overlap_ratio").help)
     c[1].metric("Exposed comm (max)", ui.ms(max(m.whole.exposed_comm_ns for m in rep.ranks)),
@@ -43,14 +58,15 @@ for label, rep in quick:
     c[4].metric("Iteration (median)", ui.ms(max(med)) if med else labels.ABSENT,
                 help="median iteration time of the slowest rank")
 
-if max(len(rep.ranks) for _, rep in quick) > MANY_RANKS:
-    st.subheader("Across ranks")
-    st.plotly_chart(rank_distributions(quick), theme=None, key="overview_dist")
-    st.caption("Many ranks: their distribution, not a bar each. The table below lists every rank (sortable); "
-               "the Stragglers page shows who arrives late, the Timeline draws the ranks you pick.")
-else:
-    st.subheader("Where each rank's time goes")
-    st.plotly_chart(overview_bars(quick), theme=None, key="overview_bars")
+with first_chart.container():
+    if max(len(rep.ranks) for _, rep in quick) > MANY_RANKS:
+        st.subheader("Across ranks")
+        st.plotly_chart(rank_distributions(quick), theme=None, key="overview_dist")
+        st.caption("Many ranks: their distribution, not a bar each. The table below lists every rank (sortable); "
+                   "the Stragglers page shows who arrives late, the Timeline draws the ranks you pick.")
+    else:
+        st.subheader("Where each rank's time goes")
+        st.plotly_chart(overview_bars(quick), theme=None, key="overview_bars")
 
 reports = [(r.label, r.report()) for r in runs]  # the whole analysis: cross-rank stage, findings, critical path
 
