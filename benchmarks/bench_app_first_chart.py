@@ -12,8 +12,10 @@ parse every file, on the same machine, in the same round:
          page complete (the script has finished and every chart on the page is drawn), both from the
          command's start; then a second browser session on the warm server (navigation to first chart).
 The ratio is app first chart / CLI cold `analyze`. Rounds alternate CLI and app; medians at the end.
+--baseline DIR also measures, in every round, the app of another checkout (e.g. `git worktree add DIR
+COMMIT`), started by its own `overlapscope app`, on the same set: a before/after under the same load.
 
-usage: python benchmarks/bench_app_first_chart.py [--repeat 3] [--ranks 8]
+usage: python benchmarks/bench_app_first_chart.py [--repeat 3] [--ranks 8] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ def _settle(page) -> None:
     page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
 
 
-def app_cold(folder: Path) -> dict[str, float]:
+def app_cold(folder: Path, root: Path = ROOT) -> dict[str, float]:
     """Seconds from `overlapscope app SET` to the server's health, the first chart and the complete page; then
     a second session's navigation to first chart."""
     from playwright.sync_api import sync_playwright
@@ -77,7 +79,7 @@ def app_cold(folder: Path) -> dict[str, float]:
     from tests.test_app_browser import free_port, launch_browser
 
     cache = Path(tempfile.mkdtemp(prefix="overlapscope-bench-cache-"))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OVERLAPSCOPE_CACHE_DIR": str(cache),
+    env = {**os.environ, "PYTHONPATH": str(root), "OVERLAPSCOPE_CACHE_DIR": str(cache),
            "OVERLAPSCOPE_SAMPLES": str(cache / "no-samples")}
     port = free_port()
     out: dict[str, float] = {}
@@ -88,7 +90,7 @@ def app_cold(folder: Path) -> dict[str, float]:
         log = (cache / "app.log").open("w")
         t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "overlapscope", "app", str(folder), "--port", str(port)],
-                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             while not _healthy(port):
                 if proc.poll() is not None or time.perf_counter() - t0 > 120:
@@ -130,6 +132,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--baseline", type=Path, help="another checkout whose app is measured too, in every round")
     a = ap.parse_args()
     folder = build_set(a.ranks)
     print(f"machine: {platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python {platform.python_version()}; "
@@ -140,14 +143,27 @@ def main() -> None:
         cli = cli_cold(folder)
         app = app_cold(folder)
         rows.append({"cli": cli, **app, "ratio": app["first_chart"] / cli})
+        if a.baseline:
+            base = app_cold(folder, a.baseline.resolve())
+            rows[-1].update({f"base_{k}": v for k, v in base.items()}, base_ratio=base["first_chart"] / cli)
         print(f"round {i + 1} (load avg {load:.1f} -> {os.getloadavg()[0]:.1f}): CLI cold analyze {cli:.2f} s; "
               f"app (from `overlapscope app`): healthy {app['health']:.2f} s, first chart {app['first_chart']:.2f} s, "
               f"page complete {app['complete']:.2f} s; second session first chart {app['warm_first_chart']:.2f} s; "
               f"first chart / CLI {rows[-1]['ratio']:.2f}x", flush=True)
+        if a.baseline:
+            r = rows[-1]
+            print(f"  baseline {a.baseline}: healthy {r['base_health']:.2f} s, "
+                  f"first chart {r['base_first_chart']:.2f} s, page complete {r['base_complete']:.2f} s; "
+                  f"second session {r['base_warm_first_chart']:.2f} s; first chart / CLI {r['base_ratio']:.2f}x",
+                  flush=True)
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     print(f"median: CLI {med['cli']:.2f} s, app first chart {med['first_chart']:.2f} s, page complete "
           f"{med['complete']:.2f} s, second session {med['warm_first_chart']:.2f} s; ratio (median of rounds) "
           f"{med['ratio']:.2f}x")
+    if a.baseline:
+        print(f"median baseline: first chart {med['base_first_chart']:.2f} s, "
+              f"page complete {med['base_complete']:.2f} s, second session {med['base_warm_first_chart']:.2f} s; "
+              f"ratio {med['base_ratio']:.2f}x")
 
 
 if __name__ == "__main__":
