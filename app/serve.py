@@ -72,9 +72,11 @@ def split_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def main(argv: Sequence[str]) -> None:
     options, paths = split_args(argv)
-    # The stack (streamlit, pandas, numpy, plotly) is imported here, before the thread starts: two threads
-    # importing pandas at once can see it half-initialized (plotly looks it up in sys.modules).
+    # The stack (streamlit, pandas, numpy, pyarrow, plotly) is imported here, before the thread starts: two
+    # threads importing pandas at once can see it half-initialized (plotly looks it up in sys.modules).
     _quiet()
+    import pyarrow  # noqa: F401 - the parse cache's and st.dataframe's
+
     from app import ui  # noqa: F401
     from viz import critical, figures, scale_figures  # noqa: F401 - the Overview's figures
 

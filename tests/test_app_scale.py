@@ -147,3 +147,24 @@ def _values(y) -> list:
 
         return np.frombuffer(base64.b64decode(y["bdata"]), dtype=np.dtype(y["dtype"])).tolist()
     return list(y)
+
+
+def test_diff_draws_the_timelines_ranks(many_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Two runs of 20 ranks (the sample and a copy given on the command line): both timelines of the Diff page
+    draw the Timeline's ranks of each run, not 20 lanes each."""
+    from analyzers.io.load import load_traces
+    from analyzers.report import analyze
+
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in (many_env / "demo" / "many").iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    monkeypatch.setenv(data.ENV_APP_PATHS, str(copy))
+    picks = default_ranks(analyze(load_traces([many_env / "demo" / "many"])))
+    at = _app()
+    at.switch_page("views/diff.py").run()
+    _ok(at)
+    ticks = _charts(at)[-1]["layout"]["yaxis"]["ticktext"]
+    drawn = {int(t.split(" ")[1]) for t in ticks}
+    assert drawn == set(picks)  # the same files: the same default ranks on both sides
+    assert sum(f"of {N_RANKS} (the Timeline's ranks" in c.value for c in at.caption) == 2

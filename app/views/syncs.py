@@ -25,7 +25,7 @@ except ImportError:
 for run in runs:
     st.subheader(run.label)
     n_ranks = len(run.report().ranks)
-    few = tuple(ranks.chosen_ranks(run)) if n_ranks > ranks.MANY_RANKS else None
+    few = ranks.drawn_ranks(run)
     data = run.timeline(few)  # the Timeline's own cache entry: these ranks only
     sy = data.syncs
     if few is not None:
