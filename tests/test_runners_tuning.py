@@ -150,9 +150,9 @@ def test_tuned_run_searches_then_reuses_retunes_and_replaces_a_stale_choice(tmp_
                                             "M=64 K=32 N=16 steps=8 tune=off")
 
 
-def test_gemm_rs_operand_exchange_is_offered_where_it_moves_less_and_passes_the_check(tmp_path: Path,
-                                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """Sending operands (A rows + B shard) instead of output blocks: a candidate only where it moves less, and correct."""
+def test_gemm_rs_operand_exchange_is_offered_where_it_moves_less_and_passes_the_check(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sending operands (A rows + B shard) instead of output blocks: offered only where it moves less; correct."""
     pytest.importorskip("torch")
     from runners import launch
     from runners.gemm_rs_tuned import inputs_move_less
