@@ -40,11 +40,14 @@ class _Walk:
         self.causes: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self.away: int | None = None  # the late rank while the path runs on another rank
         self.nodes: list[int] = []
+        self.frontier = hi  # the path is walked back in time: everything after this is attributed
 
     def add(self, part: str, a: int, b: int, label: str = "") -> None:
-        a, b = max(a, self.lo), min(b, self.hi)
+        """Attribute [a, b) to part, less what the walk already attributed (each ns counts once)."""
+        a, b = max(a, self.lo), min(b, self.hi, self.frontier)
         if b <= a:
             return
+        self.frontier = a
         if self.away is None:
             self.parts[part] += b - a
         else:
@@ -89,25 +92,30 @@ def _execute_arrival(w: _Walk, rp: Replay, q: int, t: int) -> tuple[int, int]:
     return q, s
 
 
-def _explain_host(w: _Walk, rp: Replay, inp: ReplayInputs, seg: int, t: int, part: str) -> tuple[int, int] | None:
-    """The host segment seg reached the time t; walk the host back to the GPU work it waited for."""
+def _explain_host(w: _Walk, rp: Replay, inp: ReplayInputs, seg: int, t: int,
+                  part: str) -> tuple[tuple[int, int] | None, int]:
+    """The host segment seg reached the time t; walk the host back to the GPU work it waited for.
+
+    Returns that work (node, time), or None where the host's chain ends, and how far back the walk
+    attributed time (what is left before it is the step's unexplained start).
+    """
     sg = w.sg
     for _ in range(MAX_STEPS_WALKED):
         base = int(rp.seg_time[seg])
         y = int(sg.seg_opened_by[seg])
         w.add("sync_idle" if y >= 0 and inp.sync_blocks[y] else part, base, t)
         if y < 0 or base <= w.lo:
-            return None
+            return None, base
         call, res = int(rp.sync_call[y]), int(rp.sync_resume[y])
         if inp.sync_blocks[y] and rp.sync_gpu_bound[y]:
             a = int(sg.sync_awaited[y])
             w.add("sync_idle", int(rp.end[a]), res)
-            return a, int(rp.end[a])
+            return (a, int(rp.end[a])), int(rp.end[a])
         w.add("sync_idle" if inp.sync_blocks[y] else part, call, res)
         seg, t = int(sg.sync_seg[y]), call
         if seg < 0:
-            return None
-    return None
+            return None, call
+    return None, t
 
 
 def walk(sg: SetGraph, rp: Replay, inp: ReplayInputs, rank: int, lo: int, hi: int, node: int,
@@ -139,9 +147,9 @@ def walk(sg: SetGraph, rp: Replay, inp: ReplayInputs, rank: int, lo: int, hi: in
             w.add("launch_gaps", ready, t)
             y = int(sg.seg_opened_by[s])
             part = "launch_gaps" if y < 0 or not inp.sync_blocks[y] else "sync_idle"
-            host = _explain_host(w, rp, inp, s, ready, part)
+            host, back_to = _explain_host(w, rp, inp, s, ready, part)
             if host is None:
-                reached = int(rp.seg_time[s])
+                reached = back_to
                 cur = None
             else:
                 cur = _execute(w, rp, host[0], host[1])
