@@ -35,7 +35,9 @@ PER_RANK_KEY = "per_rank_results"  # TraceSet.meta key holding {rank: RankResult
 
 Progress = Callable[[str, int, int], None]
 # What the caller computes per rank beside the parse (a picklable callable; analyzers.report.RankStage).
-# Its optional method shipped(trace) -> RankTrace says what of the trace goes back to the caller.
+# Its optional method shipped(trace) -> RankTrace says what of the trace goes back to the caller; its
+# optional method collector() gives what the caller runs on each file's results as they arrive (to keep
+# less of them: report.SlowestGraphs).
 PerRank = Callable[[RankTrace], Any]
 # Reads one file into its rank traces (analyzers.io.load.load_file; passed in, so that the loader,
 # which calls this module, is not imported by it).
@@ -105,8 +107,12 @@ def run_files(paths: list[Path], rank: int | None, rules: list[Rule], loader: Lo
     jobs = default_jobs() if jobs is None or jobs < 1 else jobs
     total = len(paths)
     results: dict[int, FileResult] = {}
+    collect = getattr(per_rank, "collector", None)
+    sink = collect() if collect is not None else None
     for i, res in _execute(paths, rank, (tuple(rules), per_rank, use_cache, loader, only), jobs, scheduler):
         results[i] = res
+        if sink is not None:
+            sink(res.results)
         if progress:
             progress(res.path, len(results), total)
     return [results[i] for i in range(total)]
