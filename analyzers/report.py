@@ -121,8 +121,15 @@ class RankStage:
     options: AnalysisOptions
     diagnose: bool = True
     send_host_tables: bool = True
+    graph_only: bool = False  # for graph_run (`whatif`): no metrics, sync notes or findings
 
     def __call__(self, trace: RankTrace) -> RankResults:
+        if self.graph_only:
+            res = RankResults(self.options, True, table_fingerprint(trace), None, cross_steps=rank_steps(trace))
+            res.syncs = blocking_syncs(trace, None)
+            res.graph = build_rank_graph(trace, res.syncs, FindingParams().step_pattern)
+            res.graph_step_ns = measured_mean_step_ns(res.graph)
+            return res
         metrics = rank_metrics(trace, self.options)
         res = RankResults(self.options, self.diagnose, table_fingerprint(trace), metrics)
         if self.options.steps.steps is None:  # with a selection the cross-rank stage sees other tables
@@ -159,7 +166,7 @@ class RankResults:
     options: AnalysisOptions
     diagnose: bool
     fingerprint: int  # of the tables they were computed from (see table_fingerprint)
-    metrics: RankMetrics
+    metrics: RankMetrics | None  # None: made for graph_run only (RankStage.graph_only)
     syncs: pd.DataFrame | None = None
     sync_notes: list[str] | None = None  # sync_totals_beyond_span of these syncs
     findings: list[Finding] | None = None  # with default parameters and no cross-rank start shift
@@ -207,14 +214,16 @@ def table_fingerprint(trace: RankTrace) -> int:
     return hash((crc, len(gpu), *trace.host_row_counts(), len(trace.sync_events), trace.rank))
 
 
-def precomputed_results(traces: TraceSet, options: AnalysisOptions, diagnose: bool) -> dict[int, RankResults]:
-    """The per-rank results the loader made, when they fit this analysis exactly; else {}."""
+def precomputed_results(traces: TraceSet, options: AnalysisOptions, diagnose: bool,
+                        metrics: bool = True) -> dict[int, RankResults]:
+    """The per-rank results the loader made, when they fit this analysis exactly; else {}.
+    metrics=False also takes those made for graph_run only."""
     results: dict[int, RankResults] = traces.meta.get(PER_RANK_KEY) or {}
     ok = {}
     for r, t in traces.ranks.items():
         res = results.get(r)
         if (not isinstance(res, RankResults) or res.options != options or (diagnose and not res.diagnose)
-                or res.fingerprint != table_fingerprint(t)):
+                or (metrics and res.metrics is None) or res.fingerprint != table_fingerprint(t)):
             return {}
         ok[r] = res
     return ok
@@ -310,20 +319,8 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
 
 
 def _price(report: AnalysisReport, traces: TraceSet, pre: dict[int, RankResults] | None, pattern: str) -> None:
-    """The dependency graph's answers: critical path section, and each finding's saving (re-sorted). The
-    graphs come from the per-rank stage (pre: those it kept, analyzers.graph.subset), else are built here."""
-    ids = traces.rank_ids()
-    if pre:
-        graphs = bounded_rank_graphs([r for r in ids if pre[r].graph is not None], lambda r: pre[r].graph,
-                                     lambda g: pre[g.rank].graph_step_ns)
-    else:
-        graphs = bounded_rank_graphs(ids, lambda r: build_rank_graph(traces.ranks[r], report.syncs[r], pattern))
-    cr = report.cross_rank
-    sg = build_set_graph(graphs, report.clock_offsets_ns, cr.members if cr is not None else None,
-                         cr.collectives if cr is not None else None)
-    if note := subset_note(len(graphs), len(ids)):
-        sg.notes.append(note)
-    run = GraphRun(sg)
+    """The dependency graph's answers: critical path section, and each finding's saving (re-sorted)."""
+    run = _graph_run(traces, report.syncs, report.cross_rank, report.clock_offsets_ns, pre, pattern)
     report.graph_run = run
     report.critical_path = critical_path_section(run)
     savings = finding_savings(run, report.finding_ids())
@@ -332,3 +329,44 @@ def _price(report: AnalysisReport, traces: TraceSet, pre: dict[int, RankResults]
         if got is not None:
             f.saving_ns, f.saving_fraction, f.saving_fix = got["saving_ns"], got["saving_fraction"], got["fix"]
     report.findings = sort_findings(report.findings or [])
+
+
+def _graph_run(traces: TraceSet, syncs: dict[int, pd.DataFrame], cr: CrossRankReport | None,
+               offsets: dict[int, int], pre: dict[int, RankResults] | None, pattern: str) -> GraphRun:
+    """The graphs come from the per-rank stage (pre: those it kept, analyzers.graph.subset), else are
+    built here; past GRAPH_MAX_RANKS ranks the slowest are replayed, with a note."""
+    ids = traces.rank_ids()
+    if pre:
+        graphs = bounded_rank_graphs([r for r in ids if pre[r].graph is not None], lambda r: pre[r].graph,
+                                     lambda g: _step_of(pre[g.rank], g))
+    else:
+        graphs = bounded_rank_graphs(ids, lambda r: build_rank_graph(traces.ranks[r], syncs[r], pattern))
+    sg = build_set_graph(graphs, offsets, cr.members if cr is not None else None,
+                         cr.collectives if cr is not None else None)
+    if note := subset_note(len(graphs), len(ids)):
+        sg.notes.append(note)
+    return GraphRun(sg)
+
+
+def _step_of(res: RankResults, g: RankGraph) -> float:
+    return res.graph_step_ns if res.graph_step_ns is not None else measured_mean_step_ns(g)
+
+
+def graph_run(traces: TraceSet, options: AnalysisOptions | None = None) -> GraphRun:
+    """The set's dependency graph and its unmodified replay, as `analyze` (all steps) makes them, without
+    the sections `whatif` does not read (collectives table, stragglers, findings, critical path,
+    savings): the same graph, so the same predictions."""
+    options = options or AnalysisOptions()
+    if options.steps.steps is not None:
+        raise ValueError("graph_run: the graph covers all steps (no step selection)")
+    ids = traces.rank_ids()
+    pre = precomputed_results(traces, options, True, metrics=False)
+    offsets, cr = dict(traces.clock_offsets_ns), None
+    if len(ids) > 1:
+        steps = {r: pre[r].cross_steps for r in ids} if pre else None
+        cr = analyze_cross_rank(traces, steps=steps if steps and None not in steps.values() else None)
+        if cr.clock is not None:
+            offsets = dict(cr.clock.offsets_ns)
+    syncs = {r: pre[r].syncs if pre else blocking_syncs(traces.ranks[r], None) for r in ids}
+    return _graph_run(traces, syncs, cr, offsets, pre or None,
+                      FindingParams().step_pattern)

@@ -53,16 +53,13 @@ def whatif_cmd(
     with analysis_stack_imports():
         from analyzers.graph.analysis import whatif
         from analyzers.graph.fixes import parse_fix
-        from analyzers.report import analyze
+        from analyzers.report import graph_run
     fixes = [parse_fix(f) for f in fix]
     options = options_from(None, False, step_pattern)
     traces = load_set(paths, rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache,
-                      options=options, diagnose=True, host_tables=False)
-    report = analyze(traces, options, diagnose=True)
-    if report.graph_run is None:
-        raise UsageFailure("whatif: the set could not be replayed")
-    result = whatif(report.graph_run, fixes)
-    result["label"] = report.label
+                      options=options, diagnose=True, host_tables=False, graph_only=True)
+    result = whatif(graph_run(traces, options), fixes)
+    result["label"] = traces.label
     if format is OutputFormat.json:
         from analyzers.io.plain import json_bytes
 

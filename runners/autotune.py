@@ -84,12 +84,14 @@ class SearchResult:
                 "search_s": round(self.seconds, 2), "skipped": self.skipped}
 
 
-def search(candidates: Sequence[Schedule], measure: MeasureFn, *, keep: int = 4, reps: tuple[int, int] = (2, 10),
+def search(candidates: Sequence[Schedule], measure: MeasureFn, *, keep: int = 4, reps: tuple[int, int] = (3, 10),
            budget_s: float = 30.0, clock: Callable[[], float] = time.monotonic,
            progress: ProgressFn | None = None, skipped: dict[str, str] | None = None) -> SearchResult:
-    """Two rounds: every candidate for reps[0] timing chunks, then the best `keep` (and every serial
-    candidate, the baseline-equivalent ones) again for reps[1] chunks; the lowest median of the
-    last round wins. The second round is skipped when the first one used up the time budget.
+    """Two rounds: every candidate for reps[0] timing chunks, then the best `keep`, the best of every
+    family (transport and barrier: structurally different schedules, whose round-1 order a few
+    noisy chunks can swap) and every serial candidate (the baseline-equivalent ones) again for
+    reps[1] chunks; the lowest median of the last round wins. The second round is skipped when
+    the first one used up the time budget.
     """
     if not candidates:
         raise ValueError("no candidate schedule to search")
@@ -100,7 +102,11 @@ def search(candidates: Sequence[Schedule], measure: MeasureFn, *, keep: int = 4,
     rounds = [first]
     ranked = sorted(candidates, key=lambda c: first[c.name])
     if len(candidates) > 1 and clock() - t0 < budget_s / 2:
-        finalists = list(dict.fromkeys([*ranked[:keep], *[c for c in candidates if c.transport == "serial"]]))
+        family_best: dict[tuple[str, str], Schedule] = {}
+        for c in ranked:
+            family_best.setdefault((c.transport, c.barrier), c)
+        finalists = list(dict.fromkeys([*ranked[:keep], *family_best.values(),
+                                        *[c for c in candidates if c.transport == "serial"]]))
         say(f"tuning: round 2, {len(finalists)} finalists: " + ", ".join(c.name for c in finalists))
         rounds.append(measure(finalists, reps[1]))
         ranked = sorted(finalists, key=lambda c: rounds[-1][c.name])

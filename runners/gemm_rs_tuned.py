@@ -22,6 +22,15 @@ Each finding of this tool on the recorded traces became a dimension of the searc
   then reduce_scatter_tensor), for shapes where no overlap pays for its extra launches.
 - the reduction: received partials land in the rank's output buffer and the rank's own block,
   computed last, is added by the GEMM's epilogue (addmm_, beta = 1): no separate pass.
+- the shapes where the pushes stayed exposed (`comm-slowed-by-overlap`: a push of the output
+  block as long as three quarters of the GEMM, slower still beside it, tuned 1.10-1.12 x the
+  GEMM alone at 8192 x 4096 x 32768): barrier "inputs" moves the operands instead of the
+  partial sums. Rank r's block is the sum over ranks q of A_q[rows of r] @ B_q, so each rank
+  sends every peer the rows of its A that the peer owns and its whole B shard (rows x K/D +
+  K/D x N elements instead of rows x N), computes its own term while they travel, then adds
+  each peer's term in the epilogue of its GEMMs (addmm_): the same FLOPs, no reduction pass,
+  and less to move wherever N x (rows - K/D) > rows x K/D. Offered only where it moves less;
+  B may travel in 2 or 4 blocks of its rows, each added as soon as it arrived.
 
 Receive slots alternate between two buffers by iteration; the barriers keep a peer less than
 one iteration ahead, so it never overwrites a slot that is still being read.
@@ -41,7 +50,7 @@ from runners.graphs import capture
 from runners.streams import Marker, Streams, region
 from runners.workload import Workload
 
-CODE_VERSION = "gemm-rs tuned 4"  # part of the cache fingerprint: bump when a schedule's code changes
+CODE_VERSION = "gemm-rs tuned 5"  # part of the cache fingerprint: bump when a schedule's code changes
 CHUNKS = (2, 4, 8)
 
 
@@ -56,9 +65,20 @@ def candidates(wl: Workload) -> list[Schedule]:
         out += [Schedule("ce", s, -1, "chunk", g) for s in chunks if s >= 4 for g in graphs]
         out += [Schedule("ce", s, -1, "group", g, lanes=2) for s in chunks[:2] for g in graphs]
         out += [Schedule("ce", s, 0, "group", g) for s in chunks[1:2] for g in graphs]
+        if inputs_move_less(wl):
+            out += [Schedule("ce", s, -1, "inputs", g, lanes=n) for s in (1, 2, 4) if wl.kp % s == 0
+                    for n in (1, 2) for g in graphs]
     if wl.D > 1:  # eager only: a capture of batch_isend_irecv fails and leaves torch's capture state broken
         out += [Schedule("p2p", s, -1, "group") for s in chunks[:2]]
+        if inputs_move_less(wl):
+            out.append(Schedule("p2p", 1, -1, "inputs"))
     return out
+
+
+def inputs_move_less(wl: Workload) -> bool:
+    """Whether sending a peer its operands (A rows, B shard) moves fewer elements than its output block."""
+    rows = wl.M // wl.D
+    return rows * wl.kp + wl.kp * wl.N < rows * wl.N
 
 
 def fixed(wl: Workload) -> Schedule:
@@ -95,6 +115,9 @@ class TunedGemmRs:
         if s.transport == "serial":
             step: Callable[[int], Any] = lambda _par: self._serial_step()  # noqa: E731
             parities = 1
+        elif s.barrier == "inputs":
+            step = self._inputs(s)
+            parities = 2
         else:
             step = self._pipelined(s)
             parities = 2
@@ -122,12 +145,12 @@ class TunedGemmRs:
     def _recv_slots(self, shape: tuple[int, ...], ce: bool) -> tuple[Any, torch.Tensor, Any]:
         if ce:
             return symm.scratch(self.wl.ctx, shape, "gemm-rs recv")
-        if self._recv is None:
-            n = 1
-            for x in shape:
-                n *= x
+        n = 1
+        for x in shape:
+            n *= x
+        if self._recv is None or self._recv.numel() < n:
             self._recv = torch.empty(n, device=self.wl.ctx.device, dtype=self.wl.ctx.dtype)
-        return None, self._recv.view(shape), None
+        return None, self._recv[:n].view(shape), None
 
     def _pipelined(self, sched: Schedule) -> Callable[[int], torch.Tensor]:
         """Peers' partial blocks first, pushed as they finish; the own block last, reduced in its epilogue."""
@@ -220,6 +243,85 @@ class TunedGemmRs:
             copies.join_all()
             syncs.main_waits(0)
             return recv[par, 0].view(rows, N)
+
+        return step
+
+    def _inputs(self, sched: Schedule) -> Callable[[int], torch.Tensor]:
+        """Operands to the peers, the own term while they travel, each peer's term added by its GEMM."""
+        wl, ctx = self.wl, self.wl.ctx
+        D, N, kp, r, rows = wl.D, wl.N, wl.kp, ctx.rank, self.rows
+        peers = [(r + j) % D for j in range(1, D)]
+        a_rows = wl.a.view(D, rows, kp)
+        size = rows * kp + kp * N  # one peer's operands: A rows then B, flat
+        ce = sched.transport == "ce"
+        handle, recv, remote_of = self._recv_slots((2, self.peers, size), ce)
+        out = torch.empty(2, rows, N, device=ctx.device, dtype=ctx.dtype)  # one per parity, as the slots
+        lanes, S = (sched.lanes, sched.chunks) if ce else (1, 1)
+        kc = kp // S  # B travels in S blocks of its rows; the peer's term is added block by block
+        copies = Streams(ctx, lanes, priority=sched.priority)
+        syncs = Streams(ctx, 1, priority=sched.priority)
+        ready = Marker(ctx)
+        pushed, synced = [Marker(ctx) for _ in range(S)], [Marker(ctx) for _ in range(S)]
+        lane_done = [[Marker(ctx) for _ in range(lanes)] for _ in range(S)]
+        remote = {q: remote_of(q) for q in peers} if ce else {}
+        b_flat = wl.b.reshape(-1)
+
+        def b_part(s: int, lane: int) -> slice:
+            """The elements of B's row block s that copy lane `lane` carries."""
+            return slice((s * kc + kc * lane // lanes) * N, (s * kc + kc * (lane + 1) // lanes) * N)
+
+        def operands(buf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return buf[: rows * kp].view(rows, kp), buf[rows * kp:].view(kp, N)
+
+        def send(par: int) -> list[Any]:
+            if not ce:
+                ops = []
+                for j in range(1, D):
+                    q, src = (r + j) % D, (r - j) % D
+                    ops += [dist.P2POp(dist.isend, a_rows[q], q, ctx.group),
+                            dist.P2POp(dist.isend, wl.b, q, ctx.group),
+                            dist.P2POp(dist.irecv, operands(recv[par, j - 1])[0], src, ctx.group),
+                            dist.P2POp(dist.irecv, operands(recv[par, j - 1])[1], src, ctx.group)]
+                return dist.batch_isend_irecv(ops)
+            for s in range(S):
+                for lane in range(lanes):
+                    with copies.on(lane), region(f"tuned: operands to peers, B rows block {s}, lane {lane}"):
+                        if s == 0:
+                            ready.wait()
+                        for q in peers:
+                            dst = remote[q][par, (q - r) % D - 1]
+                            if s == 0 and lane == 0:
+                                dst[: rows * kp].copy_(a_rows[q].reshape(-1))
+                            part = b_part(s, lane)
+                            dst[rows * kp + part.start: rows * kp + part.stop].copy_(b_flat[part])
+                        lane_done[s][lane].record()
+                with copies.on(0):
+                    for lane in range(1, lanes):
+                        lane_done[s][lane].wait()
+                    pushed[s].record()
+                with syncs.on(0), region(f"tuned: barrier, B rows block {s} arrived"):
+                    pushed[s].wait()  # our block s is in the peers' slots ...
+                    handle.barrier(channel=0)  # ... and theirs in ours
+                    synced[s].record()
+            return []
+
+        def step(par: int) -> torch.Tensor:
+            ready.record()
+            works = send(par)
+            with region("tuned: own term"):
+                torch.matmul(a_rows[r], wl.b, out=out[par])
+            for w in works:
+                w.wait()
+            for s in range(S):
+                synced[s].wait()
+                ks = slice(s * kc, (s + 1) * kc)
+                for j in range(1, D):
+                    a_q, b_q = operands(recv[par, j - 1])
+                    with region(f"tuned: term of rank {(r - j) % D}, B rows block {s}"):
+                        out[par].addmm_(a_q[:, ks], b_q[ks])  # beta = 1: the sum happens in the epilogue
+            copies.join_all()
+            syncs.main_waits(0)
+            return out[par]
 
         return step
 

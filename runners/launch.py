@@ -95,8 +95,24 @@ def runners_digest() -> str:
     return h.hexdigest()[:16]
 
 
-def _export_nsys(nsys: str, out: Path, keep_rep: bool, env: dict[str, str]) -> dict[int, Path]:
-    """Turn each rank{R}.nsys-rep into rank{R}.sqlite with the user's own nsys."""
+# Keeps NVTX payloads as JSON (NCCL's message sizes and communicators, read by analyzers/io/nsys_nccl.py).
+NSYS_EXPORT_JSON = ("--include-json", "true")
+
+
+def _export_one(nsys: str, rep: Path, sqlite: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, bool]:
+    """One report exported (with NVTX payload JSON unless this nsys does not know the flag: then retried
+    without it); the finished process and whether the JSON is in."""
+    base = [nsys, "export", "--type", "sqlite", "--force-overwrite", "true"]
+    tail = ["--output", str(sqlite), str(rep)]
+    done = subprocess.run(base + list(NSYS_EXPORT_JSON) + tail, capture_output=True, text=True, env=env)
+    if done.returncode != 0 and NSYS_EXPORT_JSON[0].lstrip("-") in done.stderr + done.stdout:
+        return subprocess.run(base + tail, capture_output=True, text=True, env=env), False
+    return done, True
+
+
+def _export_nsys(nsys: str, out: Path, keep_rep: bool, env: dict[str, str]) -> tuple[dict[int, Path], bool]:
+    """Turn each rank{R}.nsys-rep into rank{R}.sqlite with the user's own nsys; whether every export
+    holds the NVTX payload JSON."""
     reps = sorted(out.glob("rank*.nsys-rep"))
     if not reps:
         leftovers = sorted(p.name for p in out.glob("rank*.qdstrm"))
@@ -104,17 +120,18 @@ def _export_nsys(nsys: str, out: Path, keep_rep: bool, env: dict[str, str]) -> d
                 "libdw.so.1/libelf.so.1 put them on LD_LIBRARY_PATH)") if leftovers else ""
         raise RunFailed(f"nsys wrote no .nsys-rep in {out}{hint}", rank=None, out_dir=out, log=None)
     traces: dict[int, Path] = {}
+    all_json = True
     for rep in reps:
         sqlite = rep.with_suffix(".sqlite")
-        done = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true",
-                               "--output", str(sqlite), str(rep)], capture_output=True, text=True, env=env)
+        done, with_json = _export_one(nsys, rep, sqlite, env)
+        all_json &= with_json
         if done.returncode != 0 or not sqlite.exists():
             raise RunFailed(f"nsys export failed for {rep}: {done.stderr.strip()[-500:]}", rank=None,
                             out_dir=out, log=None)
         traces[int(rep.stem.removeprefix("rank"))] = sqlite
         if not keep_rep:
             rep.unlink()
-    return traces
+    return traces, all_json
 
 
 RUN_FILE_GLOBS = ("manifest.json", "manifest.failed.json", "launch.log", "rank[0-9]*")
@@ -186,8 +203,12 @@ def _launch(algo: str, variants: list[str], *, nproc: int, profiler: str, out: P
             res.manifest["launch_warning"] = warning
             (vdir / "manifest.json").write_text(json.dumps(res.manifest, indent=1, default=str))
         if nsys:
-            res.traces = _export_nsys(nsys, vdir, keep_nsys_rep, env)
+            res.traces, with_json = _export_nsys(nsys, vdir, keep_nsys_rep, env)
             res.manifest["traces"] = {str(r): p.name for r, p in res.traces.items()}
+            res.manifest["nsys_export_json"] = with_json
+            if not with_json and on_progress:
+                on_progress(f"warning: nsys {extra.get('nsys_version') or ''} does not know `nsys export "
+                            "--include-json`: exported without NVTX payloads (no NCCL message sizes)")
             (vdir / "manifest.json").write_text(json.dumps(res.manifest, indent=1, default=str))
         results.append(res)
     return results

@@ -126,7 +126,7 @@ def test_nsys_rep_without_nsys_names_version_and_command(monkeypatch: pytest.Mon
         load_nsys(NVFUSER_REP)
     msg = str(info.value)
     assert "nsys 2024.6" in msg
-    assert "nsys export --type sqlite --output " in msg and str(NVFUSER_REP) in msg
+    assert "nsys export --type sqlite --include-json true --output " in msg and str(NVFUSER_REP) in msg
     assert "\n" not in msg
     assert nsys_rep_version(NVFUSER_REP).startswith("2024.6")
 
@@ -160,7 +160,7 @@ cp {NVFUSER_SQLITE} "$out"
     assert t.source == str(rep) and len(t.kernels) == 19
     assert Path(t.meta["sqlite"]).is_relative_to(private_cache)
     assert sorted(p.name for p in in_dir.iterdir()) == [rep.name]  # nothing written beside the input
-    assert calls.read_text().startswith("export --type sqlite --output ")
+    assert calls.read_text().startswith("export --type sqlite --include-json true --output ")
 
     # The dispatcher's route (export, then load the export) still labels traces by the report.
     exported = nsys_rep_to_sqlite(rep)

@@ -28,14 +28,16 @@ class FakeTimer:
         return {c.name: table[c.name] for c in cands}
 
 
-def test_search_takes_the_fastest_of_the_second_round_and_always_times_the_baseline_schedule() -> None:
+def test_search_takes_the_fastest_of_the_second_round_and_times_every_family_and_the_baseline_again() -> None:
     first = {c.name: t for c, t in zip(CANDS, [3.0, 1.0, 1.1, 2.0, 1.2, 1.3], strict=True)}
     # round 2 reverses the two leaders: its longer measurement decides
     second = {**first, CANDS[1].name: 1.15, CANDS[2].name: 1.05}
     timer = FakeTimer(first, second)
     result = search(CANDS, timer, keep=3)
     assert timer.asked[0] == [c.name for c in CANDS]
-    assert timer.asked[1] == [CANDS[1].name, CANDS[2].name, CANDS[4].name, SERIAL.name]  # 3 best + serial
+    # the 3 best, then the best of each family not among them (p2p, serial): ce*2 "group" is not
+    # timed again, its family's best (ce x2 group) is
+    assert timer.asked[1] == [CANDS[1].name, CANDS[2].name, CANDS[4].name, CANDS[3].name, SERIAL.name]
     assert result.choice == CANDS[2] and result.rounds == [first, {k: second[k] for k in timer.asked[1]}]
 
 
@@ -146,3 +148,24 @@ def test_tuned_run_searches_then_reuses_retunes_and_replaces_a_stale_choice(tmp_
     assert fixed["tuning"]["choice"]["name"] == "p2p x8 prio-1 group"
     assert fixed["launch"]["reproduce"] == ("overlapscope run gemm-rs --variant tuned --profiler none "
                                             "M=64 K=32 N=16 steps=8 tune=off")
+
+
+def test_gemm_rs_operand_exchange_is_offered_where_it_moves_less_and_passes_the_check(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sending operands (A rows + B shard) instead of output blocks: offered only where it moves less; correct."""
+    pytest.importorskip("torch")
+    from runners import launch
+    from runners.gemm_rs_tuned import inputs_move_less
+
+    class Shape:
+        def __init__(self, M: int, K: int, N: int, D: int = 2) -> None:
+            self.M, self.N, self.D, self.kp = M, N, D, K // D
+
+    assert inputs_move_less(Shape(8192, 4096, 32768))  # 4096*2048 + 2048*32768 < 4096*32768
+    assert not inputs_move_less(Shape(4096, 32768, 4096))  # the B shard alone outweighs the output block
+    monkeypatch.setenv(autotune.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    res = launch.run("gemm-rs", "tuned", nproc=2, profiler="none", out=tmp_path / "run",
+                     params={"M": 64, "K": 8, "N": 64}, timeout_s=240)
+    rec = res.manifest["tuning"]
+    assert "p2p x1 prio-1 inputs" in rec["rounds_ms"][0]  # built, checked against the baseline, timed
+    assert not any("inputs" in str(s) for s in rec.get("skipped", []))

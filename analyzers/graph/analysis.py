@@ -32,6 +32,7 @@ class GraphRun:
         self.base = replay(sg, self.inputs, self.order)
         self.measured = rank_steps(sg, sg.start, sg.end)
         self.replayed = rank_steps(sg, self.base.start, self.base.end)
+        self.jobs = (_job(self.measured), _job(self.replayed))
 
     def run(self, fixes: list[Fix]) -> tuple[ReplayInputs, Replay]:
         inp = apply_fixes(self.sg, fixes)
@@ -55,16 +56,23 @@ def _same_inputs(a: ReplayInputs, b: ReplayInputs) -> bool:
 
 
 def _job(df: pd.DataFrame) -> pd.DataFrame:
-    return job_steps(df[["rank", "step", "dur_ns"]])
+    return job_steps(df)
 
 
 def _steps_table(run: GraphRun, predicted: pd.DataFrame | None) -> pd.DataFrame:
-    jm, jr = _job(run.measured), _job(run.replayed)
-    t = jm.rename(columns={"rank": "measured_rank", "dur_ns": "measured_ns"}).merge(
-        jr.rename(columns={"rank": "replayed_rank", "dur_ns": "replayed_ns"}), on="step", how="inner")
+    """Per step: the job's measured, replayed (and predicted) step with its slowest rank."""
+    named = [("measured", run.jobs[0]), ("replayed", run.jobs[1])]
     if predicted is not None:
-        jp = _job(predicted).rename(columns={"rank": "predicted_rank", "dur_ns": "predicted_ns"})
-        t = t.merge(jp, on="step", how="inner")
+        named.append(("predicted", _job(predicted)))
+    if all(np.array_equal(j["step"].to_numpy(), named[0][1]["step"].to_numpy()) for _, j in named):
+        # the same steps in the same order (they come from the graph, not from the times): side by side
+        cols = {"step": named[0][1]["step"].to_numpy()}
+        for name, j in named:
+            cols[f"{name}_rank"], cols[f"{name}_ns"] = j["rank"].to_numpy(), j["dur_ns"].to_numpy()
+        return pd.DataFrame(cols)
+    t = named[0][1].rename(columns={"rank": "measured_rank", "dur_ns": "measured_ns"})
+    for name, j in named[1:]:
+        t = t.merge(j.rename(columns={"rank": f"{name}_rank", "dur_ns": f"{name}_ns"}), on="step", how="inner")
     return t
 
 
@@ -123,7 +131,7 @@ def _walk_step(run: GraphRun, rank: int, row: pd.Series) -> dict[str, Any]:
 def critical_path_section(run: GraphRun) -> dict[str, Any]:
     """The `critical_path` section of analyze's JSON."""
     rep = run.replayed
-    job = _job(rep)
+    job = run.jobs[1]
     steps, per_rank, nodes = [], {}, {}
     walked: dict[tuple[int, int], dict[str, Any]] = {}
     for r in run.sg.ranks:

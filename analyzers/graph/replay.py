@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from analyzers.graph.fixes import ReplayInputs
+from analyzers.graph.scan import grouped_cummax
 from analyzers.graph.set_graph import SetGraph
 
 ANCHOR, LAUNCH, STREAM, DEP, DEP2 = 0, 1, 2, 3, 4
@@ -53,39 +53,31 @@ def loop_order(sg: SetGraph) -> np.ndarray:
 
 
 class _Static:
-    """The graph's lists that no fix changes, made once per graph (tolist costs ~1 ms per 100k)."""
+    """What the loop reads that no fix changes, made once per graph."""
 
     def __init__(self, sg: SetGraph, order: np.ndarray) -> None:
-        self.order_arr = order
-        self.order = order.tolist()
-        self.prev, self.turn, self.dlat = sg.prev.tolist(), sg.turnaround.tolist(), sg.dep_lat.tolist()
-        self.anchor, self.coll = sg.start.tolist(), sg.coll.tolist()
-        self.ptr, self.cnodes = sg.coll_ptr.tolist(), sg.coll_nodes.tolist()
-        self.s_seg, self.s_aw, self.s_lat = sg.sync_seg.tolist(), sg.sync_awaited.tolist(), sg.sync_lat.tolist()
-        self.s_opens = sg.sync_opens.tolist()
+        self.order = order
         has = sg.seg >= 0
         # launches in a thread's first segment have a fixed host time; the others move with their sync
         opened = sg.seg_opened_by[np.maximum(sg.seg, 0)] if len(sg.seg_opened_by) else np.zeros(sg.n, dtype=np.int64)
         self.static = has & (opened < 0)
         self.dseg_arr = np.where(has & ~self.static, sg.seg, -1)
-        self.dseg = self.dseg_arr.tolist()
+        self.seg_base = sg.seg_base[np.maximum(sg.seg, 0)] if len(sg.seg_base) else np.zeros(sg.n, dtype=np.int64)
+        self.s_seg, self.s_aw, self.s_lat = sg.sync_seg.tolist(), sg.sync_awaited.tolist(), sg.sync_lat.tolist()
+        self.s_opens = sg.sync_opens.tolist()
+        self.ptr, self.cnodes = sg.coll_ptr.tolist(), sg.coll_nodes.tolist()
 
 
 def _static(sg: SetGraph, order: np.ndarray | None) -> _Static:
     cached = getattr(sg, "_replay_static", None)
-    if cached is None or (order is not None and cached.order is not None and len(cached.order) != len(order)):
+    if cached is None or (order is not None and len(cached.order) != len(order)):
         cached = _Static(sg, loop_order(sg) if order is None else order)
         sg._replay_static = cached  # type: ignore[attr-defined]
     return cached
 
 
 def _run_structure(sg: SetGraph, inp: ReplayInputs, st: _Static) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Followers, each activity's run head, followers in run order: they depend on the edges only, so
-    fixes that change durations or host offsets reuse them (kept on the graph, by the edges' bytes)."""
-    key = (inp.dep.tobytes(), inp.dep2.tobytes())
-    cache: dict = sg.__dict__.setdefault("_run_structures", {})
-    if key in cache:
-        return cache[key]
+    """Followers, each activity's run head, followers grouped by run in stream order (see _Runs)."""
     n = sg.n
     read = np.zeros(n + 1, dtype=bool)  # index n: "none"
     read[np.where(inp.dep >= 0, inp.dep, n)] = True
@@ -95,6 +87,15 @@ def _run_structure(sg: SetGraph, inp: ReplayInputs, st: _Static) -> tuple[np.nda
     p = sg.prev
     pc = np.maximum(p, 0)
     follower = (p >= 0) & (sg.coll < 0) & (inp.dep < 0) & (inp.dep2 < 0) & (st.dseg_arr < 0) & ~read[pc]
+    so = sg.stream_order
+    if so is not None and len(so) == n:
+        fo = follower[so]
+        if not fo[:1].any() and np.array_equal(p[so[1:][fo[1:]]], so[:-1][fo[1:]]):
+            # every follower comes right after its predecessor: its head is the last non-follower before it
+            pos = np.arange(n)
+            head = np.empty(n, dtype=np.int64)
+            head[so] = so[np.maximum.accumulate(np.where(fo, 0, pos))]
+            return follower, head, so[fo]
     f = np.flatnonzero(follower)
     head = np.arange(n)
     head[f] = p[f]
@@ -103,11 +104,53 @@ def _run_structure(sg: SetGraph, inp: ReplayInputs, st: _Static) -> tuple[np.nda
         if np.array_equal(nxt, head):
             break
         head = nxt
-    o = f[np.lexsort((sg.start[f], head[f]))]
-    if len(cache) > 8:
-        cache.clear()
-    cache[key] = (follower, head, o)
-    return follower, head, o
+    return follower, head, f[np.lexsort((sg.start[f], head[f]))]
+
+
+class _Visits:
+    """The loop's events in order (activities it visits and sync returns) with what it reads of each that
+    depends on the graph's edges only, and the stream runs it skips: fixes that change durations or host
+    offsets reuse it (kept on the graph, by the edges' bytes). The loop zips these lists instead of
+    indexing arrays by node."""
+
+    def __init__(self, sg: SetGraph, inp: ReplayInputs, st: _Static, compress: bool) -> None:
+        n = sg.n
+        if compress:
+            self.follower, head, self.rows = _run_structure(sg, inp, st)
+        else:
+            self.follower = np.zeros(n, dtype=bool)
+            head, self.rows = np.arange(n), np.zeros(0, dtype=np.int64)
+        keep = np.r_[~self.follower, np.ones(len(sg.sync_end), dtype=bool)]
+        ol = st.order[keep[st.order]]
+        gpu = ol < n
+        self.nodes = ol[gpu]  # the visited activities, in loop order
+        self.gi = np.where(gpu, ol, 0)  # per event: the node whose columns it reads (a sync reads node 0's)
+        gi = self.gi
+        self.k = ol.tolist()
+        self.prev, self.turn = sg.prev[gi].tolist(), sg.turnaround[gi].tolist()
+        self.dep, self.dep2, self.dlat = inp.dep[gi].tolist(), inp.dep2[gi].tolist(), sg.dep_lat[gi].tolist()
+        self.coll, self.dseg = sg.coll[gi].tolist(), st.dseg_arr[gi].tolist()
+        self.moving = np.flatnonzero(st.dseg_arr[gi] >= 0)  # events whose launch moves with its host segment
+        o = self.rows  # the runs: their heads, first and last followers, the followers' fixed columns
+        self.run_head = head[o]
+        h = self.run_head
+        self.run_first = np.r_[True, h[1:] != h[:-1]] if len(h) else np.zeros(0, dtype=bool)
+        last = np.r_[h[1:] != h[:-1], True] if len(h) else np.zeros(0, dtype=bool)
+        self.heads = h[last]
+        tail = np.full(n, -1, dtype=np.int64)  # per head: its run's last follower
+        tail[self.heads] = o[last]
+        self.tail, self.c_tail = tail[gi].tolist(), tail[sg.coll_nodes].tolist()
+        self.run_turn, self.run_prev = sg.turnaround[o], sg.prev[o]
+
+
+def _visits(sg: SetGraph, inp: ReplayInputs, st: _Static, compress: bool) -> _Visits:
+    key = (compress, inp.dep.tobytes(), inp.dep2.tobytes())
+    cache: dict = sg.__dict__.setdefault("_replay_visits", {})
+    if key not in cache:
+        if len(cache) > 8:
+            cache.clear()
+        cache[key] = _Visits(sg, inp, st, compress)
+    return cache[key]
 
 
 class _Runs:
@@ -117,63 +160,61 @@ class _Runs:
     the loop sets the run's last end from the head's and the followers are filled in afterwards,
     vectorized (the same times as visiting each; tests check it)."""
 
-    def __init__(self, sg: SetGraph, inp: ReplayInputs, st: _Static, ready0: np.ndarray) -> None:
+    def __init__(self, sg: SetGraph, inp: ReplayInputs, vs: _Visits, ready0: np.ndarray) -> None:
         n = sg.n
-        self.follower, head, o = _run_structure(sg, inp, st)
-        self.head = head
-        h = head[o]
-        step = sg.turnaround[o] + inp.dur[o]
+        o = vs.rows
+        self.vs = vs
+        self.dur, self.ready0 = inp.dur[o], ready0[o]
+        step = vs.run_turn + self.dur
         cum = np.cumsum(step)
-        first = np.r_[True, h[1:] != h[:-1]] if len(h) else np.zeros(0, dtype=bool)
-        base = np.maximum.accumulate(np.where(first, cum - step, 0)) if len(h) else cum
+        base = np.maximum.accumulate(np.where(vs.run_first, cum - step, 0)) if len(o) else cum
         pk = cum - base
-        x = pd.Series(ready0[o] + inp.dur[o] - pk)
-        qk = pk + x.groupby(h).cummax().to_numpy() if len(h) else pk
-        self.rows, self.p, self.q = o, pk, qk
-        last = np.r_[h[1:] != h[:-1], True] if len(h) else np.zeros(0, dtype=bool)
-        self.tail = np.full(n, -1, dtype=np.int64)
-        self.ph = np.zeros(n, dtype=np.int64)
+        qk = pk + grouped_cummax(self.ready0 + self.dur - pk, vs.run_first) if len(o) else pk
+        self.p, self.q = pk, qk
+        last = np.r_[vs.run_first[1:], True] if len(o) else np.zeros(0, dtype=bool)
+        self.ph = np.zeros(n, dtype=np.int64)  # per head: its run's P and Q at the last follower
         self.qh = np.zeros(n, dtype=np.int64)
-        self.tail[h[last]] = o[last]
-        self.ph[h[last]], self.qh[h[last]] = pk[last], qk[last]
+        self.ph[vs.heads], self.qh[vs.heads] = pk[last], qk[last]
 
-    def fill(self, start: np.ndarray, end: np.ndarray, why: np.ndarray, sg: SetGraph, inp: ReplayInputs,
-             ready0: np.ndarray) -> None:
-        o = self.rows
+    def fill(self, start: np.ndarray, end: np.ndarray, why: np.ndarray) -> None:
+        vs = self.vs
+        o = vs.rows
         if not len(o):
             return
-        end[o] = np.maximum(end[self.head[o]] + self.p, self.q)
-        start[o] = end[o] - inp.dur[o]
-        stream_bound = end[sg.prev[o]] + sg.turnaround[o] > ready0[o]  # the loop: a launch wins ties
+        eo = np.maximum(end[vs.run_head] + self.p, self.q)
+        end[o] = eo
+        start[o] = eo - self.dur
+        stream_bound = end[vs.run_prev] + vs.run_turn > self.ready0  # the loop: a launch wins ties
         why[o] = np.where(stream_bound, STREAM, LAUNCH)
+
+
+def _median(values: list[int]) -> int:
+    """int(np.median(values)) without numpy's per-call cost (the same float64 steps: a collective's
+    arrivals are ns timestamps past 2**53, so the float rounding is part of the figure)."""
+    s = sorted(values)
+    m = len(s) // 2
+    return int(float(s[m])) if len(s) % 2 else int((float(s[m - 1]) + float(s[m])) / 2)
+
+
+def _picked(values: list, nodes: list[int]) -> np.ndarray:
+    return np.fromiter(map(values.__getitem__, nodes), dtype=np.int64, count=len(nodes))
 
 
 def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, compress: bool = True) -> Replay:
     """Run the simulation once (see the module docstring); compress=False visits every activity."""
     n = sg.n
     st = _static(sg, order)
-    dur = inp.dur.tolist()
-    prev, turn, dlat, anchor, coll = st.prev, st.turn, st.dlat, st.anchor, st.coll
-    dseg = st.dseg
-    seg_c = np.maximum(sg.seg, 0)
-    seg_base = sg.seg_base[seg_c] if len(sg.seg_base) else np.zeros(n, dtype=np.int64)
-    ready0_a = np.where(st.static, seg_base + inp.off + inp.latency, UNSET)
-    ready0 = ready0_a.tolist()
-    runs = _Runs(sg, inp, st, ready0_a) if compress else None
-    visit = ~runs.follower if runs is not None else np.ones(n, dtype=bool)
-    keep = np.r_[visit, np.ones(len(sg.sync_end), dtype=bool)]
-    order_l = st.order_arr[keep[st.order_arr]].tolist() if runs is not None else st.order
-    # sparse inputs as dicts: most activities have no event wait, no moving launch, no run to close
-    dyn = np.flatnonzero(visit & (st.dseg_arr >= 0))
-    doff = dict(zip(dyn.tolist(), (inp.off[dyn] + inp.latency[dyn]).tolist(), strict=True))
-    wd = np.flatnonzero(visit & ((inp.dep >= 0) | (inp.dep2 >= 0)))
-    deps = dict(zip(wd.tolist(), zip(inp.dep[wd].tolist(), inp.dep2[wd].tolist(), strict=True), strict=True))
-    runs_of: dict[int, tuple[int, int, int]] = {}
-    if runs is not None:
-        h = np.flatnonzero(runs.tail >= 0)
-        runs_of = dict(zip(h.tolist(), zip(runs.tail[h].tolist(), runs.ph[h].tolist(), runs.qh[h].tolist(),
-                                           strict=True), strict=True))
+    vs = _visits(sg, inp, st, compress)
+    ready0_a = np.where(st.static, st.seg_base + inp.off + inp.latency, UNSET)
+    runs = _Runs(sg, inp, vs, ready0_a)
+    gi = vs.gi
+    launch = ready0_a[gi]  # a fixed launch's time; where it moves, its offset into the segment
+    mv = gi[vs.moving]
+    launch[vs.moving] = inp.off[mv] + inp.latency[mv]
+    launch_l, dur, ph, qh = launch.tolist(), inp.dur[gi].tolist(), runs.ph[gi].tolist(), runs.qh[gi].tolist()
     ptr, cnodes = st.ptr, st.cnodes
+    cm = sg.coll_nodes
+    c_dur, c_tail, c_ph, c_qh = inp.dur[cm].tolist(), vs.c_tail, runs.ph[cm].tolist(), runs.qh[cm].tolist()
     left = np.diff(sg.coll_ptr).tolist()
     n_coll = len(left)
     arrival, late = [0] * n_coll, [-1] * n_coll
@@ -185,69 +226,63 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, com
     s_call, s_res, s_gpu = [0] * ns, [0] * ns, [False] * ns
     start, end, why = [0] * n, [UNSET] * n, [ANCHOR] * n
     violations = 0
-    for k in order_l:
+    for k, t, sd, p, tn, d, d2, dl, c, dk, tl, pk, qk in zip(
+            vs.k, launch_l, vs.dseg, vs.prev, vs.turn, vs.dep, vs.dep2, vs.dlat, vs.coll, dur, vs.tail, ph, qh,
+            strict=True):
         if k < n:
-            t = ready0[k]
             w = LAUNCH
-            sd = dseg[k]
             if sd >= 0:
-                t = seg_time[sd] + doff[k]
-            p = prev[k]
+                t += seg_time[sd]
             if p >= 0:
                 e = end[p]
                 if e == UNSET:
                     violations += 1
-                    e = start[p] + dur[p]
-                e += turn[k]
+                    e = start[p] + int(inp.dur[p])
+                e += tn
                 if e > t:
                     t, w = e, STREAM
-            dd = deps.get(k)
-            if dd is not None:
-                d, d2 = dd
-                if d >= 0:
-                    e = end[d]
-                    if e == UNSET:
-                        violations += 1
-                        e = start[d] + dur[d]
-                    e += dlat[k]
-                    if e > t:
-                        t, w = e, DEP
-                if d2 >= 0:
-                    e = end[d2]
-                    if e == UNSET:
-                        violations += 1
-                        e = start[d2] + dur[d2]
-                    if e > t:
-                        t, w = e, DEP2
-            if t == UNSET:
-                t, w = anchor[k], ANCHOR
+            if d >= 0:
+                e = end[d]
+                if e == UNSET:
+                    violations += 1
+                    e = start[d] + int(inp.dur[d])
+                e += dl
+                if e > t:
+                    t, w = e, DEP
+            if d2 >= 0:
+                e = end[d2]
+                if e == UNSET:
+                    violations += 1
+                    e = start[d2] + int(inp.dur[d2])
+                if e > t:
+                    t, w = e, DEP2
+            if t == UNSET:  # no launch, no input: its measured start
+                t, w = int(sg.start[k]), ANCHOR
             start[k] = t
             why[k] = w
-            c = coll[k]
             if c < 0:
-                end[k] = e = t + dur[k]
-                rn = runs_of.get(k)
-                if rn is not None:
-                    e += rn[1]
-                    end[rn[0]] = e if e > rn[2] else rn[2]
+                end[k] = e = t + dk
+                if tl >= 0:
+                    e += pk
+                    end[tl] = e if e > qk else qk
                 continue
             left[c] -= 1
             if left[c]:
                 continue
-            members = cnodes[ptr[c]:ptr[c + 1]]
+            lo, hi = ptr[c], ptr[c + 1]
+            members = cnodes[lo:hi]
             starts = [start[m] for m in members]
             a = max(starts)
             late[c] = members[starts.index(a)]
             if median:
-                a = int(np.median(starts))
+                a = _median(starts)
             arrival[c] = a
-            for m in members:
-                sm = start[m]
-                end[m] = e = (a if a > sm else sm) + dur[m]
-                rn = runs_of.get(m)
-                if rn is not None:
-                    e += rn[1]
-                    end[rn[0]] = e if e > rn[2] else rn[2]
+            for m, sm, dm, tl, pm, qm in zip(members, starts, c_dur[lo:hi], c_tail[lo:hi], c_ph[lo:hi], c_qh[lo:hi],
+                                             strict=True):
+                end[m] = e = (a if a > sm else sm) + dm
+                if tl >= 0:
+                    e += pm
+                    end[tl] = e if e > qm else qm
         else:
             j = k - n
             call = seg_time[s_seg[j]] + s_off[j] if s_seg[j] >= 0 else 0
@@ -263,9 +298,12 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, com
             if s_opens[j] >= 0:
                 seg_time[s_opens[j]] = r
     i64 = np.int64
-    end_a, start_a, why_a = np.asarray(end, dtype=i64), np.asarray(start, dtype=i64), np.asarray(why, dtype=np.int8)
-    if runs is not None:
-        runs.fill(start_a, end_a, why_a, sg, inp, ready0_a)
+    visited = vs.nodes.tolist()
+    start_a, end_a = np.zeros(n, dtype=i64), np.full(n, UNSET, dtype=i64)
+    why_a = np.full(n, ANCHOR, dtype=np.int8)
+    start_a[vs.nodes], end_a[vs.nodes] = _picked(start, visited), _picked(end, visited)
+    why_a[vs.nodes] = _picked(why, visited)
+    runs.fill(start_a, end_a, why_a)
     unset = end_a == UNSET
     if unset.any():  # a member of a collective whose other members were never reached
         end_a[unset] = start_a[unset] + inp.dur[unset]

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.graph.rank_graph import RankGraph
+from analyzers.graph.scan import grouped_cummax
 
 
 @dataclass
@@ -51,6 +52,7 @@ class SetGraph:
     transfer: np.ndarray  # per node: measured transfer (collective members), else its duration
     order_key: np.ndarray  # per node: the topological ordering key (aligned start, after its joins)
     notes: list[str] = field(default_factory=list)
+    stream_order: np.ndarray | None = None  # every node by rank, stream, start: each stream's prev chain in a row
 
     @property
     def n(self) -> int:
@@ -63,35 +65,40 @@ class SetGraph:
 
 
 def _cat(parts: list[np.ndarray], dtype=np.int64) -> np.ndarray:
-    return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype=dtype)
 
 
 def _shift(a: np.ndarray, by: int) -> np.ndarray:
     return np.where(a >= 0, a + by, -1)
 
 
-def _along_streams(key: np.ndarray, stream_key: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """Each activity's key at least its stream predecessor's + 1 (a grouped running max)."""
-    o = np.lexsort((start, stream_key))
-    pos = np.arange(len(o))
-    sk = stream_key[o]
-    first = np.r_[True, sk[1:] != sk[:-1]] if len(o) else np.zeros(0, dtype=bool)
-    base = np.maximum.accumulate(np.where(first, pos, 0)) if len(o) else pos
-    idx = pos - base
-    raised = pd.Series(key[o] - idx).groupby(sk).cummax().to_numpy() + idx
-    out = key.copy()
-    out[o] = np.maximum(key[o], raised)
-    return out
+class _StreamOrder:
+    """Every activity by stream, then start (one sort, shared by the rounds of _ordered)."""
+
+    def __init__(self, stream_key: np.ndarray, start: np.ndarray) -> None:
+        self.o = np.lexsort((start, stream_key))
+        sk = stream_key[self.o]
+        self.first = np.r_[True, sk[1:] != sk[:-1]] if len(sk) else np.zeros(0, dtype=bool)
+        pos = np.arange(len(sk))
+        self.idx = pos - np.maximum.accumulate(np.where(self.first, pos, 0)) if len(sk) else pos
+
+    def raised(self, key: np.ndarray) -> np.ndarray:
+        """Each activity's key at least its stream predecessor's + 1 (a grouped running max)."""
+        o, idx = self.o, self.idx
+        ko = key[o]
+        out = key.copy()
+        out[o] = np.maximum(ko, grouped_cummax(ko - idx, self.first) + idx)
+        return out
 
 
-def _ordered(key: np.ndarray, stream_key: np.ndarray, dep: np.ndarray, start: np.ndarray) -> np.ndarray:
+def _ordered(key: np.ndarray, streams: _StreamOrder, dep: np.ndarray) -> np.ndarray:
     """Keys raised so that the measured order stays topological once joins have moved some: after the
     stream predecessor, after the event-wait source (two rounds; what is left is counted by the replay)."""
     d = np.flatnonzero(dep >= 0)
     for _ in range(2):
-        key = _along_streams(key, stream_key, start)
+        key = streams.raised(key)
         key[d] = np.maximum(key[d], key[dep[d]] + 1)
-    return _along_streams(key, stream_key, start)
+    return streams.raised(key)
 
 
 def build_set_graph(graphs: dict[int, RankGraph], offsets: dict[int, int], members: pd.DataFrame | None,
@@ -142,6 +149,9 @@ def build_set_graph(graphs: dict[int, RankGraph], offsets: dict[int, int], membe
     ptr, nodes = np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     notes: list[str] = []
     key = start.copy()
+    stream_key = (np.repeat(np.arange(len(ranks), dtype=np.int64), [graphs[r].n for r in ranks]) * (1 << 32)
+                  + _cat([graphs[r].stream for r in ranks]))
+    streams = _StreamOrder(stream_key, start)
     if members is not None and len(members) and colls is not None and len(colls):
         known = colls.loc[colls["peers_known"].astype(bool), "coll_id"].to_numpy()
         m = members[members["coll_id"].isin(known) & members["rank"].isin(ranks)]
@@ -172,9 +182,7 @@ def build_set_graph(graphs: dict[int, RankGraph], offsets: dict[int, int], membe
             d = c["dep"][has_dep]
             a = arrival[coll[d]] + 1
             key[has_dep] = np.maximum(key[has_dep], a)
-        stream_key = np.concatenate([np.full(graphs[r].n, i, dtype=np.int64) * (1 << 32) + graphs[r].stream
-                                     for i, r in enumerate(ranks)])
-        key = _ordered(key, stream_key, c["dep"], start)
+        key = _ordered(key, streams, c["dep"])
     safter = np.concatenate(parts["safter"]) if parts["safter"] else np.zeros((0, 2), dtype=np.int64)
     for r in ranks:
         notes += graphs[r].notes
@@ -184,7 +192,7 @@ def build_set_graph(graphs: dict[int, RankGraph], offsets: dict[int, int], membe
         turnaround=c["turn"], seg_base=c["seg_base"], seg_opened_by=opened, sync_seg=c["sseg"],
         sync_off=c["soff"], sync_awaited=c["sawait"], sync_lat=c["slat"], sync_dur=c["sdur"], sync_end=c["send"],
         sync_opens=sync_opens, sync_after=safter, coll=coll, coll_ptr=ptr, coll_nodes=nodes, transfer=transfer,
-        order_key=key, notes=notes)
+        order_key=key, notes=notes, stream_order=streams.o)
 
 
 def rank_graphs_of(traces, syncs: dict[int, pd.DataFrame], step_pattern: str,

@@ -28,15 +28,15 @@ import numpy as np
 import pandas as pd
 
 from analyzers.errors import BadInputError
+from analyzers.io.nsys_nccl import attach_payloads, read_nccl_calls
 from analyzers.io.nsys_ranks import (
     _assign_ranks,
     _devices,
     _export_meta,
     _hostname,
-    _nccl_payload_ranks,
     _process_names,
 )
-from analyzers.io.nsys_rep import _source_label, is_nsys_rep, nsys_rep_to_sqlite
+from analyzers.io.nsys_rep import _source_label, export_notes, is_nsys_rep, nsys_rep_to_sqlite
 from analyzers.io.nsys_schema import (
     OPTIONAL_TABLES,
     T_KERNEL,
@@ -229,7 +229,7 @@ def load_nsys(path: str | Path) -> list[RankTrace]:
 
 
 def _load(ex: _Export, source: str, sqlite_path: Path) -> list[RankTrace]:
-    notes = [msg for table, msg in OPTIONAL_TABLES.items() if not ex.has(table)]
+    notes = [msg for table, msg in OPTIONAL_TABLES.items() if not ex.has(table)] + export_notes(sqlite_path)
 
     gpu_parts: list[pd.DataFrame] = []
     for table, reader in ((T_KERNEL, _read_kernels), (T_MEMCPY, _read_memcpy), (T_MEMSET, _read_memset)):
@@ -271,10 +271,14 @@ def _load(ex: _Export, source: str, sqlite_path: Path) -> list[RankTrace]:
     nccl_nvtx = nvtx is not None and any(str(n).startswith("nccl") for n in pd.unique(nvtx["name"]))
     gpu_by, rt_by, sync_by, nvtx_by = _by_pid(gpu_all), _by_pid(runtime), _by_pid(syncs), _by_pid(nvtx)
     del gpu_parts, gpu_all, runtime, syncs, nvtx  # the per-process copies are all that is needed now
-    if nccl_nvtx and not _nccl_payload_ranks(ex):
+    nccl = read_nccl_calls(ex) if nccl_nvtx else None
+    if nccl_nvtx and (nccl is None or not nccl.n_payload):
         notes.append("NCCL NVTX ranges carry no payload in this export (`nsys export --include-json true` "
                      "keeps them): communicators and message sizes unknown")
-    ranks = _assign_ranks(ex, pids)
+    if nccl is not None and nccl.n_bad:
+        notes.append(f"{nccl.n_bad} NCCL NVTX payloads could not be read (malformed JSON or binary data, or "
+                     "fields of the wrong type): those calls' sizes are unknown")
+    ranks = _assign_ranks(ex, pids, nccl.calls if nccl is not None else None)
     meta_file = _export_meta(ex)
     hostname = _hostname(ex)
     devices = _devices(ex)
@@ -286,6 +290,10 @@ def _load(ex: _Export, source: str, sqlite_path: Path) -> list[RankTrace]:
         names = NameTable()
         gpu = _gpu_table([gpu_by.pop(p, None)], names)
         trace_notes = list(notes)
+        rt = rt_by.pop(p, None)
+        if nccl is not None and nccl.n_payload:
+            kernel_names = np.asarray(names.names, dtype=object)[gpu["name_id"].to_numpy()]
+            trace_notes += attach_payloads(gpu, kernel_names, rt, nccl.of(p), nccl.comm_ranks)
         if gpu.empty:
             trace_notes.append(f"process {p} made CUDA API calls but ran no GPU work in this export")
         info = ranks[p]
@@ -296,7 +304,7 @@ def _load(ex: _Export, source: str, sqlite_path: Path) -> list[RankTrace]:
             fmt="nsys",
             names=names,
             gpu=gpu,
-            runtime=_runtime_table(rt_by.pop(p, None), names, trace_notes),
+            runtime=_runtime_table(rt, names, trace_notes),
             host_ops=_host_table(nvtx_by.pop(p, None), names),
             sync_events=_sync_table(sync_by.pop(p, None), names),
             world_size=info.world_size,

@@ -15,10 +15,8 @@ from analyzers.io.nsys_schema import (
     PID_SQL,
     SYSTEM_ENV_TABLE,
     T_CAPTURE,
-    T_NVTX,
     T_PROCESSES,
     _Export,
-    _opt,
     quote,
 )
 
@@ -26,9 +24,6 @@ from analyzers.io.nsys_schema import (
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "PALS_RANKID", "LOCAL_RANK")
 WORLD_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
 ENV_ASSIGNMENT = re.compile(r'^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"?(.*?)"?\s*$')
-# NCCL's NVTX payload schema names these fields (exported as JSON when the export includes it).
-NCCL_PAYLOAD_RANK = re.compile(r'"Rank"\s*:\s*(\d+)')
-NCCL_PAYLOAD_NRANKS = re.compile(r'"No\. of ranks"\s*:\s*(\d+)')
 # --------------------------------------------------------------------------------------------
 # File-level facts: versions, processes, devices, environment, NCCL payloads
 # --------------------------------------------------------------------------------------------
@@ -128,28 +123,15 @@ def _process_env_tables(ex: _Export) -> dict[int, dict[str, str]]:
     return out
 
 
-def _nccl_payload_ranks(ex: _Export) -> dict[int, tuple[int, int]]:
-    """pid -> (rank, nranks) of its largest NCCL communicator, from NVTX payloads exported as JSON."""
-    cols = ex.columns(T_NVTX)
-    if "globalTid" not in cols or not ({"jsonText", "jsonTextId"} & set(cols)):
+def _nccl_payload_ranks(calls: pd.DataFrame | None) -> dict[int, tuple[int, int]]:
+    """pid -> (rank, nranks) of its largest NCCL communicator, from the set-up calls' NVTX payloads
+    (analyzers.io.nsys_nccl.NcclCalls.calls); a process with two ranks in communicators of that size has none."""
+    if calls is None or calls.empty:
         return {}
-    parts = []
-    if "jsonText" in cols:
-        parts.append('"jsonText"')
-    json_sql = f"coalesce({', '.join(parts + ['NULL'])})"
-    id_sql = _opt(ex, T_NVTX, "jsonTextId")
-    df = ex.query(f"SELECT {PID_SQL.format(col='globalTid')} AS pid, {json_sql} AS js, {id_sql} AS js_id "
-                  f"FROM {quote(T_NVTX)} WHERE {json_sql} IS NOT NULL OR {id_sql} >= 0")
-    if df.empty:
-        return {}
-    text = np.where(pd.isna(df["js"].to_numpy(dtype=object)), ex.strings(df["js_id"].to_numpy(np.int64)),
-                    df["js"].to_numpy(dtype=object))
     best: dict[int, tuple[int, int] | None] = {}
-    for p, js in zip(df["pid"].to_numpy(), text, strict=True):  # only payload rows: a handful per rank
-        rank_m, n_m = NCCL_PAYLOAD_RANK.search(str(js)), NCCL_PAYLOAD_NRANKS.search(str(js))
-        if not (rank_m and n_m):
-            continue
-        cand = (int(rank_m.group(1)), int(n_m.group(1)))
+    setup = calls[(calls["rank"] >= 0) & (calls["nranks"] > 0)]
+    for p, rank, n in zip(setup["pid"], setup["rank"], setup["nranks"], strict=True):  # a few per process
+        cand = (int(rank), int(n))
         prev = best.get(int(p), (-1, 0))
         if prev is None or cand[1] < prev[1]:
             continue
@@ -180,8 +162,8 @@ def _from_env(env: dict[str, str]) -> tuple[int, int | None, str] | None:
     return None
 
 
-def _assign_ranks(ex: _Export, pids: list[int]) -> dict[int, _RankInfo]:
-    """Rank per process: its environment, else NCCL NVTX payloads, else process (pid) order."""
+def _assign_ranks(ex: _Export, pids: list[int], nccl_calls: pd.DataFrame | None = None) -> dict[int, _RankInfo]:
+    """Rank per process: its environment, else NCCL NVTX payloads (nccl_calls), else process (pid) order."""
     per_proc = _process_env_tables(ex)
     found = {p: _from_env(per_proc.get(p, {})) for p in pids}
     if all(found.values()) and len({f[0] for f in found.values()}) == len(pids):  # type: ignore[index]
@@ -191,7 +173,7 @@ def _assign_ranks(ex: _Export, pids: list[int]) -> dict[int, _RankInfo]:
         env = _from_env(launched) if launched else None
         if env is not None:
             return {pids[0]: _RankInfo(env[0], env[1], env[2])}
-    nccl = _nccl_payload_ranks(ex)
+    nccl = _nccl_payload_ranks(nccl_calls)
     if all(p in nccl for p in pids) and len({nccl[p][0] for p in pids}) == len(pids):
         world = max(nccl[p][1] for p in pids)
         return {p: _RankInfo(nccl[p][0], world, "NCCL NVTX payload") for p in pids}

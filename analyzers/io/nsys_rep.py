@@ -20,6 +20,9 @@ REP_SUFFIXES = (".nsys-rep", ".qdrep")
 # The first bytes of a report name the nsys that wrote it: "...Profiler Report 2024@6@2@25-...".
 REP_VERSION = re.compile(rb"Profiler Report (\d{4})@(\d+)(?:@(\d+))?(?:@(\d+))?")
 REP_HEADER_BYTES = 256
+# Keeps NVTX payloads (NCCL's message sizes and communicators) as JSON; nsys versions that do not know
+# the flag export without it (a usage error naming it is retried once without).
+INCLUDE_JSON = ("--include-json", "true")
 # Where nsys usually lives when it is not on PATH.
 NSYS_INSTALL_GLOBS = (
     "/opt/nvidia/nsight-systems*/bin",
@@ -87,7 +90,8 @@ def cache_dir() -> Path:
 def _cache_paths(path: Path) -> tuple[Path, Path]:
     """(export, sidecar) in the cache, keyed by the report's resolved path, size and mtime."""
     st = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:20]
+    key = hashlib.sha256(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0{' '.join(INCLUDE_JSON)}".encode()
+                         ).hexdigest()[:20]
     stem = re.sub(r"[^A-Za-z0-9_.-]", "_", path.name)[:60]
     base = cache_dir() / f"{stem}-{key}"
     return base.with_name(base.name + ".sqlite"), base.with_name(base.name + ".json")
@@ -96,7 +100,8 @@ def _cache_paths(path: Path) -> tuple[Path, Path]:
 def export_command(path: Path, output: Path | None = None) -> str:
     """The exact shell command that exports a report to SQLite."""
     out = output if output is not None else path.with_name(path.name.rsplit(".", 1)[0] + ".sqlite")
-    return f"nsys export --type sqlite --output {shlex.quote(str(out))} {shlex.quote(str(path))}"
+    flags = " ".join(INCLUDE_JSON)
+    return f"nsys export --type sqlite {flags} --output {shlex.quote(str(out))} {shlex.quote(str(path))}"
 
 
 def nsys_rep_to_sqlite(path: str | Path) -> Path:
@@ -118,8 +123,12 @@ def nsys_rep_to_sqlite(path: str | Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"{out.stem}.part-{os.getpid()}.sqlite")
     cmd = [nsys, "export", "--type", "sqlite", "--output", str(tmp), str(path)]
+    with_json = True
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        proc = subprocess.run(cmd[:4] + list(INCLUDE_JSON) + cmd[4:], capture_output=True, text=True, check=False)
+        if proc.returncode != 0 and INCLUDE_JSON[0].lstrip("-") in (proc.stderr or "") + (proc.stdout or ""):
+            with_json = False  # an nsys older than the flag: export what it can
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0 or not tmp.is_file():
             lines = [ln.strip() for ln in (proc.stderr or proc.stdout or "").splitlines() if ln.strip()]
             why = lines[-1] if lines else f"exit status {proc.returncode}"
@@ -127,8 +136,23 @@ def nsys_rep_to_sqlite(path: str | Path) -> Path:
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
-    sidecar.write_text(json.dumps({"source": str(path), "nsys": nsys, "report_version": version}))
+    sidecar.write_text(json.dumps({"source": str(path), "nsys": nsys, "report_version": version,
+                                   "include_json": with_json}))
     return out
+
+
+def export_notes(sqlite_path: Path) -> list[str]:
+    """What the cached export of a report lacks because of the nsys that made it."""
+    try:
+        if sqlite_path.resolve().parent != cache_dir().resolve():
+            return []
+        side = json.loads(sqlite_path.with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        return []
+    if isinstance(side, dict) and side.get("include_json") is False:
+        return [f"exported by nsys {side.get('nsys', '')}, which does not know `--include-json`: NVTX payloads "
+                "(NCCL message sizes) are not in this export"]
+    return []
 
 
 def _source_label(sqlite_path: Path) -> str | None:

@@ -46,8 +46,9 @@ from analyzers.io.kineto import LOADER_VERSION as KINETO_LOADER_VERSION
 from analyzers.timeline.model import NameTable, RankTrace, require_host_tables
 
 # The nsys reader's table layout version: bump when analyzers' nsys loader changes its output.
-# 2: runtime calls recorded twice are dropped; 3: input limits (rows ending before they start refused)
-NSYS_LOADER_VERSION = 3
+# 2: runtime calls recorded twice are dropped; 3: input limits (rows ending before they start refused);
+# 4: NCCL NVTX payloads fill message sizes, communicators and group sizes
+NSYS_LOADER_VERSION = 4
 # 2: names in the header, categoricals stored as dictionaries
 CACHE_VERSION = f"2-k{KINETO_LOADER_VERSION}-n{NSYS_LOADER_VERSION}"
 TABLES = ("gpu", "runtime", "host_ops", "sync_events")
