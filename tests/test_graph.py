@@ -20,21 +20,24 @@ US = 1_000
 
 
 def _graph(rank: int, start, end, *, stream=None, prev=None, seg=None, off=None, dep=None, cat=None,
-           seg_base=(0,), seg_opened_by=(-1,), syncs=(), sync_after=(), latency=0) -> RankGraph:
-    """A rank graph from lists in µs; syncs: (seg, off, awaited, lat, dur, end) tuples in µs."""
+           seg_base=(0,), seg_opened_by=(-1,), syncs=(), sync_after=(), latency=0, names=None, step=None) -> RankGraph:
+    """A rank graph from lists in µs; syncs: (seg, off, awaited, lat, dur, end) tuples in µs; names: one per
+    activity (activities of the same name are instances of one kernel), default one name each."""
     n = len(start)
     a = lambda v, fill: np.asarray(v if v is not None else [fill] * n, dtype=np.int64)  # noqa: E731
     sy = np.asarray(syncs, dtype=np.int64).reshape(-1, 6)
     return RankGraph(
         rank=rank, start=a(start, 0) * US, end=a(end, 0) * US,
         cat=np.asarray(cat if cat is not None else [CAT_CODES["compute"]] * n, dtype=np.int8),
-        stream=a(stream, 0), name_id=np.arange(n), prev=a(prev, -1), seg=a(seg, 0), off=a(off, 0) * US,
-        dep=a(dep, -1), dep_lat=np.zeros(n, dtype=np.int64), step=np.full(n, -1),
+        stream=a(stream, 0), name_id=np.arange(n) if names is None else np.unique(names, return_inverse=True)[1],
+        prev=a(prev, -1), seg=a(seg, 0), off=a(off, 0) * US,
+        dep=a(dep, -1), dep_lat=np.zeros(n, dtype=np.int64), step=a(step, -1),
         seg_base=np.asarray(seg_base, dtype=np.int64) * US, seg_opened_by=np.asarray(seg_opened_by, dtype=np.int64),
         sync_seg=sy[:, 0], sync_off=sy[:, 1] * US, sync_awaited=sy[:, 2], sync_lat=sy[:, 3] * US,
         sync_dur=sy[:, 4] * US, sync_end=sy[:, 5] * US,
         sync_after=np.asarray(sync_after, dtype=np.int64).reshape(-1, 2),
-        launch_latency_ns=latency * US, turnaround_ns=0, names=[f"k{rank}.{i}" for i in range(n)],
+        launch_latency_ns=latency * US, turnaround_ns=0,
+        names=[f"k{rank}.{i}" for i in range(n)] if names is None else sorted(set(names)),
         stream_labels=["s0", "s1"], has_steps=False)
 
 

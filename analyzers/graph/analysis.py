@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyzers.graph.contention import contended_replay, estimate
 from analyzers.graph.critical import ATTRIBUTION, mean_parts, walk
 from analyzers.graph.fixes import FIX_OF_FINDING, Fix, ReplayInputs, apply_fixes
-from analyzers.graph.replay import Replay, loop_order, replay
+from analyzers.graph.replay import Replay, loop_order
 from analyzers.graph.set_graph import SetGraph
 from analyzers.graph.steps import job_steps, median_ns, rank_steps
 
@@ -28,20 +29,28 @@ class GraphRun:
     def __init__(self, sg: SetGraph) -> None:
         self.sg = sg
         self.order = loop_order(sg)
-        self.inputs = apply_fixes(sg, [])
-        self.base = replay(sg, self.inputs, self.order)
+        self.unfixed = apply_fixes(sg, [])  # the inputs before contention moved any duration
+        base = contended_replay(sg, self.unfixed, self.order)
+        self.inputs, self.base = base.inputs, base.replay
+        self.unsettled = not base.converged  # a contended replay stopped at its round limit
         self.measured = rank_steps(sg, sg.start, sg.end)
         self.replayed = rank_steps(sg, self.base.start, self.base.end)
         self.jobs = (_job(self.measured), _job(self.replayed))
 
     def run(self, fixes: list[Fix]) -> tuple[ReplayInputs, Replay]:
         inp = apply_fixes(self.sg, fixes)
-        if _same_inputs(inp, self.inputs):  # the fix changes nothing in this graph: the replay is the base
-            return inp, self.base
-        return inp, replay(self.sg, inp, self.order)
+        if _same_inputs(inp, self.unfixed):  # the fix changes nothing in this graph: the replay is the base
+            return self.inputs, self.base
+        res = contended_replay(self.sg, inp, self.order)
+        if not res.converged:
+            self.unsettled = True
+        return res.inputs, res.replay
 
     def notes(self) -> list[str]:
-        out = list(self.sg.notes)
+        out = list(self.sg.notes) + estimate(self.sg).notes
+        if self.unsettled:
+            out.append("contention: a replay stopped at its round limit with durations still moving; its step "
+                       "figures are those of the last round")
         if not any(g.has_steps for g in self.sg.graphs.values()):
             out.append("no step ranges (ProfilerStep#N or NVTX): each rank's whole recorded window is one step")
         if self.base.order_violations:
@@ -51,8 +60,9 @@ class GraphRun:
 
 
 def _same_inputs(a: ReplayInputs, b: ReplayInputs) -> bool:
-    return a.join == b.join and all(np.array_equal(getattr(a, f), getattr(b, f)) for f in (
-        "dur", "off", "latency", "dep", "dep2", "sync_off", "sync_blocks", "sync_cost"))
+    return a.join == b.join and a.contention == b.contention and all(
+        np.array_equal(getattr(a, f), getattr(b, f)) for f in (
+            "dur", "off", "latency", "dep", "dep2", "sync_off", "sync_blocks", "sync_cost"))
 
 
 def _job(df: pd.DataFrame) -> pd.DataFrame:

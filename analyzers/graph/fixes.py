@@ -23,8 +23,9 @@ FIXES: dict[str, str] = {
     "peer-wait": "no rank arrives late: each collective's transfer starts when the median rank arrives",
     "launch-gaps": "launches cost nothing, as under CUDA graphs: the host's time between launches is removed",
     "comm-contention": "communication runs at its uncontended speed (the median transfer of the same "
-                       "collective and size while no compute ran beside it)",
-    "serialized-streams": "the cross-stream event waits of communication on compute of another stream are removed",
+                       "kernel while no compute ran beside it) and is not slowed by compute in the replay",
+    "serialized-streams": "the cross-stream event waits of communication on compute of another stream in the same "
+                          "step are removed (a wait on the previous step stays)",
     "no-copies": "copy and memset activities take no time (buffers preallocated, views instead of copies)",
     "drop": "drop=REGEX: GPU activities whose name matches REGEX take no time (a kernel removed)",
     "comm-speed": "comm-speed=F: communication transfers run F times as fast",
@@ -98,6 +99,7 @@ class ReplayInputs:
     sync_blocks: np.ndarray  # per sync: the host waits for the GPU
     sync_cost: np.ndarray  # per sync: host time of the call when it does not block
     join: str = "max"  # "max" | "median"
+    contention: bool = True  # communication slows beside compute (graph.contention); off: the comm-contention fix
 
 
 def baseline_inputs(sg: SetGraph) -> ReplayInputs:
@@ -205,10 +207,12 @@ def apply_fixes(sg: SetGraph, fixes: list[Fix]) -> ReplayInputs:
             inp.off[:] = 0
         elif fix.name == "comm-contention":
             inp.dur = _uncontended(sg, inp.dur)
+            inp.contention = False
         elif fix.name == "serialized-streams":
             d = inp.dep
             has = d >= 0
             drop = has & (sg.cat == CAT_CODES["comm"]) & (sg.cat[np.maximum(d, 0)] == CAT_CODES["compute"])
+            drop &= sg.step[np.maximum(d, 0)] == sg.step
             inp.dep = np.where(drop, -1, d)
         elif fix.name == "no-copies":
             copies = (sg.cat == CAT_CODES["copy"]) | (sg.cat == CAT_CODES["memset"])
