@@ -206,7 +206,12 @@ def _execute_dask(args: list[tuple[Any, ...]], scheduler: str) -> Iterator[tuple
     try:
         futures = [client.submit(run_rank_stage, *a, pure=False) for a in args]
         index = {f.key: i for i, f in enumerate(futures)}
-        for fut in dask_completed(futures, loop=client.loop):
-            yield index[fut.key], fut.result()
+        pending = dask_completed(futures, loop=client.loop)
+        del futures  # each result is released once fetched: a worker holds only those not yet gathered
+        for fut in pending:
+            i, res = index[fut.key], fut.result()
+            fut.release()
+            del fut
+            yield i, res
     finally:
         client.close()
