@@ -34,6 +34,11 @@ def chosen_ranks(run: ui.Loaded) -> list[int]:
     return picked or default_ranks(run.report())
 
 
+def drawn_ranks(run: ui.Loaded) -> tuple[int, ...] | None:
+    """The ranks a page draws a run's timeline of: None (every rank) up to MANY_RANKS, else chosen_ranks."""
+    return tuple(chosen_ranks(run)) if len(run.report().ranks) > MANY_RANKS else None
+
+
 def set_ranks(source_key: str, ranks: list[int]) -> None:
     st.session_state.setdefault(K_TL_RANKS, {})[source_key] = sorted(set(int(r) for r in ranks))
 

@@ -50,3 +50,22 @@ def show(table: pd.DataFrame, **kwargs: Any) -> Any:
     """st.dataframe of a readable() table, each column's registry help as its header's tooltip."""
     config = {c: st.column_config.Column(help=h) for c, h in table.attrs.get("help", {}).items()}
     return st.dataframe(table, hide_index=True, column_config=config, **kwargs)
+
+
+def show_evidence(evidence: dict[str, Any], key: str) -> None:
+    """A finding's evidence: scalars in one table (times in ms), lists of records as tables."""
+    scalars = {k: v for k, v in evidence.items() if not isinstance(v, (list, tuple, dict))}
+    if scalars:
+        st.dataframe(pd.DataFrame({"evidence": [labels.label(k) for k in scalars],
+                                   "value": [labels.show(k, v) for k, v in scalars.items()]}),
+                     hide_index=True, key=f"{key}-scalars")
+    for k, v in evidence.items():
+        if isinstance(v, dict):
+            st.caption(labels.label(k))
+            st.json(v, expanded=False)
+        elif isinstance(v, (list, tuple)) and v:
+            st.caption(labels.label(k))
+            if all(isinstance(x, dict) for x in v):
+                show(readable(list(v)), key=f"{key}-{k}")
+            else:
+                st.write(", ".join(map(str, v[:50])) + (f", … ({len(v)} in all)" if len(v) > 50 else ""))

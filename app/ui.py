@@ -18,13 +18,12 @@ import streamlit as st
 
 from analyzers.errors import BadInputError
 from analyzers.overlap.metrics import AnalysisOptions, OverlapMetrics, window_metrics
-from analyzers.report import AnalysisReport, analyze
+from analyzers.report import AnalysisReport, analyze, precomputed_results
 from analyzers.timeline.model import TraceSet
 from viz import labels
 from viz.timeline import SYNC_COLUMNS, TimelineData, normalize_syncs, prepare_timeline
 
 from . import data
-from .tables import readable, show
 
 MAIN_SCRIPT = Path(__file__).resolve().parent / "main.py"
 PAGE_FILES = {
@@ -54,6 +53,19 @@ def _trace_set(fp: data.Fingerprint, label: str) -> TraceSet:
 @st.cache_resource(max_entries=32, show_spinner="Analyzing…")
 def _report(fp: data.Fingerprint, label: str) -> AnalysisReport:
     return analyze(_trace_set(fp, label), AnalysisOptions())
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def _rank_report(fp: data.Fingerprint, label: str) -> AnalysisReport:
+    """The per-rank part of the report (the metrics the parse workers computed): the Overview draws its first
+    chart from it while the cross-rank stage and the findings run. The same metric objects as _report's."""
+    ts = _trace_set(fp, label)
+    pre = precomputed_results(ts, AnalysisOptions(), True)
+    if not pre:  # nothing precomputed (not loaded through the per-rank stage): the full report has them
+        return _report(fp, label)
+    return AnalysisReport(label=ts.label, fmt=ts.fmt, world_size=ts.world_size, sources=ts.sources,
+                          ranks=[pre[r].metrics for r in ts.rank_ids()], notes=list(ts.notes),
+                          clock_offsets_ns=dict(ts.clock_offsets_ns))
 
 
 def _cross_rank(fp: data.Fingerprint, label: str) -> Any:
@@ -140,6 +152,9 @@ class Loaded:
     def report(self) -> AnalysisReport:
         return _report(self.fp, self.label)
 
+    def rank_report(self) -> AnalysisReport:
+        return _rank_report(self.fp, self.label)
+
     def timeline(self, ranks: tuple[int, ...] | None = None) -> TimelineData:
         return _timeline(self.fp, self.label, ranks)
 
@@ -171,27 +186,29 @@ def app_paths() -> list[str]:
     return data.command_line_paths(None)
 
 
+def opening_sources(cli: list[str]) -> tuple[dict[str, data.Source], list[str]]:
+    """Every source a new session offers (command-line paths, then the samples) and the keys it selects when
+    no ?runs= link names others: the command-line runs, else the opening samples."""
+    cli_sources = data.sources_from_paths(cli) if cli else []
+    sources: dict[str, data.Source] = {}
+    for s in cli_sources + data.discover_samples():
+        sources.setdefault(s.key, s)
+    if cli_sources:
+        return sources, [s.key for s in cli_sources[:MAX_DEFAULT_SELECTED]]
+    return sources, data.opening_samples([s for s in sources.values() if s.kind == "sample"], DEFAULT_SELECTED)
+
+
 def init_state() -> None:
     """First run of a session: the sample traces and the command-line paths."""
     if K_SOURCES in st.session_state:
         return
     cli = app_paths()
-    sources: dict[str, data.Source] = {}
-    cli_sources = data.sources_from_paths(cli) if cli else []
-    for s in cli_sources + data.discover_samples():
-        sources.setdefault(s.key, s)
+    sources, default = opening_sources(cli)
     st.session_state[K_SOURCES] = sources
     st.session_state[K_ROOTS] = [str(r) for r in data.allowed_roots(cli)]
     st.session_state[K_UPLOADS_DONE] = {}
     st.session_state[K_MESSAGES] = []
-    wanted = _runs_from_query(sources)
-    if wanted:
-        default = wanted
-    elif cli_sources:
-        default = [s.key for s in cli_sources[:MAX_DEFAULT_SELECTED]]
-    else:
-        default = data.opening_samples([s for s in sources.values() if s.kind == "sample"], DEFAULT_SELECTED)
-    st.session_state[K_SELECTED] = default
+    st.session_state[K_SELECTED] = _runs_from_query(sources) or default
 
 
 def _runs_from_query(srcs: dict[str, data.Source]) -> list[str]:
@@ -366,25 +383,6 @@ def ms(ns: float | int | None) -> str:
 
 def pct(x: float | None) -> str:
     return labels.value("ratio", x)
-
-
-def show_evidence(evidence: dict[str, Any], key: str) -> None:
-    """A finding's evidence: scalars in one table (times in ms), lists of records as tables."""
-    scalars = {k: v for k, v in evidence.items() if not isinstance(v, (list, tuple, dict))}
-    if scalars:
-        st.dataframe(pd.DataFrame({"evidence": [labels.label(k) for k in scalars],
-                                   "value": [labels.show(k, v) for k, v in scalars.items()]}),
-                     hide_index=True, key=f"{key}-scalars")
-    for k, v in evidence.items():
-        if isinstance(v, dict):
-            st.caption(labels.label(k))
-            st.json(v, expanded=False)
-        elif isinstance(v, (list, tuple)) and v:
-            st.caption(labels.label(k))
-            if all(isinstance(x, dict) for x in v):
-                show(readable(list(v)), key=f"{key}-{k}")
-            else:
-                st.write(", ".join(map(str, v[:50])) + (f", … ({len(v)} in all)" if len(v) > 50 else ""))
 
 
 def not_available(what: str, module: str) -> None:

@@ -44,8 +44,13 @@ import bench_scale  # noqa: E402
 SWITCH = ROOT / "benchmarks" / "graph_switch.py"
 
 
+def _path(code: Path) -> str:
+    """The measured tree first, then whatever PYTHONPATH already holds (e.g. a host's carried deps)."""
+    return os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))
+
+
 def run(code: Path, args: list[str], cache: Path) -> bench_scale.Run:
-    env = {**os.environ, "PYTHONPATH": str(code), "OVERLAPSCOPE_CACHE_DIR": str(cache)}
+    env = {**os.environ, "PYTHONPATH": _path(code), "OVERLAPSCOPE_CACHE_DIR": str(cache)}
     shutil.rmtree(cache / "reports", ignore_errors=True)
     return bench_scale.measure(str(code), [sys.executable, *args], limit_s=600, cap_mb=16_000, env=env)
 
@@ -118,7 +123,7 @@ def main() -> None:
             runs["analyze, graph on"].append(run(a.code, [str(SWITCH), "on", *analyze], cache))
             runs["whatif"].append(run(a.code, ["-m", "overlapscope", "whatif", str(folder), "--fix", "launch-gaps",
                                                "-f", "json"], cache))
-        env = {**os.environ, "PYTHONPATH": str(a.code), "OVERLAPSCOPE_CACHE_DIR": str(cache)}
+        env = {**os.environ, "PYTHONPATH": _path(a.code), "OVERLAPSCOPE_CACHE_DIR": str(cache)}
         inproc = json.loads(subprocess.run(
             [sys.executable, str(Path(__file__).resolve()), "--in-process", str(folder), "--rounds", str(a.rounds)],
             env=env, check=True, capture_output=True, text=True).stdout)

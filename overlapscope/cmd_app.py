@@ -1,7 +1,8 @@
 """`overlapscope app [PATH...]`: start the Streamlit dashboard (app/main.py) in a subprocess.
 
 Streamlit is never imported here: the CLI stays importable without the [app] extra, and
-the dashboard runs in its own process as `python -m streamlit run app/main.py -- PATH...`.
+the dashboard runs in its own process as `python app/serve.py -- PATH...` (`streamlit run app/main.py`
+that loads the runs as the server starts).
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from analyzers.errors import BadInputError
 
 from .common import EXIT_USAGE, err_console
 
-APP_SCRIPT = Path(__file__).resolve().parents[1] / "app" / "main.py"
+APP_SCRIPT = Path(__file__).resolve().parents[1] / "app" / "serve.py"  # streamlit run app/main.py, warmed
 
 
 def streamlit_command(paths: list[Path], *, port: int, address: str, max_upload_mb: int) -> list[str]:
-    """The `streamlit run` command line (headless: the user opens the printed URL)."""
+    """The server's command line: `streamlit run` options (headless: the user opens the printed URL)."""
     return [
-        sys.executable, "-m", "streamlit", "run", str(APP_SCRIPT),
+        sys.executable, str(APP_SCRIPT),
         "--server.headless", "true",
         "--server.port", str(port),
         "--server.address", address,

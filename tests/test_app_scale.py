@@ -112,3 +112,59 @@ def test_timeline_draws_default_ranks_only(many_env: Path):
     drawn = {int(t.split(" ")[1]) for t in ticks}
     assert 1 <= len(drawn) <= 3 and set(at.multiselect[0].value) == drawn
     assert len(at.dataframe[0].value) == len(drawn)  # window metrics of the drawn ranks
+
+
+def test_crossrank_and_syncs_draw_the_timelines_ranks(many_env: Path):
+    from analyzers.io.load import load_traces
+    from analyzers.report import analyze
+
+    picks = default_ranks(analyze(load_traces([many_env / "demo" / "many"])))
+    at = _app()
+    at.switch_page("views/crossrank.py").run()
+    _ok(at)
+    heat, bars = _charts(at)[:2]
+    drawn = sorted(int(y.split(" ")[1]) for y in heat["data"][0]["y"])
+    assert drawn == picks  # the Timeline's default ranks (slowest, median, fastest), not a row per rank
+    assert sorted({int(y.split(" ")[1]) for t in bars["data"] for y in t["y"]}) == drawn
+    assert heat["layout"]["height"] < 400 and bars["layout"]["height"] < 400
+    assert any(len(d.value) == N_RANKS for d in at.dataframe)  # the peer-wait table lists every rank
+    assert any("of 20: the Timeline's ranks" in c.value for c in at.caption)
+    at.switch_page("views/syncs.py").run()
+    _ok(at)
+    fig = _charts(at)[0]
+    synced = {int(r) for t in fig["data"] for r in _values(t["y"])}
+    assert synced and synced <= set(drawn)  # the host-sync sample syncs on every rank: the drawn ones only
+    assert {int(r) for r in at.dataframe[0].value[labels.header("rank")]} == synced
+    assert any(f"of {N_RANKS} (the Timeline's ranks" in c.value for c in at.caption)
+
+
+def _values(y) -> list:
+    """A Plotly array as sent (a list, or a typed array {dtype, bdata})."""
+    if isinstance(y, dict):
+        import base64
+
+        import numpy as np
+
+        return np.frombuffer(base64.b64decode(y["bdata"]), dtype=np.dtype(y["dtype"])).tolist()
+    return list(y)
+
+
+def test_diff_draws_the_timelines_ranks(many_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Two runs of 20 ranks (the sample and a copy given on the command line): both timelines of the Diff page
+    draw the Timeline's ranks of each run, not 20 lanes each."""
+    from analyzers.io.load import load_traces
+    from analyzers.report import analyze
+
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in (many_env / "demo" / "many").iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    monkeypatch.setenv(data.ENV_APP_PATHS, str(copy))
+    picks = default_ranks(analyze(load_traces([many_env / "demo" / "many"])))
+    at = _app()
+    at.switch_page("views/diff.py").run()
+    _ok(at)
+    ticks = _charts(at)[-1]["layout"]["yaxis"]["ticktext"]
+    drawn = {int(t.split(" ")[1]) for t in ticks}
+    assert drawn == set(picks)  # the same files: the same default ranks on both sides
+    assert sum(f"of {N_RANKS} (the Timeline's ranks" in c.value for c in at.caption) == 2

@@ -2,7 +2,9 @@
 
 A collective cannot move data before its last rank arrives; the time the early ranks spend
 spinning inside it is not communication that compute could hide. Everything shown comes
-from analyzers.crossrank; rows link to their time range in the Timeline.
+from analyzers.crossrank; rows link to their time range in the Timeline. Past MANY_RANKS ranks the
+heatmap and the bars draw the Timeline's ranks (by default the slowest, the median and the fastest; the
+Stragglers page has every rank's lateness), and the tables list every rank.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import ui
+from app import ranks, ui
 from app.tables import readable, show
 from viz.figures import peer_wait_bars, skew_heatmap
+from viz.scale_figures import MANY_RANKS
 
 st.title("Cross-rank")
 runs = ui.load_selected()
@@ -56,8 +59,13 @@ for run in runs:
                    f"matched ends {ui.ms(clock.residual_skew_ns)}. {clock.reason}")
 
     colls = rep.collectives
+    drawn = ranks.chosen_ranks(run) if len(rep.ranks) > MANY_RANKS else list(rep.ranks)
+    few_note = (f"Ranks {', '.join(map(str, drawn))} of {len(rep.ranks)}: the Timeline's ranks (pick others there or "
+                "on the Stragglers page, which draws every rank's lateness)." if len(drawn) < len(rep.ranks) else "")
     st.subheader("Arrival skew")
-    st.plotly_chart(skew_heatmap(colls, rep.ranks), theme=None, key=f"xr-heat-{run.source.key}")
+    st.plotly_chart(skew_heatmap(colls, drawn), theme=None, key=f"xr-heat-{run.source.key}")
+    if few_note:
+        st.caption(few_note)
     if not colls.empty:
         end_cols = [c for c in colls.columns if c.startswith("end_ns_r")]
         ends = colls[end_cols].max(axis=1).astype("int64") if end_cols else colls["arrival_ns"]
@@ -76,7 +84,9 @@ for run in runs:
     if pw.empty or pw["n_collectives"].sum() == 0:
         st.caption("No peer wait measured (no collective whose peers are all in these traces).")
     else:
-        st.plotly_chart(peer_wait_bars(pw), theme=None, key=f"xr-pw-{run.source.key}")
+        st.plotly_chart(peer_wait_bars(pw[pw["rank"].isin(drawn)]), theme=None, key=f"xr-pw-{run.source.key}")
+        if few_note:
+            st.caption(few_note + " The table lists every rank.")
         show(readable(pw, ["rank", "n_collectives", "wait_ns", "transfer_ns", "wait_fraction", "overlap_ratio",
                            "effective_overlap_ratio", "n_late"]))
     if rep.late_ranks:

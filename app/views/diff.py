@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import ui
+from app import ranks, ui
 from app.downloads import diff_downloads
 from app.tables import readable, show
 from viz import labels
@@ -109,7 +109,8 @@ st.caption(f"The {len(k)} kernels whose total time changed most, of {len(d.kerne
 
 st.subheader("Both timelines, aligned at one iteration")
 al = d.alignment
-datas = [run_a.timeline(), run_b.timeline()]
+drawn = [ranks.drawn_ranks(run_a), ranks.drawn_ranks(run_b)]  # many ranks: the Timeline's ranks, not every lane
+datas = [run_a.timeline(drawn[0]), run_b.timeline(drawn[1])]
 bounds = [datas[0].step_window(al.get("step_a")), datas[1].step_window(al.get("step_b"))]
 dur = max(t1 - t0 for t0, t1 in bounds)
 segments = lod_for_windows(datas, [(t0, t0, t0 + dur) for t0, _ in bounds], width_px=DEFAULT_WIDTH_PX,
@@ -119,6 +120,10 @@ st.plotly_chart(diff_fig, theme=None, key="diff_timeline", config={"scrollZoom":
 diff_downloads(d, run_a, run_b, diff_fig, key="diff-dl")
 st.caption(f"Aligned at {al.get('how', '')}: A step {al.get('step_a')}, B step {al.get('step_b')}. "
            "The Timeline page shows any other step or window of these runs.")
+for run, few in ((run_a, drawn[0]), (run_b, drawn[1])):
+    if few is not None:
+        st.caption(f"{run.label}: ranks {', '.join(map(str, few))} of {len(run.report().ranks)} (the Timeline's ranks; "
+                   "pick others there).")
 
 if d.not_analyzed:
     st.caption("Not compared (not analyzed): " + ", ".join(d.not_analyzed))

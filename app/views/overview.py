@@ -1,32 +1,52 @@
-"""Overview: how much communication each rank hides, and the findings that explain the rest."""
+"""Overview: how much communication each rank hides, and the findings that explain the rest.
+
+The key metrics and the first chart come from the per-rank metrics, which the load computes: they reach the
+browser while the cross-rank stage and the findings run. While the runs load, the first chart's place holds
+an empty figure, so the browser fetches and starts Plotly during the wait rather than after it. A finding's
+evidence tables are sent when its expander is open (the first one starts open), not for every finding on
+every run of the page.
+"""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import plotly.graph_objects as go
 import streamlit as st
 
 from app import ranks, ui
-from app.tables import readable, show
+from app.tables import readable, show, show_evidence
 from viz import labels
 from viz.critical import attribution_figure, fidelity_line, saving_text
 from viz.figures import iteration_figure, overview_bars
 from viz.scale_figures import MANY_RANKS, rank_distributions
 
+
+def _waiting() -> go.Figure:
+    """The empty figure the first chart's place holds while the runs load."""
+    fig = go.Figure()
+    fig.update_layout(template="plotly_white", height=160, xaxis=dict(visible=False), yaxis=dict(visible=False),
+                      annotations=[dict(text="loading and analyzing the runs…", showarrow=False)])
+    return fig
+
+
 st.title("Overview")
+head, first_chart = st.container(), st.empty()
+first_chart.plotly_chart(_waiting(), theme=None, key="overview_waiting")
 runs = ui.load_selected()
 if not runs:
+    first_chart.empty()
     st.stop()
 
-reports = [(r.label, r.report()) for r in runs]
+quick = [(r.label, r.rank_report()) for r in runs]  # per-rank metrics only: no wait for the cross-rank stage
 
 # Key metrics, one row per run: the worst rank decides (a step waits for the slowest rank).
-for label, rep in reports:
+for label, rep in quick:
     ratios = [m.overlap_ratio for m in rep.ranks if m.overlap_ratio is not None]
     hidden = [m.whole.hidden_fraction_of_min for m in rep.ranks if m.whole.hidden_fraction_of_min is not None]
-    st.markdown(f"**{label}** · {len(rep.ranks)} rank(s) · {rep.fmt}"
+    head.markdown(f"**{label}** · {len(rep.ranks)} rank(s) · {rep.fmt}"
                 + (f" · world size {rep.world_size}" if rep.world_size else ""))
-    c = st.columns(5)
+    c = head.columns(5)
     c[0].metric("Overlap ratio (worst rank)", ui.pct(min(ratios) if ratios else None),
                 help=labels.metric("overlap_ratio").help)
     c[1].metric("Exposed comm (max)", ui.ms(max(m.whole.exposed_comm_ns for m in rep.ranks)),
@@ -38,14 +58,17 @@ for label, rep in reports:
     c[4].metric("Iteration (median)", ui.ms(max(med)) if med else labels.ABSENT,
                 help="median iteration time of the slowest rank")
 
-if max(len(rep.ranks) for _, rep in reports) > MANY_RANKS:
-    st.subheader("Across ranks")
-    st.plotly_chart(rank_distributions(reports), theme=None, key="overview_dist")
-    st.caption("Many ranks: their distribution, not a bar each. The table below lists every rank (sortable); "
-               "the Stragglers page shows who arrives late, the Timeline draws the ranks you pick.")
-else:
-    st.subheader("Where each rank's time goes")
-    st.plotly_chart(overview_bars(reports), theme=None, key="overview_bars")
+with first_chart.container():
+    if max(len(rep.ranks) for _, rep in quick) > MANY_RANKS:
+        st.subheader("Across ranks")
+        st.plotly_chart(rank_distributions(quick), theme=None, key="overview_dist")
+        st.caption("Many ranks: their distribution, not a bar each. The table below lists every rank (sortable); "
+                   "the Stragglers page shows who arrives late, the Timeline draws the ranks you pick.")
+    else:
+        st.subheader("Where each rank's time goes")
+        st.plotly_chart(overview_bars(quick), theme=None, key="overview_bars")
+
+reports = [(r.label, r.report()) for r in runs]  # the whole analysis: cross-rank stage, findings, critical path
 
 rows = []
 for label, rep in reports:
@@ -86,14 +109,16 @@ for run in runs:
     for i, f in enumerate(findings):
         icon = {"critical": ":material/error:", "warning": ":material/warning:"}.get(str(f.severity),
                                                                                   ":material/info:")
-        with st.expander(f.title, expanded=i == 0, icon=icon):
+        box = st.expander(f.title, expanded=i == 0, icon=icon, key=f"finding-open-{run.source.key}-{i}",
+                          on_change="rerun")
+        with box:
             st.markdown(f"`{f.id}` · {f.severity} · rank(s) {', '.join(map(str, f.ranks))}")
             st.write(f.explanation)
             st.markdown(f"**Known fix:** {f.fix}")
             if f.saving_ns is not None:
                 st.markdown(f"**{saving_text(f.saving_ns, f.saving_fraction)}** (replay of `{f.saving_fix}`)")
-            if f.evidence:
-                ui.show_evidence(f.evidence, key=f"ev-{run.source.key}-{i}")
+            if f.evidence and box.open:
+                show_evidence(f.evidence, key=f"ev-{run.source.key}-{i}")
             ui.timeline_button("Show in timeline", run.source.key, f.start_ns, f.end_ns,
                                key=f"finding-{run.source.key}-{i}")
 

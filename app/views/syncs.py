@@ -1,10 +1,14 @@
-"""Syncs: every blocking host sync, what it cost the GPU, and who called it."""
+"""Syncs: every blocking host sync, what it cost the GPU, and who called it.
+
+A run of many ranks shows the syncs of the Timeline's ranks (app/ranks.py: by default the slowest, the
+median and the fastest), not a lane per rank; the caption counts those of every rank.
+"""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from app import ui
+from app import ranks, ui
 from app.tables import readable, show
 from viz.figures import sync_figure
 
@@ -20,10 +24,17 @@ except ImportError:
 
 for run in runs:
     st.subheader(run.label)
-    data = run.timeline()
+    n_ranks = len(run.report().ranks)
+    few = ranks.drawn_ranks(run)
+    data = run.timeline(few)  # the Timeline's own cache entry: these ranks only
     sy = data.syncs
+    if few is not None:
+        n_all = sum(len(df) for df in (run.report().syncs or {}).values())
+        st.caption(f"Ranks {', '.join(map(str, few))} of {n_ranks} (the Timeline's ranks; pick others there or on "
+                   f"the Stragglers page): {len(sy):,} of the {n_all:,} blocking syncs of all ranks.")
     if sy.empty:
-        st.caption("No blocking host syncs: the host never waited for the GPU.")
+        st.caption("No blocking host syncs: the host never waited for the GPU." if few is None else
+                   "None on these ranks.")
         continue
     c = st.columns(3)
     c[0].metric("Blocking syncs", f"{len(sy):,}")

@@ -1,0 +1,105 @@
+"""How fast the app answers: the server loads and analyzes the opening runs as it starts (app/serve.py), so
+the first session reads them from the cache; the Overview's first chart comes from the per-rank metrics; a
+finding's evidence tables are sent only while its expander is open."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from app import data, serve, ui
+
+from .conftest import ROOT, SAMPLES
+
+MAIN = str(ROOT / "app" / "main.py")
+
+
+@pytest.fixture()
+def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The 2-rank host-sync sample in a fresh folder (a fingerprint no other test cached), given on the command
+    line; its host-blocking-sync findings carry evidence."""
+    run = tmp_path / "hs"
+    run.mkdir()
+    for p in sorted((SAMPLES / "ag-gemm" / "host-sync").glob("rank*.json.gz")):
+        (run / p.name[:-3]).write_bytes(gzip.decompress(p.read_bytes()))
+    monkeypatch.setenv(data.ENV_SAMPLES, str(tmp_path / "no-samples"))
+    monkeypatch.setenv(data.ENV_APP_PATHS, str(run))
+    monkeypatch.delenv(data.ENV_ALLOWED_ROOTS, raising=False)
+    monkeypatch.setenv(data.ENV_RUNS_DIR, str(tmp_path / "runs"))
+    return run
+
+
+def _app():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(MAIN, default_timeout=300)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def test_split_args():
+    assert serve.split_args(["--server.port", "1", "--", "/a", "/b"]) == (["--server.port", "1"], ["/a", "/b"])
+    assert serve.split_args(["--server.port", "1"]) == (["--server.port", "1"], [])
+    assert serve.split_args(["--"]) == ([], [])
+
+
+def test_warm_up_fills_the_caches_the_first_session_reads(run_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    calls = {"load": 0, "analyze": 0}
+    load, analyze = data.load_fingerprinted, ui.analyze
+
+    def counting_load(*a, **k):
+        calls["load"] += 1
+        return load(*a, **k)
+
+    def counting_analyze(*a, **k):
+        calls["analyze"] += 1
+        return analyze(*a, **k)
+
+    monkeypatch.setattr(data, "load_fingerprinted", counting_load)
+    monkeypatch.setattr(ui, "analyze", counting_analyze)
+    serve.warm_up([str(run_dir)])
+    assert calls == {"load": 1, "analyze": 1}  # the run given on the command line, loaded and analyzed
+    at = _app()
+    assert calls == {"load": 1, "analyze": 1}  # the first session found both in the cache
+    assert at.session_state["os_selected"] == [f"path:{run_dir.resolve()}"]
+    assert at.get("plotly_chart")
+
+
+def test_warm_up_leaves_a_bad_run_to_the_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "rank0.json").write_text("{not json")
+    monkeypatch.setenv(data.ENV_SAMPLES, str(tmp_path / "no-samples"))
+    serve.warm_up([str(bad)])  # no exception: the session that opens it shows the error line
+    with pytest.raises(Exception, match="rank0.json"):
+        ui.Loaded(ui.opening_sources([str(bad)])[0][f"path:{bad.resolve()}"],
+                  data.fingerprint([str(bad)])).traces()
+
+
+def test_rank_report_holds_the_reports_metrics(run_dir: Path):
+    src = ui.opening_sources([str(run_dir)])[0][f"path:{run_dir.resolve()}"]
+    run = ui.Loaded(src, data.fingerprint(src.paths))
+    quick, full = run.rank_report(), run.report()
+    assert quick.cross_rank is None and quick.findings is None  # no cross-rank stage, no findings
+    assert [m.rank for m in quick.ranks] == [m.rank for m in full.ranks] == [0, 1]
+    assert all(a is b for a, b in zip(quick.ranks, full.ranks, strict=True))  # the very metrics the load made
+    assert (quick.fmt, quick.world_size) == (full.fmt, full.world_size)
+
+
+def test_evidence_is_sent_for_open_findings_only(run_dir: Path):
+    at = _app()
+    boxes = [e for e in at.expander if (e.key or "").startswith("finding-open-")]
+    assert len(boxes) == 2  # one host-blocking-sync finding per rank
+    assert at.session_state[boxes[0].key] and not at.session_state[boxes[1].key]  # the first one starts open
+    assert len(boxes[0].dataframe) > 0 and len(boxes[1].dataframe) == 0  # evidence of the open one only
+    assert len(boxes[1].markdown) == len(boxes[0].markdown)  # the closed one still says what, why and the fix
+    at.session_state[boxes[1].key] = True  # the user opens the second finding
+    at.run()
+    boxes = [e for e in at.expander if (e.key or "").startswith("finding-open-")]
+    assert len(boxes[1].dataframe) == len(boxes[0].dataframe) > 0  # its evidence is sent now
+    scalars = boxes[1].dataframe[0].value
+    assert "gpu idle total" in scalars["evidence"].tolist()  # gpu_idle_ns_total, under its registry label
