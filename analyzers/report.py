@@ -19,7 +19,8 @@ from analyzers.findings.view import windows_of
 from analyzers.graph.analysis import GraphRun, critical_path_section, finding_savings
 from analyzers.graph.fixes import FIX_OF_FINDING
 from analyzers.graph.rank_graph import RankGraph, build_rank_graph
-from analyzers.graph.set_graph import build_set_graph, rank_graphs_of
+from analyzers.graph.set_graph import build_set_graph
+from analyzers.graph.subset import SlowestRanks, bounded_rank_graphs, measured_mean_step_ns, subset_note
 from analyzers.io.parallel import PER_RANK_KEY
 from analyzers.io.plain import rows, to_plain
 from analyzers.overlap.metrics import AnalysisOptions, RankMetrics, rank_metrics
@@ -31,6 +32,7 @@ from analyzers.syncs.blocking import (
 )
 from analyzers.timeline.iterations import check_step_selection, select_step_rows
 from analyzers.timeline.model import GPU_STRING_COLUMNS, RankTrace, TraceSet, without_host_tables
+from analyzers.timeline.packed import packed
 
 
 @dataclass
@@ -126,6 +128,7 @@ class RankStage:
             res = RankResults(self.options, True, table_fingerprint(trace), None, cross_steps=rank_steps(trace))
             res.syncs = blocking_syncs(trace, None)
             res.graph = build_rank_graph(trace, res.syncs, FindingParams().step_pattern)
+            res.graph_step_ns = measured_mean_step_ns(res.graph)
             return res
         metrics = rank_metrics(trace, self.options)
         res = RankResults(self.options, self.diagnose, table_fingerprint(trace), metrics)
@@ -139,15 +142,21 @@ class RankStage:
             res.findings = detect_rank(trace, metrics, params, None, res.syncs, windows=res.windows)
             if self.options.steps.steps is None:
                 res.graph = build_rank_graph(trace, res.syncs, params.step_pattern)
+                res.graph_step_ns = measured_mean_step_ns(res.graph)
         return res
+
+    def collector(self) -> Callable[[dict[int, Any]], None]:
+        """What the caller runs on each file's results as they arrive (analyzers.io.parallel)."""
+        return SlowestGraphs()
 
     def shipped(self, trace: RankTrace) -> RankTrace:
         """The trace as the caller gets it back, once __call__ has run on it (see send_host_tables); its GPU
         table's string columns (collective name, process group, dtype: mostly empty) as categoricals, one
-        byte a row instead of an Arrow string's offset and data (0.5 of 2.2 MB a 54 MB rank)."""
+        byte a row instead of an Arrow string's offset and data (0.5 of 2.2 MB a 54 MB rank), and the table
+        packed (timeline/packed.py: 0.16 MB; the cross-rank stage unpacks a few ranks at a time)."""
         if self.send_host_tables or self.options.steps.steps is not None:
             return trace
-        return replace(without_host_tables(trace), gpu=categorical_strings(trace.gpu))
+        return packed(replace(without_host_tables(trace), gpu=categorical_strings(trace.gpu)))
 
 
 @dataclass
@@ -164,6 +173,23 @@ class RankResults:
     windows: pd.DataFrame | None = None  # the findings' iteration windows (findings.view.windows_of)
     cross_steps: RankSteps | None = None  # the cross-rank order comparison's steps (default pattern)
     graph: RankGraph | None = None  # the rank's dependency graph (analyzers.graph), with diagnose
+    graph_step_ns: float | None = None  # its measured mean step; graph None with it: left out of the replay
+
+
+class SlowestGraphs:
+    """Keeps the graphs of the slowest ranks only (analyzers.graph.subset), as the results arrive: the
+    caller holds at most GRAPH_MAX_RANKS + 1 rank graphs at any rank count."""
+
+    def __init__(self) -> None:
+        self.pick = SlowestRanks()
+        self.held: dict[int, RankResults] = {}
+
+    def __call__(self, results: dict[int, Any]) -> None:
+        for r, res in results.items():
+            if isinstance(res, RankResults) and res.graph is not None and res.graph_step_ns is not None:
+                self.held[r] = res
+                if (dropped := self.pick.offer(r, res.graph_step_ns)) is not None:
+                    self.held.pop(dropped).graph = None
 
 
 def categorical_strings(gpu: pd.DataFrame) -> pd.DataFrame:
@@ -285,15 +311,14 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
                                           precomputed={r: pre[r].findings for r in ids} if defaults else None,
                                           windows={r: pre[r].windows for r in ids} if defaults else None)
         if options.steps.steps is None:
-            _price(report, traces, {r: pre[r].graph for r in ids} if defaults else None,
-                   (finding_params or FindingParams()).step_pattern)
+            _price(report, traces, pre if defaults else None, (finding_params or FindingParams()).step_pattern)
         else:
             report.notes.append("critical path and findings' savings: computed on all steps only (no --steps)")
         tick("findings")
     return report
 
 
-def _price(report: AnalysisReport, traces: TraceSet, pre: dict[int, RankGraph | None] | None, pattern: str) -> None:
+def _price(report: AnalysisReport, traces: TraceSet, pre: dict[int, RankResults] | None, pattern: str) -> None:
     """The dependency graph's answers: critical path section, and each finding's saving (re-sorted)."""
     run = _graph_run(traces, report.syncs, report.cross_rank, report.clock_offsets_ns, pre, pattern)
     report.graph_run = run
@@ -307,11 +332,24 @@ def _price(report: AnalysisReport, traces: TraceSet, pre: dict[int, RankGraph | 
 
 
 def _graph_run(traces: TraceSet, syncs: dict[int, pd.DataFrame], cr: CrossRankReport | None,
-               offsets: dict[int, int], pre: dict[int, RankGraph | None] | None, pattern: str) -> GraphRun:
-    graphs = rank_graphs_of(traces, syncs, pattern, pre)
+               offsets: dict[int, int], pre: dict[int, RankResults] | None, pattern: str) -> GraphRun:
+    """The graphs come from the per-rank stage (pre: those it kept, analyzers.graph.subset), else are
+    built here; past GRAPH_MAX_RANKS ranks the slowest are replayed, with a note."""
+    ids = traces.rank_ids()
+    if pre:
+        graphs = bounded_rank_graphs([r for r in ids if pre[r].graph is not None], lambda r: pre[r].graph,
+                                     lambda g: _step_of(pre[g.rank], g))
+    else:
+        graphs = bounded_rank_graphs(ids, lambda r: build_rank_graph(traces.ranks[r], syncs[r], pattern))
     sg = build_set_graph(graphs, offsets, cr.members if cr is not None else None,
                          cr.collectives if cr is not None else None)
+    if note := subset_note(len(graphs), len(ids)):
+        sg.notes.append(note)
     return GraphRun(sg)
+
+
+def _step_of(res: RankResults, g: RankGraph) -> float:
+    return res.graph_step_ns if res.graph_step_ns is not None else measured_mean_step_ns(g)
 
 
 def graph_run(traces: TraceSet, options: AnalysisOptions | None = None) -> GraphRun:
@@ -330,5 +368,5 @@ def graph_run(traces: TraceSet, options: AnalysisOptions | None = None) -> Graph
         if cr.clock is not None:
             offsets = dict(cr.clock.offsets_ns)
     syncs = {r: pre[r].syncs if pre else blocking_syncs(traces.ranks[r], None) for r in ids}
-    return _graph_run(traces, syncs, cr, offsets, {r: pre[r].graph for r in ids} if pre else None,
+    return _graph_run(traces, syncs, cr, offsets, pre or None,
                       FindingParams().step_pattern)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyzers.crossrank.frames import _codes
 from analyzers.crossrank.link_peaks import bus_factor, dtype_bytes, link_peak_gbps
 from analyzers.crossrank.peer_wait import _covered, _covered_before
 from analyzers.crossrank.report import CrossRankReport
@@ -155,12 +156,17 @@ def collective_table(traces: TraceSet, cross: CrossRankReport | None = None,
     params = params or CollectiveParams()
     notes: list[str] = []
     wait = _member_waits(cross)
-    parts = [_rank_rows(t, wait.get(t.rank), params) for t in traces]
-    table = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else \
-        pd.DataFrame({c: [] for c in ROW_COLUMNS})
     link, source = _link(traces, params)
-    table["link_fraction"] = table["busbw_gbps"] / link if link else np.nan
-    table = table[ROW_COLUMNS]
+    parts = [p for t in traces if len(p := _rank_rows(t, wait.get(t.rank), params))]
+    for p in parts:  # each part in its final form: the concatenation is the table (no copy of it)
+        p["link_fraction"] = p["busbw_gbps"] / link if link else np.nan
+    if parts:
+        table = pd.concat([p[ROW_COLUMNS] for p in parts], ignore_index=True)
+        del parts
+    else:
+        table = pd.DataFrame({c: [] for c in ROW_COLUMNS})
+        table["link_fraction"] = table["busbw_gbps"] / link if link else np.nan
+        table = table[ROW_COLUMNS]
     if len(table):
         no_size = int((table["bytes"] <= 0).sum())
         if no_size:
@@ -279,8 +285,9 @@ def _groups(table: pd.DataFrame, keys: list[str], link: float | None) -> pd.Data
     by = [*keys, "op", "size_bucket"]
     if table.empty:
         return pd.DataFrame({c: [] for c in [*keys, *GROUP_COLUMNS]})
-    key_rows = list(zip(*(table[c].tolist() for c in by), strict=True))
-    codes, uniques = pd.factorize(pd.Series(key_rows, dtype=object), use_na_sentinel=False)
+    # one code per distinct key, numbered in order of first appearance (no tuple per row: at many ranks
+    # those were most of this table's memory)
+    codes, _ = _codes(*(pd.factorize(table[c].to_numpy(), use_na_sentinel=False)[0].astype(np.int64) for c in by))
     order = np.argsort(codes, kind="stable")
     bounds = np.flatnonzero(np.r_[True, np.diff(codes[order]) != 0, True])
     cols = {c: table[c].to_numpy(dtype=float) for c in ("bytes", "dur_ns", "wait_ns", "transfer_ns", "algbw_gbps",
@@ -291,8 +298,8 @@ def _groups(table: pd.DataFrame, keys: list[str], link: float | None) -> pd.Data
         warnings.simplefilter("ignore", RuntimeWarning)  # a group whose values are all NaN has no median
         for g in range(len(bounds) - 1):
             rows = order[bounds[g]:bounds[g + 1]]
-            for c, v in zip(by, uniques[codes[rows[0]]], strict=True):
-                out[c].append(v)
+            for c in by:
+                out[c].append(table[c].iat[int(rows[0])])
             ov = overlapped[rows]
             bus = cols["busbw_gbps"][rows]
             out["n"].append(rows.size)

@@ -90,25 +90,63 @@ def _slices(keys: np.ndarray) -> dict[int, slice]:
     return {int(keys[h]): slice(int(h), int(e)) for h, e in zip(heads, ends, strict=True)}
 
 
-@dataclass
 class _RankRows:
-    """One rank's GPU rows (position = row of its gpu table) and its streams."""
+    """One rank's GPU rows (position = row of its gpu table) and its streams.
 
-    start: np.ndarray  # int64
-    end: np.ndarray  # int64
-    stream: np.ndarray  # int64
-    gname: np.ndarray  # int64, index into _Frames.names (one id per distinct name over all ranks)
-    comm: np.ndarray  # bool
-    scode: np.ndarray  # int64, index into streams
-    # Per (device, stream), sorted by both: device, stream, n (kernels), first (earliest start),
-    # appear (order of first appearance); match_stream_roles adds role and similarity.
-    streams: pd.DataFrame
-    name_ids: np.ndarray  # sorted distinct gname values of this rank
-    counts: np.ndarray  # streams × name_ids matrix of kernel counts
-    role: np.ndarray | None = None  # int64 per row, set by _attach_roles
+    What is per row (start, end, stream, gname, comm, role) is read from the rank's table when asked
+    for, not held: the stage keeps every rank's frame at once, and at many ranks the row arrays of all
+    of them would be most of the caller's memory (analyzers/timeline/packed.py keeps the tables small).
+    Held: the stream code of each row (the smallest integer type), the per-stream and per-name summaries.
+    """
+
+    def __init__(self, trace: RankTrace, scode: np.ndarray, streams: pd.DataFrame) -> None:
+        self.trace = trace
+        self._scode = scode.astype(np.min_scalar_type(max(len(streams) - 1, 0)))
+        # Per (device, stream), sorted by both: device, stream, n (kernels), first (earliest start),
+        # appear (order of first appearance); match_stream_roles adds role and similarity.
+        self.streams = streams
+        self.name_ids = np.zeros(0, dtype=np.int64)  # sorted distinct gname values of this rank
+        self.counts = np.zeros((len(streams), 0), dtype=np.int64)  # streams × name_ids matrix of kernel counts
+        self.local_ids = np.zeros(0, dtype=np.int64)  # the rank's distinct name_id values, sorted
+        self.local_to_global = np.zeros(0, dtype=np.int64)  # gname of each of them
+        self.stream_role: np.ndarray | None = None  # int64 per stream, set by _attach_roles
+        self.n = len(scode)
+
+    @property
+    def start(self) -> np.ndarray:  # int64
+        return self.trace.gpu["start_ns"].to_numpy(dtype=np.int64)
+
+    @property
+    def end(self) -> np.ndarray:  # int64
+        return self.trace.gpu["end_ns"].to_numpy(dtype=np.int64)
+
+    @property
+    def stream(self) -> np.ndarray:
+        return self.trace.gpu["stream"].to_numpy()
+
+    @property
+    def gname(self) -> np.ndarray:
+        """int64 per row, index into _Frames.names (one id per distinct name over all ranks)."""
+        ids = self.trace.gpu["name_id"].to_numpy()
+        return self.local_to_global[np.searchsorted(self.local_ids, ids)] if len(ids) else \
+            np.zeros(0, dtype=np.int64)
+
+    @property
+    def comm(self) -> np.ndarray:  # bool
+        return (self.trace.gpu["category"] == "comm").to_numpy(dtype=bool)
+
+    @property
+    def scode(self) -> np.ndarray:
+        """int64 per row, index into streams."""
+        return self._scode.astype(np.int64)
+
+    @property
+    def role(self) -> np.ndarray | None:
+        """int64 per row: its stream's role (None until _attach_roles)."""
+        return None if self.stream_role is None else self.stream_role[self._scode]
 
     def __len__(self) -> int:
-        return len(self.start)
+        return self.n
 
 
 @dataclass
@@ -143,36 +181,39 @@ def _stream_codes(device: np.ndarray, stream: np.ndarray, start: np.ndarray) -> 
     return scode, streams
 
 
-def _rank_rows(t: RankTrace) -> tuple[_RankRows, np.ndarray]:
-    """The rank's rows with gname still local (codes into the returned names, first appearance order)."""
+def _rank_rows(t: RankTrace) -> tuple[_RankRows, np.ndarray, np.ndarray, np.ndarray]:
+    """The rank's rows, its distinct name ids in first-appearance order, their names, and each row's
+    code into them (local: made global by _build_frames)."""
     g = t.gpu
     local, ids = pd.factorize(g["name_id"].to_numpy())
-    start = g["start_ns"].to_numpy(dtype=np.int64)
-    stream = g["stream"].to_numpy()
-    scode, streams = _stream_codes(g["device"].to_numpy(), stream, start)
-    rows = _RankRows(start=start, end=g["end_ns"].to_numpy(dtype=np.int64), stream=stream,
-                     gname=local.astype(np.int64), comm=(g["category"] == "comm").to_numpy(dtype=bool),
-                     scode=scode, streams=streams, name_ids=np.zeros(0, dtype=np.int64),
-                     counts=np.zeros((len(streams), 0), dtype=np.int64))
-    return rows, t.names_of(ids)
+    scode, streams = _stream_codes(g["device"].to_numpy(), g["stream"].to_numpy(),
+                                   g["start_ns"].to_numpy(dtype=np.int64))
+    return _RankRows(t, scode, streams), np.asarray(ids), t.names_of(ids), local.astype(np.int64)
 
 
 def _build_frames(traces: TraceSet) -> _Frames:
     ranks = traces.rank_ids()
-    parts = [_rank_rows(traces.ranks[r]) for r in ranks]
-    all_names = np.concatenate([n for _, n in parts]) if parts else np.zeros(0, dtype=object)
+    parts = []
+    for r in ranks:  # one rank's table at a time: the per-row codes are dropped once counted
+        rows, ids, names, local = _rank_rows(traces.ranks[r])
+        n_s = len(rows.streams)
+        parts.append((rows, ids, names, np.bincount(rows.scode * max(len(ids), 1) + local,
+                                                    minlength=n_s * len(ids)).reshape(n_s, len(ids))))
+    all_names = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, dtype=object)
     # The distinct names of each rank in first-appearance order, concatenated: factorizing them
     # numbers the names exactly as factorizing every row of every rank would, at a fraction of the cost.
     codes, uniques = pd.factorize(pd.Series(all_names, dtype=object), use_na_sentinel=False)
-    bounds = np.cumsum([0] + [len(n) for _, n in parts])
+    bounds = np.cumsum([0] + [len(p[2]) for p in parts])
     by_rank = {}
     for i, r in enumerate(ranks):
-        rows = parts[i][0]
+        rows, ids, _, local_counts = parts[i]
         to_global = codes[bounds[i]:bounds[i + 1]].astype(np.int64)
         rows.name_ids, to_col = np.unique(to_global, return_inverse=True)
-        col = to_col[rows.gname]
-        rows.gname = to_global[rows.gname]
-        n_s, n_n = len(rows.streams), len(rows.name_ids)
-        rows.counts = np.bincount(rows.scode * n_n + col, minlength=n_s * n_n).reshape(n_s, n_n).astype(np.int64)
+        # local_counts' columns are the local codes (first-appearance order); counts' are name_ids'
+        counts = np.zeros((len(rows.streams), len(rows.name_ids)), dtype=np.int64)
+        np.add.at(counts.T, to_col, local_counts.T.astype(np.int64))
+        rows.counts = counts
+        o = np.argsort(ids, kind="stable")
+        rows.local_ids, rows.local_to_global = ids[o], to_global[o]
         by_rank[r] = rows
     return _Frames(ranks=ranks, ref=ranks[0], by_rank=by_rank, names=np.asarray(uniques, dtype=object))

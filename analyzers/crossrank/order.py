@@ -50,10 +50,11 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
     if not len(frames.by_rank[ref]) or len(frames.ranks) < 2:
         return empty, summary, notes
     coll_rows = _member_rows(members)
-    keyed = {r: _kernel_keys(traces.ranks[r], frames.by_rank[r], coll_rows.get(r), params, (steps or {}).get(r))
-             for r in frames.ranks}
-    a = keyed[ref]
-    packed = _sorted_keys(keyed)
+
+    def keys_of(r: int) -> dict[str, np.ndarray]:
+        return _kernel_keys(traces.ranks[r], frames.by_rank[r], coll_rows.get(r), params, (steps or {}).get(r))
+
+    a = keys_of(ref)  # the other ranks' keys are made one rank at a time, compared with a's and dropped
     loose = pd.unique(a["role"][(a["seg"] == -2) & (a["anchor"] == -1)])
     if len(loose):
         notes.append(f"no step ranges and no collective on {', '.join(role_labels.get(int(x), str(x)) for x in loose)}"
@@ -67,9 +68,10 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
     summary["order_checks"] = checks
     skipped_roles: set[tuple[int, int]] = set()
     for rb in frames.ranks[1:]:
-        b = keyed[rb]
+        b = keys_of(rb)
         if not len(b["start"]):
             continue
+        packed = _sorted_keys({ref: a, rb: b})
         # "Same kernel" on both ranks: one key per (role, seg, anchor, gname, k), unique within a rank.
         hit_b = _same_kernels(a, b, *((packed[ref], packed[rb]) if packed else (None, None)))
         in_both = hit_b >= 0
@@ -191,7 +193,7 @@ def _kernel_keys(trace: RankTrace, rows: _RankRows, colls_of_rows: tuple[np.ndar
     if steps is None or steps.pattern != params.step_pattern or len(steps.seg) != len(rows):
         steps = rank_steps(trace, params.step_pattern)
     has_steps = steps.has_steps
-    d["seg"] = steps.seg[idx]
+    d["seg"] = steps.as_int64()[idx]
     # Last matched collective at or before each kernel on its stream role, else the first after it.
     n, pos = len(idx), np.arange(len(idx))
     marked = d["coll_id"] >= 0
@@ -225,7 +227,7 @@ def _lex_order(cols: list[np.ndarray]) -> np.ndarray:
 
 
 def _sorted_keys(keyed: dict[int, dict[str, np.ndarray]]) -> dict[int, np.ndarray] | None:
-    """Each rank's kernel keys packed on one radix for all ranks, in key order (None: too wide to pack)."""
+    """Each rank's kernel keys packed on one radix for the ranks given, in key order (None: too wide to pack)."""
     tables = [[k[c] for c in _KEY] for k in keyed.values()]
     lows, spans = _ranges(tables)
     out = {}

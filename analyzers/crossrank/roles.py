@@ -75,7 +75,7 @@ def _count_matrix(rows: _RankRows, gnames: np.ndarray) -> np.ndarray:
 
 def _attach_roles(frames: _Frames, roles: dict[int, pd.DataFrame]) -> None:
     for r, rows in frames.by_rank.items():
-        rows.role = roles[r]["role"].to_numpy(dtype=np.int64)[rows.scode]
+        rows.stream_role = roles[r]["role"].to_numpy(dtype=np.int64)
 
 
 def _role_labels(roles: dict[int, pd.DataFrame], ref: int) -> dict[int, str]:

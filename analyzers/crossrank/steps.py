@@ -22,8 +22,13 @@ class RankSteps:
     pattern: str  # the step pattern it was found with (CrossRankParams.step_pattern)
     has_steps: bool  # the rank has host step ranges
     # The step number; -1 before the first step's GPU window (the profiler may have cut the
-    # trace there), -2 after it or without steps.
+    # trace there), -2 after it or without steps. In the smallest signed integer type that holds
+    # them (a rank's row count of them travels back from the per-rank stage and waits there for the
+    # cross-rank stage): read it with as_int64.
     seg: np.ndarray
+
+    def as_int64(self) -> np.ndarray:
+        return self.seg.astype(np.int64)
 
 
 def rank_steps(trace: RankTrace, pattern: str = DEFAULT_STEP_PATTERN) -> RankSteps:
@@ -32,10 +37,19 @@ def rank_steps(trace: RankTrace, pattern: str = DEFAULT_STEP_PATTERN) -> RankSte
     steps = host_steps(trace, pattern)
     start = trace.gpu["start_ns"].to_numpy(dtype=np.int64)
     if steps.empty:
-        return RankSteps(pattern, False, np.full(len(start), -2, dtype=np.int64))
+        return RankSteps(pattern, False, np.full(len(start), -2, dtype=np.int8))
     step = assign_steps(trace, steps)
     # Start of the first step's GPU window (iterations.gpu_step_windows: the earliest start of
     # the activities the steps launched), without building the windows.
     in_step = start[step >= 0]
     first = int(in_step.min()) if len(in_step) else np.iinfo(np.int64).max
-    return RankSteps(pattern, True, np.where(step >= 0, step, np.where(start < first, -1, -2)).astype(np.int64))
+    seg = np.where(step >= 0, step, np.where(start < first, -1, -2))
+    return RankSteps(pattern, True, seg.astype(_narrowest(int(seg.max(initial=-2)))))
+
+
+def _narrowest(top: int) -> type[np.signedinteger]:
+    """The smallest signed integer type holding -2..top."""
+    for t in (np.int8, np.int16, np.int32):
+        if top <= np.iinfo(t).max:
+            return t
+    return np.int64

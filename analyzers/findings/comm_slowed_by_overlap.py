@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,7 +64,28 @@ def _size_key(gpu: pd.DataFrame) -> np.ndarray:
     return np.where(n >= 0, n, np.where(b >= 0, b, -1))
 
 
-def transfer_starts(traces: TraceSet, params: Params) -> dict[int, np.ndarray]:
+class RankStarts(Mapping[int, np.ndarray]):
+    """Per rank, per GPU row, the effective start: made on access from the rank's table and the rows that
+    moved, which are all it holds (every rank's full start column, at many ranks, would not be small)."""
+
+    def __init__(self, traces: TraceSet, moved: dict[int, tuple[np.ndarray, np.ndarray]]) -> None:
+        self.traces, self.moved = traces, moved
+
+    def __getitem__(self, r: int) -> np.ndarray:
+        out = self.traces.ranks[r].gpu["start_ns"].to_numpy(np.int64).copy()
+        if r in self.moved:
+            rows, starts = self.moved[r]
+            out[rows] = starts
+        return out
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.traces.rank_ids())
+
+    def __len__(self) -> int:
+        return len(self.traces.ranks)
+
+
+def transfer_starts(traces: TraceSet, params: Params) -> RankStarts:
     """Per rank, per GPU row: when the collective could start moving data (its last rank's start).
 
     Collectives are matched as the n-th kernel of one kind (process group, collective, size) on
@@ -73,7 +95,7 @@ def transfer_starts(traces: TraceSet, params: Params) -> dict[int, np.ndarray]:
     per-group reductions), not pandas group-bys: it runs on the caller after the parallel stage.
     """
     ids = traces.rank_ids()
-    out = {r: traces.ranks[r].gpu["start_ns"].to_numpy(np.int64).copy() for r in ids}
+    out = RankStarts(traces, {})
     if len(traces) < 2 or not params.slow_use_transfer_time:
         return out
     parts = [_comm_kernels(traces, r) for r in ids]
@@ -104,7 +126,7 @@ def transfer_starts(traces: TraceSet, params: Params) -> dict[int, np.ndarray]:
     moved = np.minimum(arrival[inverse], e[keep])
     for i, r in enumerate(ids):
         mine = rank_pos[keep] == i
-        out[r][row[keep][mine]] = moved[mine]
+        out.moved[r] = (row[keep][mine], moved[mine])
     return out
 
 

@@ -35,7 +35,9 @@ PER_RANK_KEY = "per_rank_results"  # TraceSet.meta key holding {rank: RankResult
 
 Progress = Callable[[str, int, int], None]
 # What the caller computes per rank beside the parse (a picklable callable; analyzers.report.RankStage).
-# Its optional method shipped(trace) -> RankTrace says what of the trace goes back to the caller.
+# Its optional method shipped(trace) -> RankTrace says what of the trace goes back to the caller; its
+# optional method collector() gives what the caller runs on each file's results as they arrive (to keep
+# less of them: report.SlowestGraphs).
 PerRank = Callable[[RankTrace], Any]
 # Reads one file into its rank traces (analyzers.io.load.load_file; passed in, so that the loader,
 # which calls this module, is not imported by it).
@@ -105,8 +107,12 @@ def run_files(paths: list[Path], rank: int | None, rules: list[Rule], loader: Lo
     jobs = default_jobs() if jobs is None or jobs < 1 else jobs
     total = len(paths)
     results: dict[int, FileResult] = {}
+    collect = getattr(per_rank, "collector", None)
+    sink = collect() if collect is not None else None
     for i, res in _execute(paths, rank, (tuple(rules), per_rank, use_cache, loader, only), jobs, scheduler):
         results[i] = res
+        if sink is not None:
+            sink(res.results)
         if progress:
             progress(res.path, len(results), total)
     return [results[i] for i in range(total)]
@@ -200,7 +206,12 @@ def _execute_dask(args: list[tuple[Any, ...]], scheduler: str) -> Iterator[tuple
     try:
         futures = [client.submit(run_rank_stage, *a, pure=False) for a in args]
         index = {f.key: i for i, f in enumerate(futures)}
-        for fut in dask_completed(futures, loop=client.loop):
-            yield index[fut.key], fut.result()
+        pending = dask_completed(futures, loop=client.loop)
+        del futures  # each result is released once fetched: a worker holds only those not yet gathered
+        for fut in pending:
+            i, res = index[fut.key], fut.result()
+            fut.release()
+            del fut
+            yield i, res
     finally:
         client.close()

@@ -1,0 +1,105 @@
+"""What keeps the caller's memory bounded at many ranks: packed GPU tables, a bounded number unpacked,
+and the replay's choice of the slowest ranks past GRAPH_MAX_RANKS (the same whatever order results come in)."""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+
+from analyzers.graph.subset import GRAPH_MAX_RANKS, SlowestRanks, bounded_rank_graphs, subset_note
+from analyzers.io.load import load_traces
+from analyzers.overlap.metrics import AnalysisOptions
+from analyzers.report import RankResults, RankStage, SlowestGraphs, analyze
+from analyzers.timeline import packed as packed_mod
+from analyzers.timeline.model import TraceSet
+from analyzers.timeline.packed import PackedRankTrace, packed
+
+from .conftest import SAMPLES
+
+SET = SAMPLES / "ag-gemm" / "host-sync"
+
+
+def test_packed_trace_unpacks_the_very_table_and_pickles_small():
+    for t in load_traces([SET]):
+        p = packed(t)
+        assert isinstance(p, PackedRankTrace) and p.rank == t.rank and p.names is t.names
+        assert list(p.gpu.dtypes) == list(t.gpu.dtypes)
+        pd.testing.assert_frame_equal(p.gpu, t.gpu, check_exact=True)
+        back = pickle.loads(pickle.dumps(p))
+        pd.testing.assert_frame_equal(back.gpu, t.gpu, check_exact=True)
+        assert len(pickle.dumps(p)) < len(pickle.dumps(t.gpu)) + len(pickle.dumps(replace(t, gpu=t.gpu.iloc[:0])))
+        assert p.packed_bytes() < t.gpu.memory_usage(deep=True).sum()
+
+
+def test_at_most_unpacked_held_tables_are_unpacked():
+    base = load_traces([SET]).ranks[0]
+    traces = [packed(replace(base, rank=r)) for r in range(packed_mod.UNPACKED_HELD + 3)]
+    for t in traces:
+        assert len(t.gpu) == len(base.gpu)
+        assert sum("_gpu_table" in x.__dict__ for x in traces) <= packed_mod.UNPACKED_HELD
+    assert sum("_gpu_table" in x.__dict__ for x in traces) == packed_mod.UNPACKED_HELD
+    assert "_gpu_table" not in traces[0].__dict__ and "_gpu_table" in traces[-1].__dict__
+
+
+@pytest.mark.parametrize(("steps", "k", "kept"), [
+    ({0: 5, 1: 9, 2: 9, 3: 1, 4: 7}, 3, {1, 2, 4}),  # the three longest steps
+    ({0: 5, 1: 5, 2: 5, 3: 5}, 2, {0, 1}),  # ties: the lower ranks
+    ({0: 1, 1: 2}, 3, {0, 1}),  # fewer than k: all
+])
+def test_slowest_ranks_whatever_the_order(steps, k, kept):
+    for order in itertools.permutations(steps):
+        pick = SlowestRanks(k)
+        dropped = [d for r in order if (d := pick.offer(r, steps[r])) is not None]
+        assert set(pick.kept) == kept
+        assert sorted(dropped) == sorted(set(steps) - kept)
+
+
+def test_slowest_graphs_drop_the_others_graphs_as_results_arrive():
+    opts = AnalysisOptions()
+    steps = {r: float(100 + (r * 7) % 23) for r in range(GRAPH_MAX_RANKS + 4)}
+    results = {r: RankResults(opts, True, 0, None, graph=f"graph {r}", graph_step_ns=s)  # type: ignore[arg-type]
+               for r, s in steps.items()}
+    sink = SlowestGraphs()
+    for r in sorted(results, reverse=True):  # one file at a time, in any order
+        sink({r: results[r]})
+    kept = {r for r, res in results.items() if res.graph is not None}
+    slowest = sorted(steps, key=lambda r: (-steps[r], r))[:GRAPH_MAX_RANKS]
+    assert kept == set(slowest)
+    assert all(results[r].graph_step_ns == steps[r] for r in results)  # left-out ranks keep their step
+
+
+def test_bounded_rank_graphs_and_note():
+    built = []
+
+    def graph_of(r: int) -> str:
+        built.append(r)
+        return f"g{r}"
+
+    # steps 0, 1, 2, 0, 1: rank 2, then rank 1 (tied with rank 4, the lower rank)
+    got = bounded_rank_graphs(list(range(5)), graph_of, lambda g: float(g[1:]) % 3, k=2)  # type: ignore[arg-type]
+    assert got == {1: "g1", 2: "g2"} and list(got) == [1, 2] and built == [0, 1, 2, 3, 4]
+    assert subset_note(16, 16) is None
+    assert subset_note(16, 1024).startswith("critical path and findings' savings: replayed on the 16 of 1024 ranks")
+
+
+def test_analysis_past_the_cap_replays_the_slowest_ranks_and_says_so():
+    one = load_traces([SET], per_rank=None)
+    n = GRAPH_MAX_RANKS + 2
+    ranks = {r: replace(one.ranks[r % 2], rank=r) for r in range(n)}
+    ts = TraceSet(ranks=ranks, label="copies", fmt=one.fmt, world_size=n)
+    rep = analyze(ts, AnalysisOptions())
+    cp = rep.critical_path
+    assert len(cp["per_rank"]) == GRAPH_MAX_RANKS
+    assert any(note.startswith(f"critical path and findings' savings: replayed on the {GRAPH_MAX_RANKS} of {n} ranks")
+               for note in cp["notes"])
+    assert len(rep.ranks) == n  # everything else covers every rank
+
+
+def test_rank_stage_ships_packed_tables():
+    opts = AnalysisOptions()
+    slim = load_traces([SET], per_rank=RankStage(opts, diagnose=True, send_host_tables=False))
+    assert all(isinstance(t, PackedRankTrace) for t in slim.ranks.values())
