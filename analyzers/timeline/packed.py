@@ -2,18 +2,20 @@
 
 `analyze` gets every rank's GPU table back from the per-rank stage and its cross-rank stage reads
 them rank by rank (frames, matching, order comparison, peer wait, collectives, stragglers). Held as
-DataFrames they cost 2.2 MB a rank of 22,000 activities (2.3 GB at 1024 ranks); pickled and
-zstd-compressed they cost 0.16 MB, and unpacking one takes ~5 ms. A PackedRankTrace keeps the
+DataFrames they cost 2.2 MB a rank of 22,000 activities (2.3 GB at 1024 ranks); as a zstd-compressed
+Arrow IPC stream they cost a small fraction of that, and unpacking one takes milliseconds. A
+PackedRankTrace keeps the
 packed bytes and unpacks on access; the last UNPACKED_HELD tables unpacked (over all packed traces)
 stay unpacked, so a stage that walks the ranks unpacks each once and never holds more than that many.
-The unpacked table is the very table packed (pickle keeps dtypes, categories and index), so every
-result is the same as with the plain trace. It pickles packed (the worker sends the small bytes).
+The unpacked table equals the table packed (Arrow keeps dtypes, categories and the index through
+the pandas metadata; no pickle: nothing the analyzers unpack can run code), so every result is the
+same as with the plain trace. Sent between processes it travels packed (the worker sends the small
+bytes).
 Readers must not modify the table in place (none does: tables are replaced, never edited).
 """
 
 from __future__ import annotations
 
-import pickle
 import threading
 import weakref
 from collections import OrderedDict
@@ -26,7 +28,19 @@ import pyarrow as pa
 from analyzers.timeline.model import RankTrace
 
 UNPACKED_HELD = 8  # tables held unpacked at once, over all packed traces
-_CODEC = "zstd"
+_IPC = pa.ipc.IpcWriteOptions(compression="zstd")
+
+
+def _pack(table: pd.DataFrame) -> bytes:
+    arrow = pa.Table.from_pandas(table)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, arrow.schema, options=_IPC) as writer:
+        writer.write_table(arrow)
+    return sink.getvalue().to_pybytes()
+
+
+def _unpack(raw: bytes) -> pd.DataFrame:
+    return pa.ipc.open_stream(raw).read_all().to_pandas()
 
 _lock = threading.RLock()  # re-entered when dropping the last reference of a trace runs _forget
 _unpacked: OrderedDict[int, weakref.ref] = OrderedDict()  # id -> trace holding its table unpacked
@@ -57,18 +71,14 @@ class PackedRankTrace(RankTrace):
     def gpu(self) -> pd.DataFrame:
         table = self.__dict__.get("_gpu_table")
         if table is None:
-            raw = pa.decompress(self.__dict__["_gpu_packed"], decompressed_size=self.__dict__["_gpu_size"],
-                                codec=_CODEC, asbytes=True)
-            table = pickle.loads(raw)
+            table = _unpack(self.__dict__["_gpu_packed"])
             self.__dict__["_gpu_table"] = table
         _hold(self)
         return table
 
     @gpu.setter
     def gpu(self, table: pd.DataFrame) -> None:
-        raw = pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL)
-        self.__dict__["_gpu_packed"] = pa.compress(raw, codec=_CODEC, asbytes=True)
-        self.__dict__["_gpu_size"] = len(raw)
+        self.__dict__["_gpu_packed"] = _pack(table)
         self.__dict__.pop("_gpu_table", None)
 
     def packed_bytes(self) -> int:
