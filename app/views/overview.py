@@ -85,16 +85,17 @@ if any(not m.iterations.empty for _, rep in reports for m in rep.ranks):
            for (label, rep), run in zip(reports, runs, strict=True)]
     st.plotly_chart(iteration_figure(few), theme=None, key="iteration_fig")
 
-priced = [(label, rep.critical_path, run) for (label, rep), run in zip(reports, runs, strict=True) if rep.critical_path]
+priced = [(label, rep, run) for (label, rep), run in zip(reports, runs, strict=True) if rep.critical_path]
 if priced:
     st.subheader("What sets the step: critical path per rank")
-    for i, (label, cp, run) in enumerate(priced):
+    for i, (label, rep, run) in enumerate(priced):
+        cp = rep.critical_path
         st.markdown(f"**{label}** · {fidelity_line(cp)}")
-        if len(cp.get("per_rank", {})) > MANY_RANKS:  # many ranks: the ones the Timeline draws, not a bar each
-            keep = {str(r) for r in ranks.chosen_ranks(run)}
+        if len(rep.ranks) > MANY_RANKS:  # many ranks: the ones the Timeline draws, not a bar each
+            keep = {str(r) for r in ranks.chosen_ranks(run)} & set(cp.get("per_rank", {}))
             cp = {**cp, "per_rank": {r: d for r, d in cp["per_rank"].items() if r in keep}}
-            st.caption(f"ranks {', '.join(sorted(keep, key=int))} of {len(run.report().ranks)} (the Timeline's ranks; "
-                       "pick others on the Stragglers page)")
+            st.caption(f"ranks {', '.join(sorted(keep, key=int)) or 'none'} of {len(rep.ranks)}: the Timeline's "
+                       "ranks among those the replay covers (pick others on the Stragglers page)")
         st.plotly_chart(attribution_figure(cp), theme=None, key=f"critical_{i}")
 
 st.subheader("Findings")
