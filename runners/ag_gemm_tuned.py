@@ -64,14 +64,7 @@ def fixed(wl: Workload) -> Schedule:
     graph = bool(p["graph"]) and ctx.cuda
     if wl.D == 1:
         return Schedule("serial", graph=graph)
-    mode = str(p["tuned_comm"])
-    if mode in ("auto", "ce"):
-        if symm.available(ctx):
-            mode = "ce"
-        elif mode == "ce" and ctx.cuda:
-            raise RuntimeError(f"--tuned-comm ce: symmetric memory unavailable ({symm.why_unavailable(ctx)})")
-        else:
-            mode = "nccl"
+    mode = symm.transport(ctx, str(p["tuned_comm"]), "nccl")
     gate = "gate" if mode == "ce" and int(p["comm_first"]) > 0 else "none"
     return Schedule(mode, int(p["steps"]), int(p["comm_priority"]), gate, graph)
 

@@ -86,14 +86,7 @@ def fixed(wl: Workload) -> Schedule:
     p, ctx = wl.ctx.params, wl.ctx
     if wl.D == 1:
         return Schedule("serial", graph=bool(p["graph"]) and ctx.cuda)
-    mode = str(p["tuned_comm"])
-    if mode in ("auto", "ce"):
-        if symm.available(ctx):
-            mode = "ce"
-        elif mode == "ce" and ctx.cuda:
-            raise RuntimeError(f"--tuned-comm ce: symmetric memory unavailable ({symm.why_unavailable(ctx)})")
-        else:
-            mode = "p2p"
+    mode = symm.transport(ctx, str(p["tuned_comm"]), "p2p")
     graph = bool(p["graph"]) and ctx.cuda and mode == "ce"
     return Schedule(mode, int(p["steps"]), int(p["comm_priority"]), "group", graph)
 

@@ -32,6 +32,18 @@ def available(ctx: Ctx) -> bool:
     return why_unavailable(ctx) == ""
 
 
+def transport(ctx: Ctx, requested: str, fallback: str) -> str:
+    """`--tuned-comm` as the tuned variants read it: "auto"/"ce" take the copy engine where symmetric
+    memory works, else `fallback`; an explicit "ce" on CUDA without it is an error, not a fallback."""
+    if requested not in ("auto", "ce"):
+        return requested
+    if available(ctx):
+        return "ce"
+    if requested == "ce" and ctx.cuda:
+        raise RuntimeError(f"--tuned-comm ce: symmetric memory unavailable ({why_unavailable(ctx)})")
+    return fallback
+
+
 def enable(ctx: Ctx) -> None:
     """Register the group with symmetric memory (needed by older torch, a no-op/deprecated in newer)."""
     import torch.distributed._symmetric_memory as sm
