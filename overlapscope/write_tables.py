@@ -16,6 +16,7 @@ Tables a report does not have (one rank: no collectives) are not written.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,14 +26,25 @@ if TYPE_CHECKING:
     from analyzers.report import AnalysisReport
 
 
+# collective_ranks is built and written this many rows at a time: at 1024 ranks it is millions of rows,
+# and a whole copy of it (merged with the lateness, made plain, converted to Arrow) would cost the caller
+# several times the members it is made from.
+CHUNK_ROWS = 262_144
+
+
 def report_tables(report: AnalysisReport) -> dict[str, pd.DataFrame]:
-    """The report's tables by file stem (see the module docstring)."""
+    """The report's tables by file stem (see the module docstring), each as one DataFrame."""
     import pandas as pd
 
-    from analyzers.crossrank.report import collective_columns
-    from analyzers.crossrank.stragglers import lateness
+    return {name: parts[0] if len(parts := list(chunks)) == 1 else pd.concat(parts, ignore_index=True)
+            for name, chunks in table_chunks(report).items()}
 
-    out: dict[str, pd.DataFrame] = {}
+
+def table_chunks(report: AnalysisReport) -> dict[str, Iterator[pd.DataFrame]]:
+    """The report's tables by file stem, each as its rows in order, one or more DataFrames at a time."""
+    import pandas as pd
+
+    out: dict[str, Iterator[pd.DataFrame]] = {}
     ranks = []
     for m in report.ranks:
         d = m.to_dict(iterations=False)
@@ -40,23 +52,42 @@ def report_tables(report: AnalysisReport) -> dict[str, pd.DataFrame]:
         row.update({f"iterations_{k}": v for k, v in (m.iteration_summary or {}).items()
                     if not isinstance(v, dict | list)})
         ranks.append(row)
-    out["ranks"] = pd.DataFrame(ranks)
+    out["ranks"] = iter([pd.DataFrame(ranks)])
     its = [m.iterations.assign(rank=m.rank) for m in report.ranks if len(m.iterations)]
     if its:
-        out["iterations"] = _rank_first(pd.concat(its, ignore_index=True))
+        out["iterations"] = iter([_rank_first(pd.concat(its, ignore_index=True))])
     cr = report.cross_rank
     if cr is not None and len(cr.collectives):
-        out["collectives"] = cr.collectives[collective_columns(cr.collectives)].reset_index(drop=True)
-        mem = cr.members.copy()
-        lat = lateness(cr.collectives, cr.members)
-        mem = mem.merge(lat[["coll_id", "rank", "lateness_ns", "last"]], on=["coll_id", "rank"], how="left")
-        out["collective_ranks"] = mem
+        from analyzers.crossrank.report import collective_columns
+
+        out["collectives"] = iter([cr.collectives[collective_columns(cr.collectives)].reset_index(drop=True)])
+        out["collective_ranks"] = _collective_ranks(cr.collectives, cr.members)
     if report.stragglers and report.stragglers.get("ranks"):
-        out["stragglers"] = pd.DataFrame(report.stragglers["ranks"])
+        out["stragglers"] = iter([pd.DataFrame(report.stragglers["ranks"])])
     syncs = [df.assign(rank=r) for r, df in report.syncs.items() if len(df)]
     if syncs:
-        out["syncs"] = _rank_first(pd.concat(syncs, ignore_index=True))
+        out["syncs"] = iter([_rank_first(pd.concat(syncs, ignore_index=True))])
     return out
+
+
+def _collective_ranks(colls: pd.DataFrame, members: pd.DataFrame) -> Iterator[pd.DataFrame]:
+    """The members with each one's lateness and whether it came last, CHUNK_ROWS rows at a time. Members of a
+    collective whose peers are unknown have none: then the whole column is float with NaN (and `last` objects),
+    in every chunk alike, as one left merge of the whole table would make it."""
+    import numpy as np
+
+    from analyzers.crossrank.stragglers import lateness
+
+    pos = np.searchsorted(colls["coll_id"].to_numpy(), members["coll_id"].to_numpy())
+    all_known = bool((colls["peers_known"].to_numpy(dtype=bool) & (colls["n_ranks"].to_numpy() > 1))[pos].all())
+    del pos
+    for a in range(0, max(len(members), 1), CHUNK_ROWS):
+        part = members.iloc[a:a + CHUNK_ROWS]
+        lat = lateness(colls, part)
+        part = part.merge(lat[["coll_id", "rank", "lateness_ns", "last"]], on=["coll_id", "rank"], how="left")
+        if not all_known:
+            part = part.astype({"lateness_ns": "float64", "last": object})
+        yield part
 
 
 def _rank_first(df: pd.DataFrame) -> pd.DataFrame:
@@ -64,14 +95,38 @@ def _rank_first(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_tables(report: AnalysisReport, folder: Path) -> list[Path]:
-    """Write report_tables(report) as DIR/<name>.parquet (the folder is made; files are replaced)."""
+    """Write the report's tables as DIR/<name>.parquet (the folder is made; files are replaced), each
+    chunk appended to its file as it is made (one row group or more per chunk)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, df in report_tables(report).items():
+    for name, chunks in table_chunks(report).items():
         path = folder / f"{name}.parquet"
-        _plain_columns(df).to_parquet(path, index=False)
+        writer = None
+        try:
+            for df in chunks:
+                table = pa.Table.from_pandas(_plain_columns(df), preserve_index=False,
+                                             schema=writer.schema if writer else None)
+                if writer is None:
+                    table = table.cast(_typed_last(table.schema))
+                    writer = pq.ParquetWriter(path, table.schema)
+                writer.write_table(table)
+        finally:
+            if writer is not None:
+                writer.close()
         written.append(path)
     return written
+
+
+def _typed_last(schema: Any) -> Any:
+    """collective_ranks' `last`, all missing in a first chunk of collectives whose peers are unknown, typed
+    bool as the column is, so that later chunks with values fit the same file."""
+    import pyarrow as pa
+
+    return pa.schema([f.with_type(pa.bool_()) if f.name == "last" and f.type == pa.null() else f for f in schema],
+                     metadata=schema.metadata)
 
 
 def _plain_columns(df: pd.DataFrame) -> pd.DataFrame:

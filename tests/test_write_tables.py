@@ -52,3 +52,35 @@ def test_cli_writes_readable_parquet(tmp_path):
     ranks = pd.read_parquet(out / "ranks.parquet")
     assert ranks["overlap_ratio"].tolist() == [x["overlap_ratio"] for x in doc["ranks"]]
     assert len(pd.read_parquet(out / "collectives.parquet")) == doc["cross_rank"]["n_matched"]
+
+
+def _merged(rep) -> pd.DataFrame:
+    """collective_ranks as one left merge of the whole members table with its lateness."""
+    from analyzers.crossrank.stragglers import lateness
+
+    cr = rep.cross_rank
+    lat = lateness(cr.collectives, cr.members)
+    return cr.members.merge(lat[["coll_id", "rank", "lateness_ns", "last"]], on=["coll_id", "rank"], how="left")
+
+
+def test_collective_ranks_written_in_chunks_is_the_whole_merge(tmp_path, monkeypatch):
+    """Written a few rows at a time, the file holds what one merge of the whole table makes; also where the
+    first chunk's collectives have unknown peers (no lateness: NaN, `last` missing) and later ones do not."""
+    from overlapscope import write_tables as wt
+
+    rep = analyze(load_traces([SET]))
+    monkeypatch.setattr(wt, "CHUNK_ROWS", 7)
+    for unknown in (False, True):
+        if unknown:
+            colls = rep.cross_rank.collectives
+            first_ids = rep.cross_rank.members["coll_id"].iloc[:9].unique()
+            colls.loc[colls["coll_id"].isin(first_ids), "peers_known"] = False
+        want = _merged(rep)
+        assert len(want) > 3 * wt.CHUNK_ROWS and want["lateness_ns"].isna().any() == unknown
+        out = tmp_path / f"t{int(unknown)}"
+        wt.write_tables(rep, out)
+        got = pd.read_parquet(out / "collective_ranks.parquet")
+        ref = tmp_path / f"ref{int(unknown)}.parquet"
+        want.to_parquet(ref, index=False)
+        pd.testing.assert_frame_equal(got, pd.read_parquet(ref), check_exact=True)
+        pd.testing.assert_frame_equal(wt.report_tables(rep)["collective_ranks"], want, check_exact=True)
