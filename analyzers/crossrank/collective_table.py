@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import re
 import warnings
-from dataclasses import asdict, dataclass
-from functools import lru_cache
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache, partial
 from typing import Any
 
 import numpy as np
@@ -118,25 +119,38 @@ def _bytes(n: int) -> str:
 
 @dataclass
 class CollectiveTable:
-    """The collectives table of a trace set (see module docstring); plain data through document()."""
+    """The collectives table of a trace set (see module docstring); plain data through document().
+
+    The document reads the groups and the first rows only; the whole table (one row per communication
+    activity and rank: millions at a thousand ranks) is built when ``rows`` is first read (the app, export),
+    from the traces and the cross-rank report it was made from, so `analyze` does not hold it."""
 
     params: CollectiveParams
-    rows: pd.DataFrame  # one row per communication activity per rank
     groups: pd.DataFrame  # per (op, size bucket), all ranks
     rank_groups: pd.DataFrame  # per (rank, op, size bucket)
     link_gbps: float | None
     link_source: str
     notes: list[str]
+    n_rows: int  # rows of the whole table
+    head: pd.DataFrame  # its first params.max_listed rows
+    source: Callable[[], pd.DataFrame] | None = field(default=None, repr=False, compare=False)
+    _rows: pd.DataFrame | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def rows(self) -> pd.DataFrame:
+        """One row per communication activity per rank (ROW_COLUMNS), built on first use."""
+        if self._rows is None:
+            self._rows = self.source() if self.source is not None else self.head
+        return self._rows
 
     def document(self) -> dict[str, Any]:
-        cap = self.params.max_listed
         return {
             "link_gbps": self.link_gbps,
             "link_source": self.link_source,
-            "n_rows": int(len(self.rows)),
+            "n_rows": self.n_rows,
             "groups": rows(self.groups),
             "per_rank": rows(self.rank_groups),
-            "rows": rows(self.rows.head(cap)),
+            "rows": rows(self.head),
             "params": asdict(self.params),
             "notes": list(self.notes),
         }
@@ -145,6 +159,9 @@ class CollectiveTable:
 ROW_COLUMNS = ["rank", "row", "start_ns", "end_ns", "stream", "name", "library", "op", "pg", "group_size", "dtype",
                "bytes", "dur_ns", "wait_ns", "transfer_ns", "wait_known", "algbw_gbps", "busbw_gbps",
                "overlap_share", "overlapped", "size_bucket", "link_fraction"]
+# What the groups' medians read of each row (the rank for the per-rank groups).
+_GROUP_INPUT = ["rank", "op", "size_bucket", "bytes", "dur_ns", "wait_ns", "transfer_ns", "algbw_gbps", "busbw_gbps",
+                "overlapped"]
 
 
 def collective_table(traces: TraceSet, cross: CrossRankReport | None = None,
@@ -152,33 +169,62 @@ def collective_table(traces: TraceSet, cross: CrossRankReport | None = None,
     """The collectives table of a classified trace set; cross: its cross-rank report (peer wait), if any.
 
     cross.members' rows index the GPU tables of the traces given here, so pass the report made from the
-    same traces (with a step selection, the selected rows)."""
+    same traces (with a step selection, the selected rows). Each rank's rows are made in turn and kept only
+    as far as the document needs them (the groups' inputs, the first rows); ``rows`` makes them again."""
     params = params or CollectiveParams()
     notes: list[str] = []
-    wait = _member_waits(cross)
     link, source = _link(traces, params)
-    parts = [p for t in traces if len(p := _rank_rows(t, wait.get(t.rank), params))]
-    for p in parts:  # each part in its final form: the concatenation is the table (no copy of it)
-        p["link_fraction"] = p["busbw_gbps"] / link if link else np.nan
-    if parts:
-        table = pd.concat([p[ROW_COLUMNS] for p in parts], ignore_index=True)
-        del parts
-    else:
+    cap = params.max_listed
+    head: list[pd.DataFrame] = []
+    inputs: list[pd.DataFrame] = []
+    n_rows = no_size = no_wait = 0
+    no_size_ops: set[str] = set()
+    for p in _rank_parts(traces, _member_waits(cross), params, link):
+        if n_rows < cap:
+            head.append(p.head(cap - n_rows))
+        n_rows += len(p)
+        inputs.append(p[_GROUP_INPUT])
+        sizeless = (p["bytes"] <= 0).to_numpy()
+        no_size += int(sizeless.sum())
+        no_size_ops.update(p["op"].to_numpy()[sizeless].tolist())
+        no_wait += int((~p["wait_known"]).sum())
+    if not inputs:
         table = pd.DataFrame({c: [] for c in ROW_COLUMNS})
         table["link_fraction"] = table["busbw_gbps"] / link if link else np.nan
         table = table[ROW_COLUMNS]
-    if len(table):
-        no_size = int((table["bytes"] <= 0).sum())
-        if no_size:
-            ops = ", ".join(sorted(set(table.loc[table["bytes"] <= 0, "op"]))[:5])
-            notes.append(f"{no_size} of {len(table)} communication activities carry no message size ({ops}): "
-                         "no bandwidth for them")
-        if not table["wait_known"].all():
-            notes.append(f"{int((~table['wait_known']).sum())} communication activities have no peer wait (not "
-                         "matched across ranks, or their peers are unknown): their bandwidth is on the whole kernel "
-                         "time, any wait included")
-    return CollectiveTable(params, table, _groups(table, [], link), _groups(table, ["rank"], link),
-                           link, source, notes)
+        return CollectiveTable(params, _groups(table, [], link), _groups(table, ["rank"], link), link, source, notes,
+                               0, table.head(cap), _rows=table)
+    if no_size:
+        ops = ", ".join(sorted(no_size_ops)[:5])
+        notes.append(f"{no_size} of {n_rows} communication activities carry no message size ({ops}): "
+                     "no bandwidth for them")
+    if no_wait:
+        notes.append(f"{no_wait} communication activities have no peer wait (not "
+                     "matched across ranks, or their peers are unknown): their bandwidth is on the whole kernel "
+                     "time, any wait included")
+    grouped = pd.concat(inputs, ignore_index=True)
+    del inputs
+    groups, rank_groups = _groups(grouped, [], link), _groups(grouped, ["rank"], link)
+    del grouped
+    return CollectiveTable(params, groups, rank_groups, link, source, notes, n_rows,
+                           pd.concat(head, ignore_index=True).head(cap) if head else pd.DataFrame(columns=ROW_COLUMNS),
+                           source=partial(_whole_table, traces, cross, params, link))
+
+
+def _rank_parts(traces: TraceSet, wait: dict[int, pd.Series], params: CollectiveParams,
+                link: float | None) -> Iterator[pd.DataFrame]:
+    """Each rank's rows of the table in their final form (ROW_COLUMNS), in rank order; empty ranks skipped."""
+    for t in traces:
+        p = _rank_rows(t, wait.get(t.rank), params)
+        if len(p):
+            p["link_fraction"] = p["busbw_gbps"] / link if link else np.nan
+            yield p[ROW_COLUMNS]
+
+
+def _whole_table(traces: TraceSet, cross: CrossRankReport | None, params: CollectiveParams,
+                 link: float | None) -> pd.DataFrame:
+    """Every rank's rows in one table (CollectiveTable.rows)."""
+    return pd.concat(list(_rank_parts(traces, _member_waits(cross), params, link)), ignore_index=True)
 
 
 def _member_waits(cross: CrossRankReport | None) -> dict[int, pd.Series]:
