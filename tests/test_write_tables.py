@@ -81,6 +81,6 @@ def test_collective_ranks_written_in_chunks_is_the_whole_merge(tmp_path, monkeyp
         wt.write_tables(rep, out)
         got = pd.read_parquet(out / "collective_ranks.parquet")
         ref = tmp_path / f"ref{int(unknown)}.parquet"
-        want.to_parquet(ref, index=False)
+        wt._plain_columns(want).to_parquet(ref, index=False)  # as one whole table was written
         pd.testing.assert_frame_equal(got, pd.read_parquet(ref), check_exact=True)
         pd.testing.assert_frame_equal(wt.report_tables(rep)["collective_ranks"], want, check_exact=True)

@@ -82,9 +82,12 @@ def analyze_cross_rank(traces: TraceSet, *, align: bool = True, params: CrossRan
                 clock, clock_notes = align_clocks(traces, matching, align, params)
     notes = list(matching.notes) + clock_notes
     offsets = clock.offsets_ns
-    colls, members, pw_notes = peer_wait(matching, ranks, offsets, params, traces.world_size)
+    frames.comm = None  # the communication rows: matching is done
+    colls, members, arrival, pw_notes = peer_wait(matching, ranks, offsets, params, traces.world_size)
+    matching.members = members.iloc[:0]
     notes += pw_notes
-    totals, late_rows = peer_wait_totals(traces, colls, members, offsets, params)
+    totals, late_rows = peer_wait_totals(traces, colls, members, arrival, offsets, params)
+    del arrival
     mism, msum, m_notes = find_order_mismatches(traces, frames, labels, colls, members, offsets, params, steps)
     notes += m_notes
     stream_roles = {
@@ -96,6 +99,6 @@ def analyze_cross_rank(traces: TraceSet, *, align: bool = True, params: CrossRan
     }
     return CrossRankReport(
         ranks=ranks, reference_rank=frames.ref, params=params, clock=clock, collectives=colls,
-        members=members.drop(columns=["arrival"], errors="ignore"), unmatched=matching.unmatched,
+        members=members, unmatched=matching.unmatched,
         inconsistent=matching.inconsistent, peer_wait=totals, late_ranks=late_rows, stream_roles=stream_roles,
         mismatches=mism, mismatch_summary=msum, notes=notes, aligned=aligned_copy(traces, offsets))

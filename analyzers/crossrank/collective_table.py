@@ -159,9 +159,9 @@ class CollectiveTable:
 ROW_COLUMNS = ["rank", "row", "start_ns", "end_ns", "stream", "name", "library", "op", "pg", "group_size", "dtype",
                "bytes", "dur_ns", "wait_ns", "transfer_ns", "wait_known", "algbw_gbps", "busbw_gbps",
                "overlap_share", "overlapped", "size_bucket", "link_fraction"]
-# What the groups' medians read of each row (the rank for the per-rank groups).
-_GROUP_INPUT = ["rank", "op", "size_bucket", "bytes", "dur_ns", "wait_ns", "transfer_ns", "algbw_gbps", "busbw_gbps",
-                "overlapped"]
+# What the groups of all ranks read of each row.
+_MEDIANS = ("bytes", "dur_ns", "wait_ns", "transfer_ns", "algbw_gbps", "busbw_gbps")  # as floats, as _groups reads them
+_GROUP_INPUT = ["op", "size_bucket", *_MEDIANS, "overlapped"]
 
 
 def collective_table(traces: TraceSet, cross: CrossRankReport | None = None,
@@ -176,14 +176,16 @@ def collective_table(traces: TraceSet, cross: CrossRankReport | None = None,
     link, source = _link(traces, params)
     cap = params.max_listed
     head: list[pd.DataFrame] = []
-    inputs: list[pd.DataFrame] = []
+    inputs: list[dict[str, np.ndarray]] = []
+    rank_groups: list[pd.DataFrame] = []
     n_rows = no_size = no_wait = 0
     no_size_ops: set[str] = set()
-    for p in _rank_parts(traces, _member_waits(cross), params, link):
+    for p in _rank_parts(traces, _member_waits(cross), params, link):  # in rank order
         if n_rows < cap:
             head.append(p.head(cap - n_rows))
         n_rows += len(p)
-        inputs.append(p[_GROUP_INPUT])
+        rank_groups.append(_groups(p, ["rank"], link))  # a rank's groups read its own rows only
+        inputs.append({c: p[c].to_numpy(dtype=float if c in _MEDIANS else None) for c in _GROUP_INPUT})
         sizeless = (p["bytes"] <= 0).to_numpy()
         no_size += int(sizeless.sum())
         no_size_ops.update(p["op"].to_numpy()[sizeless].tolist())
@@ -202,11 +204,12 @@ def collective_table(traces: TraceSet, cross: CrossRankReport | None = None,
         notes.append(f"{no_wait} communication activities have no peer wait (not "
                      "matched across ranks, or their peers are unknown): their bandwidth is on the whole kernel "
                      "time, any wait included")
-    grouped = pd.concat(inputs, ignore_index=True)
+    # every rank's inputs in one table, a column at a time (each rank's array is dropped once copied)
+    grouped = pd.DataFrame({c: np.concatenate([d.pop(c) for d in inputs]) for c in _GROUP_INPUT}, copy=False)
     del inputs
-    groups, rank_groups = _groups(grouped, [], link), _groups(grouped, ["rank"], link)
+    groups = _groups(grouped, [], link)
     del grouped
-    return CollectiveTable(params, groups, rank_groups, link, source, notes, n_rows,
+    return CollectiveTable(params, groups, pd.concat(rank_groups, ignore_index=True), link, source, notes, n_rows,
                            pd.concat(head, ignore_index=True).head(cap) if head else pd.DataFrame(columns=ROW_COLUMNS),
                            source=partial(_whole_table, traces, cross, params, link))
 

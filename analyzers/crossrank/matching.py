@@ -88,12 +88,20 @@ def _comm_rows(traces: TraceSet, frames: _Frames, role_labels: dict[int, str]) -
     c["lab"] = pd.factorize(label)[0][combo]
     del c["coll"], c["pg"]
     order = np.lexsort((c["start"], c["gcode"], c["rank"]))
-    return _CommRows({k: v[order] for k, v in c.items()}, np.asarray(groups, dtype=object), label)
+    for k in list(c):  # one column at a time: a second copy of one array, not of all of them
+        c[k] = c[k][order]
+    return _CommRows(c, np.asarray(groups, dtype=object), label)
 
 
 def _str_column(values: np.ndarray, codes: np.ndarray) -> pd.api.extensions.ExtensionArray:
     """values[codes] as the column pandas infers for those strings, built with one take."""
     return pd.Series(values).array.take(codes)
+
+
+def _cat_column(values: np.ndarray, codes: np.ndarray) -> pd.Categorical:
+    """values[codes] as a categorical (a byte or two a row, where a string column holds each string again)."""
+    ucodes, uniq = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
+    return pd.Categorical.from_codes(ucodes[codes], categories=pd.Index(uniq, dtype="str"))
 
 
 def match_collectives(traces: TraceSet, frames: _Frames, role_labels: dict[int, str],
@@ -158,8 +166,10 @@ def match_collectives(traces: TraceSet, frames: _Frames, role_labels: dict[int, 
                              "counts": {str(int(r)): int(v) for r, v in zip(ranks[counts[g] > 0], present,
                                                                              strict=True)}})
     keep = ~bad[gcode]
-    c = {k: v[keep] for k, v in c.items()}
-    key, occ, gcode, rank = key[keep], occ[keep], c["gcode"], c["rank"]
+    if not keep.all():  # (a copy of every row only where some are dropped)
+        c = {k: v[keep] for k, v in c.items()}
+        key, occ = key[keep], occ[keep]
+    gcode, rank = c["gcode"], c["rank"]
 
     # Matched = a (group, key, occ) present on every rank that runs the group (one row per rank each).
     coll, n_coll = _codes(gcode, key, occ)
@@ -192,8 +202,10 @@ def match_collectives(traces: TraceSet, frames: _Frames, role_labels: dict[int, 
     keep = full & ~mixed
     if not keep.any():
         return _Matching(empty_members, empty_colls, unmatched, inconsistent, notes)
-    c = {k: v[keep] for k, v in c.items()}
-    key, occ, coll = key[keep], occ[keep], coll[keep]
+    if not keep.all():
+        c = {k: v[keep] for k, v in c.items()}
+        key, occ, coll = key[keep], occ[keep], coll[keep]
+    del full, mixed, keep, have
 
     # Number collectives by their earliest start, so ids read in time order (ties: first seen).
     first = np.full(n_coll, np.iinfo(np.int64).max, dtype=np.int64)
@@ -202,17 +214,24 @@ def match_collectives(traces: TraceSet, frames: _Frames, role_labels: dict[int, 
     coll_id = np.empty(n_coll, dtype=np.int64)
     coll_id[present[np.argsort(first[present], kind="stable")]] = np.arange(len(present))
     cid = coll_id[coll]
+    del coll, coll_id
     o = np.lexsort((c["rank"], cid))
-    members = pd.DataFrame({"coll_id": cid[o], "rank": c["rank"][o], "row": c["row"][o], "start": c["start"][o],
-                            "end": c["end"][o], "stream": c["stream"][o], "role": c["role"][o],
-                            "label": _str_column(labels, c["combo"][o]), "group": _str_column(groups, c["gcode"][o]),
-                            "key": key[o], "occ": occ[o],
-                            "seq": c["seq"][o]})
-    heads = np.flatnonzero(np.r_[True, cid[o][1:] != cid[o][:-1]])
-    colls = pd.DataFrame({"coll_id": cid[o][heads], "group": _str_column(groups, c["gcode"][o][heads]),
-                          "index": key[o][heads], "seq": np.maximum.reduceat(c["seq"][o], heads),
-                          "coll_name": _str_column(labels, c["combo"][o][heads]),
-                          "n_ranks": np.diff(np.r_[heads, len(o)])})
+    cid, key, occ = cid[o], key[o], occ[o]
+    # Members hold a row per (collective, rank): built from fresh arrays without pandas' copy of them, taken
+    # one column at a time (the rows' columns are no longer needed once taken).
+    cols: dict[str, Any] = {"coll_id": cid}
+    for k in ("rank", "row", "start", "end", "stream", "role"):
+        cols[k] = c.pop(k)[o]
+    combo, gc, seq = c["combo"][o], c["gcode"][o], c["seq"][o]
+    del c, o
+    cols.update({"label": _cat_column(labels, combo), "group": _cat_column(groups, gc), "key": key, "occ": occ,
+                 "seq": seq})
+    members = pd.DataFrame(cols, copy=False)
+    heads = np.flatnonzero(np.r_[True, cid[1:] != cid[:-1]])
+    colls = pd.DataFrame({"coll_id": cid[heads], "group": _str_column(groups, gc[heads]),
+                          "index": key[heads], "seq": np.maximum.reduceat(seq, heads),
+                          "coll_name": _str_column(labels, combo[heads]),
+                          "n_ranks": np.diff(np.r_[heads, len(cid)])})
     if unmatched or inconsistent:
         notes.append("some communication could not be matched across ranks (see unmatched / inconsistent); "
                      "it is left out of peer wait")

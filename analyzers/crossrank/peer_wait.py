@@ -16,16 +16,19 @@ from analyzers.timeline.model import TraceSet
 # --------------------------------------------------------------------------- peer wait
 
 def peer_wait(m: _Matching, ranks: list[int], offsets: dict[int, int], params: CrossRankParams,
-              world_size: int | None) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    """Arrival, late rank, and per rank wait / transfer split of every matched collective."""
+              world_size: int | None) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray, list[str]]:
+    """Arrival, late rank, and per rank wait / transfer split of every matched collective; also each member's
+    collective's arrival (aligned), which peer_wait_totals reads and the report does not keep."""
     notes: list[str] = []
-    mem = m.members.copy()
+    mem = m.members
     if mem.empty:
         return m.colls.assign(arrival_ns=[], first_start_ns=[], skew_ns=[], late_rank=[], end_spread_ns=[],
-                              max_wait_ns=[], total_wait_ns=[], peers_known=[]), mem, notes
+                              max_wait_ns=[], total_wait_ns=[], peers_known=[]), mem.copy(), \
+            np.zeros(0, dtype=np.int64), notes
     off = _per_member(offsets, mem["rank"].to_numpy())
-    mem["start"] = mem["start"].to_numpy(dtype=np.int64) + off
-    mem["end"] = mem["end"].to_numpy(dtype=np.int64) + off
+    start = mem["start"].to_numpy(dtype=np.int64) + off
+    end = mem["end"].to_numpy(dtype=np.int64) + off
+    del off
     colls = m.colls.copy()
     pair_world = (colls["n_ranks"] == 2) & (world_size is None or world_size == 2)
     colls["peers_known"] = ~(_search(colls["coll_name"], params.p2p_pattern) & ~pair_world.to_numpy())
@@ -38,18 +41,16 @@ def peer_wait(m: _Matching, ranks: list[int], offsets: dict[int, int], params: C
     cid = mem["coll_id"].to_numpy(dtype=np.int64)
     heads = np.flatnonzero(np.r_[True, cid[1:] != cid[:-1]])
     size = np.diff(np.r_[heads, len(cid)])
-    start, end = mem["start"].to_numpy(), mem["end"].to_numpy()
     arrival_c = np.maximum.reduceat(start, heads)
     arrival = np.repeat(arrival_c, size)
     known = colls["peers_known"].to_numpy(dtype=bool)[np.searchsorted(colls["coll_id"].to_numpy(), cid)]
     dur = end - start
-    wait = np.clip(arrival - start, 0, dur)
-    wait = np.where(known, wait, 0)
-    mem["wait_ns"] = wait
-    mem["transfer_ns"] = dur - wait
-    mem["arrival"] = arrival
+    wait = np.where(known, np.clip(arrival - start, 0, dur), 0)
+    transfer = dur - wait
+    del dur, known
     pos = np.arange(len(cid))
     late_pos = np.minimum.reduceat(np.where(start == arrival, pos, len(cid)), heads)  # first latest start
+    del pos
     first_c = np.minimum.reduceat(start, heads)
     skew = arrival_c - first_c
     late_rank = np.where(skew < params.min_skew_ns, -1, mem["rank"].to_numpy()[late_pos]).astype(np.int64)
@@ -64,28 +65,35 @@ def peer_wait(m: _Matching, ranks: list[int], offsets: dict[int, int], params: C
     cols = ["coll_id", "group", "index", "seq", "coll_name", "n_ranks", "peers_known", "arrival_ns",
             "first_start_ns", "skew_ns", "late_rank", "end_spread_ns", "max_wait_ns", "total_wait_ns"]
     colls = pd.DataFrame({**{c: data[c] for c in cols},
-                          **_per_rank_columns(mem, colls["coll_id"].to_numpy(), ranks)})
-    members = mem.rename(columns={"start": "start_ns", "end": "end_ns"})
-    return colls, members, notes
+                          **_per_rank_columns(mem, start, end, wait, transfer, colls["coll_id"].to_numpy(), ranks)},
+                         copy=False)
+    # the members as matched, start and end aligned, with their wait and transfer (no copy of the matched columns)
+    members = pd.DataFrame({**{c: mem[c].array for c in mem.columns}, "start": start, "end": end, "wait_ns": wait,
+                            "transfer_ns": transfer}, copy=False).rename(columns={"start": "start_ns", "end": "end_ns"})
+    return colls, members, arrival, notes
 
 
-def _per_rank_columns(mem: pd.DataFrame, ids: np.ndarray, ranks: list[int]) -> dict[str, pd.arrays.IntegerArray]:
+def _per_rank_columns(mem: pd.DataFrame, start: np.ndarray, end: np.ndarray, wait: np.ndarray,
+                      transfer: np.ndarray, ids: np.ndarray, ranks: list[int]) -> dict[str, pd.arrays.IntegerArray]:
     """start_ns_r{r}, end_ns_r{r}, wait_ns_r{r}, transfer_ns_r{r} per rank, nullable Int64 (a rank
-    may be absent): exact epoch nanoseconds, one column per rank and value, built in one pass."""
+    may be absent): exact epoch nanoseconds, one column per rank and value, built in one pass. Each value is
+    one rank-major matrix whose rows are the columns (no copy per column)."""
     rank_arr = np.asarray(ranks, dtype=np.int64)
     ci = np.searchsorted(ids, mem["coll_id"].to_numpy())
     ri = np.searchsorted(rank_arr, mem["rank"].to_numpy())
-    absent = np.ones((len(ids), len(ranks)), dtype=bool)
-    absent[ci, ri] = False
-    names = {"start": "start_ns", "end": "end_ns", "wait_ns": "wait_ns", "transfer_ns": "transfer_ns"}
+    absent = np.ones((len(ranks), len(ids)), dtype=bool)
+    absent[ri, ci] = False
+    out: dict[str, pd.arrays.IntegerArray] = {}
     mats = {}
-    for c in names:
-        mat = np.zeros((len(ids), len(ranks)), dtype=np.int64)
-        mat[ci, ri] = mem[c].to_numpy(dtype=np.int64)
-        mats[c] = mat
-    return {f"{n}_r{r}": pd.arrays.IntegerArray(np.ascontiguousarray(mats[c][:, j]),
-                                                np.ascontiguousarray(absent[:, j]))
-            for j, r in enumerate(ranks) for c, n in names.items()}
+    for n, v in (("start_ns", start), ("end_ns", end), ("wait_ns", wait), ("transfer_ns", transfer)):
+        mat = np.zeros((len(ranks), len(ids)), dtype=np.int64)
+        mat[ri, ci] = v
+        mats[n] = mat
+    for j, r in enumerate(ranks):
+        mask = absent[j]
+        for n, mat in mats.items():
+            out[f"{n}_r{r}"] = pd.arrays.IntegerArray(mat[j], mask.copy())
+    return out
 
 
 def _per_member(values: dict[int, int], rank: np.ndarray) -> np.ndarray:
@@ -117,9 +125,11 @@ def _overlap(u: iv.Intervals, busy: tuple[np.ndarray, np.ndarray, np.ndarray]) -
     return int((_covered(busy, u[1]) - _covered(busy, u[0])).sum())
 
 
-def peer_wait_totals(traces: TraceSet, colls: pd.DataFrame, members: pd.DataFrame, offsets: dict[int, int],
-                     params: CrossRankParams) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
-    """Per rank wait / transfer totals and effective overlap; per late rank the wait it caused."""
+def peer_wait_totals(traces: TraceSet, colls: pd.DataFrame, members: pd.DataFrame, arrival: np.ndarray,
+                     offsets: dict[int, int], params: CrossRankParams
+                     ) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
+    """Per rank wait / transfer totals and effective overlap; per late rank the wait it caused (arrival: each
+    member's collective's arrival, as peer_wait gives it)."""
     out: dict[int, dict[str, Any]] = {}
     late = colls["late_rank"].to_numpy(dtype=np.int64) if len(colls) else np.zeros(0, dtype=np.int64)
     n_late = dict(zip(*np.unique(late, return_counts=True), strict=True))
@@ -132,7 +142,7 @@ def peer_wait_totals(traces: TraceSet, colls: pd.DataFrame, members: pd.DataFram
         rows_o = rows[o]  # once: a view per rank into one array (rows[o] per rank kept ranks x members alive)
         by_rank = {r: rows_o[sl] for r, sl in _slices(rank[o]).items()}
         m_start, m_end = members["start_ns"].to_numpy(dtype=np.int64), members["end_ns"].to_numpy(dtype=np.int64)
-        m_arrival, m_late = members["arrival"].to_numpy(dtype=np.int64), late[pos]
+        m_arrival, m_late = arrival, late[pos]
         m_wait, m_transfer = members["wait_ns"].to_numpy(), members["transfer_ns"].to_numpy()
     for r in traces.rank_ids():
         t = traces.ranks[r]

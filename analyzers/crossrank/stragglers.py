@@ -91,8 +91,8 @@ def lateness(colls: pd.DataFrame, members: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({"coll_id": members["coll_id"].to_numpy(dtype=np.int64), "rank": rank,
                         "row": members["row"].to_numpy(dtype=np.int64),
                         "lateness_ns": members["start_ns"].to_numpy(dtype=np.int64) - first,
-                        "last": late == rank})
-    return out[known].reset_index(drop=True)
+                        "last": late == rank}, copy=False)
+    return out if known.all() else out[known].reset_index(drop=True)
 
 
 def robust_z(x: np.ndarray) -> np.ndarray:
@@ -119,14 +119,15 @@ def straggler_view(traces: dict[int, RankTrace], colls: pd.DataFrame, members: p
                            "outliers": [], "hosts": [], "distribution": {}}
     if lat.empty:
         return out
-    rank_arr = lat["rank"].to_numpy()
-    o = np.argsort(rank_arr, kind="stable")
-    lat = lat.iloc[o].reset_index(drop=True)
-    rank_arr = lat["rank"].to_numpy()
+    o = np.argsort(lat["rank"].to_numpy(), kind="stable")  # by rank: the columns it reads, one at a time
+    rank_arr = lat["rank"].to_numpy()[o]
+    ln = lat["lateness_ns"].to_numpy(dtype=np.int64)[o]
+    last = lat["last"].to_numpy(dtype=bool)[o]
+    coll_ids, coll_rows = lat["coll_id"].to_numpy()[o], lat["row"].to_numpy()[o]
+    del lat, o
     heads = np.flatnonzero(np.r_[True, rank_arr[1:] != rank_arr[:-1]])
-    bounds = dict(zip(rank_arr[heads].tolist(), zip(heads, np.r_[heads[1:], len(lat)], strict=True), strict=True))
-    ln = lat["lateness_ns"].to_numpy(dtype=np.int64)
-    last = lat["last"].to_numpy(dtype=bool)
+    bounds = dict(zip(rank_arr[heads].tolist(), zip(heads, np.r_[heads[1:], len(rank_arr)], strict=True),
+                      strict=True))
     rows = []
     for r in ranks:
         if r not in bounds:
@@ -137,9 +138,9 @@ def straggler_view(traces: dict[int, RankTrace], colls: pd.DataFrame, members: p
         row: dict[str, Any] = {
             "rank": r, "host": traces[r].hostname or None, "n_collectives": b - a, "n_last": int(lst.sum()),
             "last_share": float(lst.mean()), "median_lateness_ns": int(np.median(x)),
-            "worst_lateness_ns": int(x.max()), "worst_coll_id": int(lat["coll_id"].iat[worst]),
+            "worst_lateness_ns": int(x.max()), "worst_coll_id": int(coll_ids[worst]),
         }
-        row.update(_before(traces[r], lat["row"].to_numpy()[a:b][lst]))
+        row.update(_before(traces[r], coll_rows[a:b][lst]))
         rows.append(row)
     med = np.array([r["median_lateness_ns"] for r in rows], dtype=np.float64)
     z = robust_z(med)
