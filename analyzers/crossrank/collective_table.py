@@ -159,9 +159,8 @@ class CollectiveTable:
 ROW_COLUMNS = ["rank", "row", "start_ns", "end_ns", "stream", "name", "library", "op", "pg", "group_size", "dtype",
                "bytes", "dur_ns", "wait_ns", "transfer_ns", "wait_known", "algbw_gbps", "busbw_gbps",
                "overlap_share", "overlapped", "size_bucket", "link_fraction"]
-# What the groups of all ranks read of each row.
+# What the groups of all ranks read of each row (and overlapped).
 _MEDIANS = ("bytes", "dur_ns", "wait_ns", "transfer_ns", "algbw_gbps", "busbw_gbps")  # as floats, as _groups reads them
-_GROUP_INPUT = ["op", "size_bucket", *_MEDIANS, "overlapped"]
 
 
 def collective_table(traces: TraceSet, cross: CrossRankReport | None = None,
@@ -176,7 +175,7 @@ def collective_table(traces: TraceSet, cross: CrossRankReport | None = None,
     link, source = _link(traces, params)
     cap = params.max_listed
     head: list[pd.DataFrame] = []
-    inputs: list[dict[str, np.ndarray]] = []
+    inputs: dict[tuple[str, str], list[dict[str, np.ndarray]]] = {}  # per (op, size bucket): each rank's values
     rank_groups: list[pd.DataFrame] = []
     n_rows = no_size = no_wait = 0
     no_size_ops: set[str] = set()
@@ -185,7 +184,7 @@ def collective_table(traces: TraceSet, cross: CrossRankReport | None = None,
             head.append(p.head(cap - n_rows))
         n_rows += len(p)
         rank_groups.append(_groups(p, ["rank"], link))  # a rank's groups read its own rows only
-        inputs.append({c: p[c].to_numpy(dtype=float if c in _MEDIANS else None) for c in _GROUP_INPUT})
+        _add_group_inputs(inputs, p)
         sizeless = (p["bytes"] <= 0).to_numpy()
         no_size += int(sizeless.sum())
         no_size_ops.update(p["op"].to_numpy()[sizeless].tolist())
@@ -204,14 +203,33 @@ def collective_table(traces: TraceSet, cross: CrossRankReport | None = None,
         notes.append(f"{no_wait} communication activities have no peer wait (not "
                      "matched across ranks, or their peers are unknown): their bandwidth is on the whole kernel "
                      "time, any wait included")
-    # every rank's inputs in one table, a column at a time (each rank's array is dropped once copied)
-    grouped = pd.DataFrame({c: np.concatenate([d.pop(c) for d in inputs]) for c in _GROUP_INPUT}, copy=False)
-    del inputs
-    groups = _groups(grouped, [], link)
-    del grouped
-    return CollectiveTable(params, groups, pd.concat(rank_groups, ignore_index=True), link, source, notes, n_rows,
+    return CollectiveTable(params, _merged_groups(inputs, link), pd.concat(rank_groups, ignore_index=True), link,
+                           source, notes, n_rows,
                            pd.concat(head, ignore_index=True).head(cap) if head else pd.DataFrame(columns=ROW_COLUMNS),
                            source=partial(_whole_table, traces, cross, params, link))
+
+
+def _add_group_inputs(inputs: dict[tuple[str, str], list[dict[str, np.ndarray]]], p: pd.DataFrame) -> None:
+    """A rank's values of what the groups' medians read, added to its (op, size bucket) groups' lists."""
+    codes, keys = pd.factorize(pd.MultiIndex.from_arrays([p["op"].to_numpy(), p["size_bucket"].to_numpy()]))
+    values = {c: p[c].to_numpy(dtype=float) for c in _MEDIANS} | {"overlapped": p["overlapped"].to_numpy(dtype=bool)}
+    for k, key in enumerate(keys):
+        sel = codes == k
+        inputs.setdefault((str(key[0]), str(key[1])), []).append({c: v[sel] for c, v in values.items()})
+
+
+def _merged_groups(inputs: dict[tuple[str, str], list[dict[str, np.ndarray]]], link: float | None) -> pd.DataFrame:
+    """The groups over all ranks, as _groups makes them from the whole table, one (op, size bucket) at a time
+    (only one group's values are joined at once)."""
+    frames = []
+    for (op, bucket), parts in inputs.items():
+        cols = {c: np.concatenate([d[c] for d in parts]) for c in (*_MEDIANS, "overlapped")}
+        parts.clear()
+        n = len(cols["overlapped"])
+        frames.append(_groups(pd.DataFrame({"op": [op] * n, "size_bucket": [bucket] * n, **cols}), [], link))
+    frame = pd.concat(frames, ignore_index=True)
+    frame["_floor"] = frame["size_bucket"].map(bucket_floor)
+    return frame.sort_values(["op", "_floor"], kind="stable").drop(columns="_floor").reset_index(drop=True)
 
 
 def _rank_parts(traces: TraceSet, wait: dict[int, pd.Series], params: CollectiveParams,
