@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzers.crossrank.frames import _codes
+from analyzers.crossrank.frames import _codes, _slices
 from analyzers.crossrank.link_peaks import bus_factor, dtype_bytes, link_peak_gbps
 from analyzers.crossrank.peer_wait import _covered, _covered_before
 from analyzers.crossrank.report import CrossRankReport
@@ -221,15 +221,14 @@ def _add_group_inputs(inputs: dict[tuple[str, str], list[dict[str, np.ndarray]]]
 def _merged_groups(inputs: dict[tuple[str, str], list[dict[str, np.ndarray]]], link: float | None) -> pd.DataFrame:
     """The groups over all ranks, as _groups makes them from the whole table, one (op, size bucket) at a time
     (only one group's values are joined at once)."""
-    frames = []
+    out: dict[str, list] = {c: [] for c in GROUP_COLUMNS[:-1]}
     for (op, bucket), parts in inputs.items():
         cols = {c: np.concatenate([d[c] for d in parts]) for c in (*_MEDIANS, "overlapped")}
         parts.clear()
-        n = len(cols["overlapped"])
-        frames.append(_groups(pd.DataFrame({"op": [op] * n, "size_bucket": [bucket] * n, **cols}), [], link))
-    frame = pd.concat(frames, ignore_index=True)
-    frame["_floor"] = frame["size_bucket"].map(bucket_floor)
-    return frame.sort_values(["op", "_floor"], kind="stable").drop(columns="_floor").reset_index(drop=True)
+        out["op"].append(op)
+        out["size_bucket"].append(bucket)
+        _add_stats(out, cols, cols.pop("overlapped"))
+    return _group_frame(out, [], link)
 
 
 def _rank_parts(traces: TraceSet, wait: dict[int, pd.Series], params: CollectiveParams,
@@ -249,16 +248,21 @@ def _whole_table(traces: TraceSet, cross: CrossRankReport | None, params: Collec
 
 
 def _member_waits(cross: CrossRankReport | None) -> dict[int, pd.Series]:
-    """Per rank: wait_ns of each matched GPU row (indexed by row), from the peer-wait members."""
+    """Per rank: wait_ns of each matched GPU row (indexed by row), from the peer-wait members (their rows'
+    columns read once, sorted by rank: no copy of the members)."""
     if cross is None or cross.members.empty or "wait_ns" not in cross.members:
         return {}
     m = cross.members
     pos = np.searchsorted(cross.collectives["coll_id"].to_numpy(), m["coll_id"].to_numpy())
     known = cross.collectives["peers_known"].to_numpy(dtype=bool)[pos] if len(cross.collectives) else \
         np.zeros(len(m), dtype=bool)
-    m = m[known]
-    return {int(r): pd.Series(g["wait_ns"].to_numpy(np.int64), index=g["row"].to_numpy(np.int64))
-            for r, g in m.groupby("rank")}
+    sel = np.flatnonzero(known)
+    del pos, known
+    rank = m["rank"].to_numpy()[sel]
+    o = sel[np.argsort(rank, kind="stable")]  # by rank, in the members' order within a rank (as groupby)
+    rank = m["rank"].to_numpy()[o]
+    wait, row = m["wait_ns"].to_numpy(np.int64)[o], m["row"].to_numpy(np.int64)[o]
+    return {int(r): pd.Series(wait[sl], index=row[sl]) for r, sl in _slices(rank).items()}
 
 
 def _rank_rows(t: RankTrace, waits: pd.Series | None, params: CollectiveParams) -> pd.DataFrame:
@@ -357,27 +361,36 @@ def _groups(table: pd.DataFrame, keys: list[str], link: float | None) -> pd.Data
     codes, _ = _codes(*(pd.factorize(table[c].to_numpy(), use_na_sentinel=False)[0].astype(np.int64) for c in by))
     order = np.argsort(codes, kind="stable")
     bounds = np.flatnonzero(np.r_[True, np.diff(codes[order]) != 0, True])
-    cols = {c: table[c].to_numpy(dtype=float) for c in ("bytes", "dur_ns", "wait_ns", "transfer_ns", "algbw_gbps",
-                                                         "busbw_gbps")}
+    cols = {c: table[c].to_numpy(dtype=float) for c in _MEDIANS}
     overlapped = table["overlapped"].to_numpy(dtype=bool)
-    out: dict[str, list] = {c: [] for c in [*by, *GROUP_COLUMNS[2:]]}
+    out: dict[str, list] = {c: [] for c in [*by, *GROUP_COLUMNS[2:-1]]}
+    for g in range(len(bounds) - 1):
+        rows = order[bounds[g]:bounds[g + 1]]
+        for c in by:
+            out[c].append(table[c].iat[int(rows[0])])
+        _add_stats(out, {c: v[rows] for c, v in cols.items()}, overlapped[rows])
+    return _group_frame(out, keys, link)
+
+
+_MEDIAN_NAMES = dict(zip(_MEDIANS, GROUP_COLUMNS[4:10], strict=True))  # bytes -> bytes_median, ...
+
+
+def _add_stats(out: dict[str, list], cols: dict[str, np.ndarray], ov: np.ndarray) -> None:
+    """One group's count and medians (cols: _MEDIANS as floats; ov: its rows' overlapped) appended to out."""
+    bus = cols["busbw_gbps"]
+    out["n"].append(ov.size)
+    out["n_overlapped"].append(int(ov.sum()))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a group whose values are all NaN has no median
-        for g in range(len(bounds) - 1):
-            rows = order[bounds[g]:bounds[g + 1]]
-            for c in by:
-                out[c].append(table[c].iat[int(rows[0])])
-            ov = overlapped[rows]
-            bus = cols["busbw_gbps"][rows]
-            out["n"].append(rows.size)
-            out["n_overlapped"].append(int(ov.sum()))
-            for c in ("bytes", "dur_ns", "wait_ns", "transfer_ns", "algbw_gbps", "busbw_gbps"):
-                name = {"bytes": "bytes_median", "algbw_gbps": "algbw_median_gbps",
-                        "busbw_gbps": "busbw_median_gbps"}.get(c, c.replace("_ns", "_median_ns"))
-                out[name].append(np.nanmedian(cols[c][rows]))
-            out["busbw_alone_median_gbps"].append(np.nanmedian(bus[~ov]) if (~ov).any() else np.nan)
-            out["busbw_overlapped_median_gbps"].append(np.nanmedian(bus[ov]) if ov.any() else np.nan)
-    frame = pd.DataFrame({c: out[c] for c in [*by, *GROUP_COLUMNS[2:] ] if c != "link_fraction"})
+        for c in _MEDIANS:
+            out[_MEDIAN_NAMES[c]].append(np.nanmedian(cols[c]))
+        out["busbw_alone_median_gbps"].append(np.nanmedian(bus[~ov]) if (~ov).any() else np.nan)
+        out["busbw_overlapped_median_gbps"].append(np.nanmedian(bus[ov]) if ov.any() else np.nan)
+
+
+def _group_frame(out: dict[str, list], keys: list[str], link: float | None) -> pd.DataFrame:
+    """The groups' rows in order of keys, operation and size."""
+    frame = pd.DataFrame(out)
     frame["link_fraction"] = frame["busbw_median_gbps"] / link if link else np.nan
     frame["_floor"] = frame["size_bucket"].map(bucket_floor)
     frame = frame.sort_values([*keys, "op", "_floor"], kind="stable").drop(columns="_floor").reset_index(drop=True)
