@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 # collective_ranks is built and written this many rows at a time: at 1024 ranks it is millions of rows,
 # and a whole copy of it (merged with the lateness, made plain, converted to Arrow) would cost the caller
 # several times the members it is made from.
-CHUNK_ROWS = 262_144
+CHUNK_ROWS = 65_536
 
 
 def report_tables(report: AnalysisReport) -> dict[str, pd.DataFrame]:

@@ -221,3 +221,24 @@ def test_perfetto_bandwidth_track():
         assert sorted(mine["end_ns"] - mine["start_ns"]) == sorted(rows["transfer_ns"])
         assert sorted(a["bytes"] for a in mine["args"]) == sorted(rows["bytes"])
         assert all(n.startswith("AllGather 256 MiB-512 MiB: ") for n in mine["name"])
+
+
+def test_document_parts_made_rank_by_rank_are_those_of_the_whole_table():
+    """The groups, per-rank groups, notes' counts and first rows, made one rank at a time without holding the
+    table, equal what the whole table (built on first reading `rows`) gives; the first rows span ranks."""
+    import pandas as pd
+
+    from analyzers.crossrank.collective_table import _groups, collective_table
+
+    traces = load_traces([ROOT / "sample_traces" / "fsdp" / "baseline"])
+    rep = analyze(traces)
+    n0 = int((rep.collectives.rows["rank"] == traces.rank_ids()[0]).sum())
+    table = collective_table(traces, rep.cross_rank, CollectiveParams(max_listed=n0 + 3))
+    assert table._rows is None  # not built until read
+    whole = table.rows
+    assert table.n_rows == len(whole) and whole["rank"].nunique() == len(traces.rank_ids()) > 1
+    pd.testing.assert_frame_equal(table.head, whole.head(n0 + 3))
+    assert table.head["rank"].nunique() == 2
+    pd.testing.assert_frame_equal(table.groups, _groups(whole, [], table.link_gbps), check_exact=True)
+    pd.testing.assert_frame_equal(table.rank_groups, _groups(whole, ["rank"], table.link_gbps), check_exact=True)
+    pd.testing.assert_frame_equal(whole, rep.collectives.rows, check_exact=True)
