@@ -4,10 +4,10 @@ usage: python benchmarks/graph_switch.py on|off ARGS...
 
 `off` replaces the graph's two stages with no-ops before the command runs: the per-rank build beside
 the parse (report.build_rank_graph and the step it measures for the replay's choice of ranks, in the
-pool's workers, which fork from this process and so inherit the change) and the parent's part (report._price: the set graph, its replays, the critical
-path and the findings' savings). The report then has no `critical_path` section and no savings:
-everything else is computed as the plain command does. `on` runs the command unchanged through
-the same start-up, so both sides pay the same imports.
+pool's workers, which fork from this process and so inherit the change) and the parent's part
+(report._price: the set graph, its replays, the critical path and the findings' savings). The report
+then has no `critical_path` section and no savings: everything else is computed as the plain command
+does. `on` runs the command unchanged through the same start-up, so both sides pay the same imports.
 """
 
 from __future__ import annotations

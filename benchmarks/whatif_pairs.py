@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 from analyzers.graph.analysis import whatif  # noqa: E402
 from analyzers.graph.contention import F_ALONE, contended_replay, overlap_shares  # noqa: E402
 from analyzers.graph.fixes import apply_fixes, baseline_inputs, parse_fix  # noqa: E402
-from analyzers.graph.steps import job_steps, median_ns, rank_steps  # noqa: E402
 from analyzers.graph.rank_graph import CAT_CODES  # noqa: E402
+from analyzers.graph.steps import job_steps, median_ns, rank_steps  # noqa: E402
 from analyzers.io.load import load_traces  # noqa: E402
 from analyzers.report import analyze  # noqa: E402
 

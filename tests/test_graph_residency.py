@@ -104,3 +104,13 @@ def test_both_loaders_give_the_kernels_resources(folder):
     assert (gpu.loc[gpu["kind"] != "kernel", ["blocks", "threads", "regs", "smem"]] == -1).all().all()
     res_id, table = kernel_resources(trace)
     assert (res_id[gpu["kind"].to_numpy() == "kernel"] >= 0).all() and len(table) == 2
+
+
+def test_the_covering_holder_is_the_one_that_ends_last_not_the_last_to_start():
+    from analyzers.graph.residency import _running
+
+    # holder 0 runs 0..100 on one stream, holders 1-3 short ones on another: at 12, 22 and 40 it is holder 0
+    # that still holds the SMs; before anything started, none
+    start, end = np.array([0, 10, 20, 30]), np.array([100, 15, 25, 35])
+    assert _running(start, end, np.arange(4), np.array([5, 12, 22, 40, -1])).tolist() == [0, 0, 0, 0, -1]
+    assert _running(start, end, np.arange(0), np.array([5])).tolist() == [-1]

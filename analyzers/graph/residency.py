@@ -114,9 +114,15 @@ def residency(sg: SetGraph) -> Residency:
 
 
 def _running(start: np.ndarray, end: np.ndarray, ks: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """For each time in at: the holder (of ks, sorted by start) that started last at or before it, -1."""
+    """For each time in at: of the holders ks (sorted by start) that started at or before it, the one that ends
+    last (-1 where none started): the one that covers it, if any does."""
     pos = np.searchsorted(start[ks], at, side="right") - 1
-    return np.where(pos >= 0, ks[np.maximum(pos, 0)], -1)
+    if not len(ks):
+        return np.full(len(at), -1, dtype=np.int64)
+    e = end[ks]
+    idx = np.arange(len(ks))
+    latest = np.maximum.accumulate(np.where(e == np.maximum.accumulate(e), idx, 0))  # argmax of end so far
+    return np.where(pos >= 0, ks[latest[np.maximum(pos, 0)]], -1)
 
 
 def _pairs(sg: SetGraph, holder: np.ndarray, res: np.ndarray,
