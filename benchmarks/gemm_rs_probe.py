@@ -1,13 +1,14 @@
-"""gemm-rs: two tuned schedules at one shape outside the search: output pushes against operand exchange.
+"""gemm-rs at one shape, outside the search: output pushes against operand exchange, in two companies.
 
-Times `ce x2 group`, `ce x1 inputs` (one and two copy lanes, two priorities), the GEMM alone and the
-reduce-scatter alone, interleaved, 50 iterations each (slowest rank's median, printed as JSON by
-rank 0), then records a torch.profiler trace of the first two schedules under $OUT.
+Times eight tuned schedules (output pushes in 2 and 4 chunks, eager and as CUDA graphs; operand
+exchange on one and two copy lanes, eager and as CUDA graphs) and the GEMM alone, interleaved,
+50 iterations each, three times over (slowest rank's median over the GEMM alone, printed by rank 0);
+then the first output-push schedule and the first operand exchange in the grid's final company
+(baseline, fused-ref, the GEMM alone, the collective alone), as `runners.grid` times them.
 
-    OUT=out/probe torchrun --standalone --nproc-per-node 2 benchmarks/gemm_rs_probe.py \
-        '{"M": 8192, "K": 4096, "N": 32768, "steps": 8, "dtype": "fp16"}'
+    OUT=out/probe torchrun --standalone --nproc-per-node 2 benchmarks/gemm_rs_probe.py \\
+        '{"M": 32768, "K": 4096, "N": 8192, "steps": 8, "dtype": "bf16"}'
 """
-import dataclasses
 import json
 import os
 import sys
@@ -22,9 +23,13 @@ from runners.autotune import Schedule  # noqa: E402
 from runners.context import init  # noqa: E402
 from runners.gemm_rs_tuned import TunedGemmRs  # noqa: E402
 from runners.grid import _slowest, shape_ctx  # noqa: E402
-from runners.profiling import profile  # noqa: E402
 from runners.specs import GEMM_RS  # noqa: E402
 from runners.timing import time_interleaved  # noqa: E402
+
+# (transport, chunks, priority, barrier, graph, lanes)
+SCHEDULES = [("ce", 4, -1, "group", False, 1), ("ce", 4, -1, "group", True, 1), ("ce", 2, -1, "group", True, 1),
+             ("ce", 1, -1, "inputs", False, 1), ("ce", 1, -1, "inputs", False, 2), ("ce", 1, -1, "inputs", True, 1),
+             ("ce", 2, -1, "inputs", False, 1), ("ce", 1, -1, "inputs", True, 2)]
 
 
 def main() -> None:
@@ -33,19 +38,21 @@ def main() -> None:
     ctx, _ = init(GEMM_RS, ["--variant", "tuned", "--profiler", "none", "--out", str(out)])
     sctx = shape_ctx(ctx, GEMM_RS, shape, {"tune": "off", "iters": 50, "profile_steps": 3})
     wl = gemm_rs.build(sctx, ["baseline", "tuned", "fused-ref"])
-    t = TunedGemmRs(wl)
-    scheds = [Schedule(*a, **k) for a, k in [(("ce", 2, -1, "group"), {}), (("ce", 1, -1, "inputs"), {}),
-                                                (("ce", 1, -1, "inputs"), {"lanes": 2}), (("ce", 1, 0, "inputs"), {})]]
-    fns = {s.name: t.build(s) for s in scheds}
+    tuned = TunedGemmRs(wl)
+    scheds = [Schedule(*s[:5], lanes=s[5]) for s in SCHEDULES]
+    fns = {s.name: tuned.build(s) for s in scheds}
     fns["gemm"] = wl.compute_fn("tuned")
-    fns["comm"] = wl.comm_fn("tuned")
-    res = _slowest(ctx, time_interleaved(sctx, fns, 50))
+    for rep in range(3):
+        res = _slowest(ctx, time_interleaved(sctx, fns, 50))
+        if ctx.rank == 0:
+            g = res["gemm"][0]
+            print(rep, json.dumps({k: round(v[0] / g, 3) for k, v in res.items()}), "gemm ms", round(g, 3))
+    final = {"pushes": fns[scheds[0].name], "inputs": fns[scheds[3].name], "baseline": wl.variant_fn("baseline"),
+             "fused-ref": wl.variant_fn("fused-ref"), "gemm": wl.compute_fn("tuned"), "comm": wl.comm_fn("tuned")}
+    res = _slowest(ctx, time_interleaved(sctx, final, 50))
     if ctx.rank == 0:
-        print(json.dumps({k: round(v[0], 4) for k, v in res.items()}))
-    for s in scheds[:2]:
-        d = out / (f"m{shape['M']}_" + s.name.replace(" ", "_"))
-        d.mkdir(parents=True, exist_ok=True)
-        profile(dataclasses.replace(sctx, profiler="torch"), fns[s.name], d)
+        g = res["gemm"][0]
+        print("final company", json.dumps({k: round(v[0] / g, 3) for k, v in res.items()}), "gemm ms", round(g, 3))
     dist.barrier()
     dist.destroy_process_group()
 

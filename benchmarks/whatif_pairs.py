@@ -23,9 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analyzers.graph.analysis import whatif  # noqa: E402
-from analyzers.graph.contention import F_ALONE, overlap_shares  # noqa: E402
-from analyzers.graph.fixes import baseline_inputs, parse_fix  # noqa: E402
+from analyzers.graph.contention import F_ALONE, contended_replay, overlap_shares  # noqa: E402
+from analyzers.graph.fixes import apply_fixes, baseline_inputs, parse_fix  # noqa: E402
 from analyzers.graph.rank_graph import CAT_CODES  # noqa: E402
+from analyzers.graph.steps import job_steps, median_ns, rank_steps  # noqa: E402
 from analyzers.io.load import load_traces  # noqa: E402
 from analyzers.report import analyze  # noqa: E402
 
@@ -79,10 +80,28 @@ def _busiest_alone(rep) -> dict[int, float]:
     return out
 
 
-def _drift(a, b) -> str:
+def _speeds(a, b) -> dict[int, float]:
+    """Per rank: the busiest compute kernel's alone duration, fixed run over unfixed run."""
     da, db = _busiest_alone(a), _busiest_alone(b)
-    parts = [f"r{r} {100 * (db[r] / da[r] - 1):+.1f} %" for r in sorted(set(da) & set(db)) if da[r] > 0]
-    return ", ".join(parts) or "—"
+    return {r: db[r] / da[r] for r in sorted(set(da) & set(db)) if da[r] > 0}
+
+
+def _drift(speeds: dict[int, float]) -> str:
+    return ", ".join(f"r{r} {100 * (v - 1):+.1f} %" for r, v in speeds.items()) or "—"
+
+
+def _at_fixed_speed(rep, fix: str, speeds: dict[int, float]) -> int | None:
+    """The prediction with each rank's compute durations scaled to the fixed run's GPU speed (a diagnostic:
+    the ratio comes from the fixed run, which a prediction cannot see)."""
+    run = rep.graph_run
+    sg = run.sg
+    inp = apply_fixes(sg, [parse_fix(fix)])
+    compute = sg.cat == CAT_CODES["compute"]
+    for r, v in speeds.items():
+        sel = compute & (sg.rank_of == r)
+        inp.dur[sel] = np.round(inp.dur[sel] * v).astype(np.int64)
+    rp = contended_replay(sg, inp, run.order).replay
+    return median_ns(job_steps(rank_steps(sg, rp.start, rp.end))["dur_ns"])
 
 
 def main() -> None:
@@ -93,11 +112,14 @@ def main() -> None:
         res = whatif(ra.graph_run, [parse_fix(fix)] if fix else [])
         pred = res["predicted_step_ns"] if fix else None
         err = (pred - fixed) / fixed if pred is not None else None
+        speeds = _speeds(ra, rb)
+        same = _at_fixed_speed(ra, fix, speeds) if fix and not why_not and speeds else None
+        same_s = f"{100 * (same - fixed) / fixed:+.1f} %" if same else "—"
         rows.append((a, fix or "—", b, what, why_not, res["measured_step_ns"], res["replayed_step_ns"], pred, fixed,
-                     err, _drift(ra, rb)))
+                     err, f"{_drift(speeds)} | {same_s}"))
     print("| unfixed set | fix | fixed set | what differs | unfixed measured | replayed | predicted | "
-          "fixed measured | error | busiest GEMM alone, fixed run vs unfixed |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "fixed measured | error | busiest GEMM alone, fixed run vs unfixed | error at the fixed run's GPU speed |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for a, fix, b, what, why_not, m, r, p, f, e, drift in rows:
         ps = f"{p / 1e6:.3f} ms" if p is not None else "—"
         es = f"{100 * e:+.1f} %" if e is not None else "—"

@@ -133,7 +133,7 @@ TUNING: tuple[ParamSpec, ...] = (
               "(then cached); retune = search again and replace the cached choice; off = the schedule the "
               "parameters name (steps, tuned_comm, comm_priority, graph)", choices=("auto", "retune", "off")),
     ParamSpec("tune_budget_s", float, 30.0, "tuned: seconds the search may take (its second round is skipped "
-              "when the first used half of them)"),
+              "when the first used half of them, its third when the first two used three quarters)"),
     ParamSpec("graph", bool, False, "tuned with tune=off: capture the iteration as CUDA graphs and replay them"),
 )
 

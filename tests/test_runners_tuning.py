@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -38,7 +39,26 @@ def test_search_takes_the_fastest_of_the_second_round_and_times_every_family_and
     # the 3 best, then the best of each family not among them (p2p, serial): ce*2 "group" is not
     # timed again, its family's best (ce x2 group) is
     assert timer.asked[1] == [CANDS[1].name, CANDS[2].name, CANDS[4].name, CANDS[3].name, SERIAL.name]
-    assert result.choice == CANDS[2] and result.rounds == [first, {k: second[k] for k in timer.asked[1]}]
+    # round 3: the best 3 of round 2 and the best serial one, measured longer: it decides
+    assert timer.asked[2] == [CANDS[2].name, CANDS[1].name, CANDS[4].name, SERIAL.name]
+    assert result.choice == CANDS[2] and result.rounds == [first, {k: second[k] for k in timer.asked[1]},
+                                                          {k: second[k] for k in timer.asked[2]}]
+
+
+def test_the_third_round_decides_between_close_finalists() -> None:
+    first = {c.name: t for c, t in zip(CANDS, [3.0, 1.0, 1.1, 2.0, 1.2, 1.3], strict=True)}
+    third = {**first, CANDS[4].name: 0.95}  # the third-best of round 2 is the fastest over the long round
+    timer = FakeTimer(first, first, third)
+    result = search(CANDS, timer, keep=3)
+    assert len(timer.asked) == 3 and result.choice == CANDS[4]
+
+
+def test_search_skips_round_three_when_rounds_one_and_two_used_three_quarters_of_the_budget() -> None:
+    ticks = itertools.chain([0.0, 10.0], itertools.repeat(25.0))
+    timer = FakeTimer({c.name: 1.0 + i for i, c in enumerate(CANDS)})
+    said: list[str] = []
+    result = search(CANDS, timer, budget_s=30.0, clock=lambda: next(ticks), progress=said.append)
+    assert len(timer.asked) == 2 and len(result.rounds) == 2 and any("round 3 skipped" in s for s in said)
 
 
 def test_search_returns_the_baseline_schedule_when_nothing_beats_it() -> None:

@@ -23,10 +23,11 @@ def test_whatif_json_predicts_the_step_without_host_syncs():
     assert doc["fixes"] == ["host-syncs"]
     for key in ("measured_step_ns", "replayed_step_ns", "predicted_step_ns", "per_step", "per_rank", "fidelity"):
         assert key in doc
-    # the replay reproduces the measured step; removing the per-step host syncs shortens it
+    # the replay reproduces the measured step; removing the per-step host syncs shortens it by the idle
+    # time they leave between GEMMs (the GPU stays busy; each all-gather still waits for the GEMM's SMs)
     assert abs(doc["replayed_step_ns"] - doc["measured_step_ns"]) <= 0.03 * doc["measured_step_ns"]
-    assert doc["predicted_step_ns"] < 0.8 * doc["replayed_step_ns"]
-    assert doc["saving_ns"] > 0 and doc["saving_fraction"] > 0.2
+    assert doc["predicted_step_ns"] < 0.85 * doc["replayed_step_ns"]
+    assert doc["saving_ns"] > 0 and doc["saving_fraction"] > 0.15
     assert [p["rank"] for p in doc["per_rank"]] == [0, 1] and len(doc["per_step"]) == 3
 
 

@@ -16,6 +16,7 @@ from analyzers.graph.contention import contended_replay, estimate
 from analyzers.graph.critical import ATTRIBUTION, mean_parts, walk
 from analyzers.graph.fixes import FIX_OF_FINDING, Fix, ReplayInputs, apply_fixes
 from analyzers.graph.replay import Replay, loop_order
+from analyzers.graph.residency import residency
 from analyzers.graph.set_graph import SetGraph
 from analyzers.graph.steps import job_steps, median_ns, rank_steps
 
@@ -47,7 +48,7 @@ class GraphRun:
         return res.inputs, res.replay
 
     def notes(self) -> list[str]:
-        out = list(self.sg.notes) + estimate(self.sg).notes
+        out = list(self.sg.notes) + estimate(self.sg).notes + residency(self.sg).notes
         if self.unsettled:
             out.append("contention: a replay stopped at its round limit with durations still moving; its step "
                        "figures are those of the last round")
@@ -98,10 +99,15 @@ def fidelity(run: GraphRun) -> dict[str, Any]:
                       for s, m, r, e in zip(t["step"], t["measured_ns"], t["replayed_ns"], err, strict=True)]}
 
 
-def _predicted(run: GraphRun, fixes: list[Fix]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    _, rp = run.run(fixes)
+def _predicted(run: GraphRun, fixes: list[Fix]) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """Per rank and step, the steps table, and how many comm kernels SM residency held back."""
+    inp, rp = run.run(fixes)
     pred = rank_steps(run.sg, rp.start, rp.end)
-    return pred, _steps_table(run, pred)
+    return pred, _steps_table(run, pred), _held(inp)
+
+
+def _held(inp: ReplayInputs) -> int:
+    return int((inp.gate >= 0).sum()) if inp.gate is not None else 0
 
 
 def _saving(t: pd.DataFrame) -> tuple[int | None, float | None]:
@@ -112,7 +118,12 @@ def _saving(t: pd.DataFrame) -> tuple[int | None, float | None]:
 
 def whatif(run: GraphRun, fixes: list[Fix]) -> dict[str, Any]:
     """Measured, replayed and predicted step (medians over steps of the slowest rank), per step and rank."""
-    pred, t = _predicted(run, fixes)
+    pred, t, held = _predicted(run, fixes)
+    notes = run.notes()
+    if held > _held(run.inputs):
+        notes.append(f"SM residency: {held} communication kernels wait for a compute kernel that holds every SM of "
+                     "their GPU to retire (one of their blocks does not fit beside its blocks); without that they "
+                     "would run under it")
     per_rank = []
     for r in run.sg.ranks:
         m = run.measured[run.measured["rank"] == r]["dur_ns"]
@@ -129,7 +140,7 @@ def whatif(run: GraphRun, fixes: list[Fix]) -> dict[str, Any]:
         "per_step": [{k: (int(v) if k != "step" else int(v)) for k, v in row.items()}
                      for row in t.to_dict("records")],
         "per_rank": per_rank,
-        "notes": run.notes(),
+        "notes": notes,
     }
 
 
@@ -173,7 +184,7 @@ def finding_savings(run: GraphRun, finding_ids: list[str]) -> dict[str, dict[str
     for fid in finding_ids:
         fix = FIX_OF_FINDING.get(fid)
         if fix and fix not in out:
-            _, t = _predicted(run, [Fix(fix)])
+            _, t, _ = _predicted(run, [Fix(fix)])
             saving, fraction = _saving(t)
             out[fix] = {"fix": fix, "saving_ns": saving, "saving_fraction": fraction,
                         "predicted_step_ns": median_ns(t["predicted_ns"])}

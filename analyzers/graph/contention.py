@@ -44,6 +44,7 @@ import pandas as pd
 from analyzers.graph.fixes import ReplayInputs, baseline_inputs
 from analyzers.graph.rank_graph import CAT_CODES
 from analyzers.graph.replay import Replay, replay
+from analyzers.graph.residency import settle_gates
 from analyzers.graph.set_graph import SetGraph
 from analyzers.graph.steps import rank_steps
 from analyzers.timeline import intervals as iv
@@ -211,12 +212,12 @@ class ContendedReplay:
 def contended_replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None) -> ContendedReplay:
     """Replay with durations that follow what runs beside each activity (module docstring)."""
     model = estimate(sg)
-    rp = replay(sg, inp, order)
+    inp, rp, settled = settle_gates(sg, inp, replay(sg, inp, order), order)
     s = model.slowdown
     if not inp.contention:
         s = np.where(sg.cat == COMM, 0.0, s)  # the comm-contention fix: communication at its alone speed
     if not (s > 0).any():
-        return ContendedReplay(inp, rp, 1, True)
+        return ContendedReplay(inp, rp, 1, settled)
     alone = inp.dur / (1.0 + s * model.measured_f)
     sel = s > 0
     cur = inp
@@ -229,15 +230,15 @@ def contended_replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None =
             target = 0.5 * (target + cur.dur[sel])
         new[sel] = np.round(target).astype(np.int64)
         if (np.abs(new - cur.dur) <= np.maximum(TOL_NS, REL_TOL * cur.dur)).all():
-            return ContendedReplay(cur, rp, rounds, True)
+            return ContendedReplay(cur, rp, rounds, settled)
         if rounds == MAX_ROUNDS:
             break
-        cur = replace(cur, dur=new)
-        rp = replay(sg, cur, order)
+        nxt = replace(cur, dur=new)
+        cur, rp, settled = settle_gates(sg, nxt, replay(sg, nxt, order), order)
         prev_steps, steps = steps, _step_durations(sg, rp)
         if rounds > 1 and len(steps) == len(prev_steps) and (
                 np.abs(steps - prev_steps) <= np.maximum(TOL_NS, REL_TOL * prev_steps)).all():
-            return ContendedReplay(cur, rp, rounds + 1, True)  # single kernels may still swing; the steps do not
+            return ContendedReplay(cur, rp, rounds + 1, settled)  # single kernels may still swing; the steps do not
     return ContendedReplay(cur, rp, MAX_ROUNDS, False)
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from analyzers.graph.fixes import ReplayInputs
 from analyzers.graph.rank_graph import CAT_CODES
-from analyzers.graph.replay import DEP, DEP2, LAUNCH, STREAM, Replay
+from analyzers.graph.replay import DEP, DEP2, GATE, LAUNCH, STREAM, Replay
 from analyzers.graph.set_graph import SetGraph
 
 ATTRIBUTION = ("compute", "comm_transfer", "peer_wait", "launch_gaps", "sync_idle", "copies", "other")
@@ -137,8 +137,8 @@ def walk(sg: SetGraph, rp: Replay, inp: ReplayInputs, rank: int, lo: int, hi: in
             p = int(sg.prev[i])
             w.add("other", int(rp.end[p]), t)
             cur = _execute(w, rp, p, min(t, int(rp.end[p])))
-        elif why in (DEP, DEP2):
-            p = int(dep[i] if why == DEP else dep2[i])
+        elif why in (DEP, DEP2, GATE):
+            p = int(dep[i] if why == DEP else dep2[i] if why == DEP2 else inp.gate[i])  # type: ignore[index]
             w.add("other", int(rp.end[p]), t)
             cur = _execute(w, rp, p, min(t, int(rp.end[p])))
         elif why == LAUNCH:

@@ -100,6 +100,10 @@ class ReplayInputs:
     sync_cost: np.ndarray  # per sync: host time of the call when it does not block
     join: str = "max"  # "max" | "median"
     contention: bool = True  # communication slows beside compute (graph.contention); off: the comm-contention fix
+    # SM residency (graph.residency): the compute kernel each node waits to release SMs, -1; and the
+    # release's offset from that kernel's end (<= 0: its tail). Set by the replay loop, never by a fix
+    gate: np.ndarray | None = None
+    gate_lat: np.ndarray | None = None
 
 
 def baseline_inputs(sg: SetGraph) -> ReplayInputs:

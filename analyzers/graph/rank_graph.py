@@ -26,6 +26,7 @@ import pandas as pd
 from analyzers.graph import deps
 from analyzers.timeline.iterations import assign_steps, host_steps
 from analyzers.timeline.model import RankTrace, require_host_tables
+from analyzers.timeline.sm_resources import kernel_resources
 
 # Node categories (GPU rows): what an activity on the critical path is attributed to.
 CAT_CODES = {"compute": 0, "comm": 1, "copy": 2, "memset": 3, "other": 4}
@@ -62,6 +63,9 @@ class RankGraph:
     stream_labels: list[str]  # per stream code: "device D stream S"
     has_steps: bool
     notes: list[str] = field(default_factory=list)
+    # SM residency (graph.residency): per row, its entry in res (-1 unknown); res: distinct entries
+    res_id: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    res: np.ndarray = field(default_factory=lambda: np.zeros((0, 10), dtype=np.int64))
 
     @property
     def n(self) -> int:
@@ -190,6 +194,7 @@ def build_rank_graph(trace: RankTrace, syncs: pd.DataFrame, step_pattern: str) -
     step = assign_steps(trace, steps) if len(steps) else np.full(len(gpu), -1, dtype=np.int64)
     s_end = syncs["end_ns"].to_numpy(np.int64) if len(syncs) else np.zeros(0, dtype=np.int64)
     used, name_code = np.unique(gpu["name_id"].to_numpy(np.int64), return_inverse=True)
+    res_id, res = kernel_resources(trace)
     return RankGraph(
         rank=trace.rank, start=start, end=end, cat=_category_codes(gpu), stream=stream,
         name_id=name_code.astype(np.int64), prev=prev, seg=seg, off=off, dep=dep, dep_lat=dep_lat, step=step,
@@ -199,4 +204,4 @@ def build_rank_graph(trace: RankTrace, syncs: pd.DataFrame, step_pattern: str) -
         sync_end=s_end, sync_after=deps.rows_after_syncs(syncs, device, stream, launch, gpu["stream"].to_numpy()),
         launch_latency_ns=lat_ns, turnaround_ns=turn_ns, names=[str(x) for x in trace.names_of(used)],
         stream_labels=labels,
-        has_steps=bool((step >= 0).any()), notes=notes)
+        has_steps=bool((step >= 0).any()), notes=notes, res_id=res_id, res=res)

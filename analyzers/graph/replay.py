@@ -25,7 +25,7 @@ from analyzers.graph.fixes import ReplayInputs
 from analyzers.graph.scan import grouped_cummax
 from analyzers.graph.set_graph import SetGraph
 
-ANCHOR, LAUNCH, STREAM, DEP, DEP2 = 0, 1, 2, 3, 4
+ANCHOR, LAUNCH, STREAM, DEP, DEP2, GATE = 0, 1, 2, 3, 4, 5
 UNSET = -(1 << 62)
 
 
@@ -35,7 +35,7 @@ class Replay:
 
     start: np.ndarray
     end: np.ndarray
-    why: np.ndarray  # per node: ANCHOR | LAUNCH | STREAM | DEP | DEP2
+    why: np.ndarray  # per node: ANCHOR | LAUNCH | STREAM | DEP | DEP2 | GATE
     arrival: np.ndarray  # per collective: when its transfer started
     late: np.ndarray  # per collective: the member whose arrival set it
     seg_time: np.ndarray  # per host segment: when it started
@@ -82,11 +82,13 @@ def _run_structure(sg: SetGraph, inp: ReplayInputs, st: _Static) -> tuple[np.nda
     read = np.zeros(n + 1, dtype=bool)  # index n: "none"
     read[np.where(inp.dep >= 0, inp.dep, n)] = True
     read[np.where(inp.dep2 >= 0, inp.dep2, n)] = True
+    gate = _gate(inp, n)[0]
+    read[np.where(gate >= 0, gate, n)] = True
     read[np.where(sg.sync_awaited >= 0, sg.sync_awaited, n)] = True
     read[:n] |= sg.coll >= 0
     p = sg.prev
     pc = np.maximum(p, 0)
-    follower = (p >= 0) & (sg.coll < 0) & (inp.dep < 0) & (inp.dep2 < 0) & (st.dseg_arr < 0) & ~read[pc]
+    follower = (p >= 0) & (sg.coll < 0) & (inp.dep < 0) & (inp.dep2 < 0) & (gate < 0) & (st.dseg_arr < 0) & ~read[pc]
     so = sg.stream_order
     if so is not None and len(so) == n:
         fo = follower[so]
@@ -129,6 +131,8 @@ class _Visits:
         self.k = ol.tolist()
         self.prev, self.turn = sg.prev[gi].tolist(), sg.turnaround[gi].tolist()
         self.dep, self.dep2, self.dlat = inp.dep[gi].tolist(), inp.dep2[gi].tolist(), sg.dep_lat[gi].tolist()
+        gate, gate_lat = _gate(inp, n)
+        self.gate, self.glat = gate[gi].tolist(), gate_lat[gi].tolist()
         self.coll, self.dseg = sg.coll[gi].tolist(), st.dseg_arr[gi].tolist()
         self.moving = np.flatnonzero(st.dseg_arr[gi] >= 0)  # events whose launch moves with its host segment
         o = self.rows  # the runs: their heads, first and last followers, the followers' fixed columns
@@ -143,8 +147,15 @@ class _Visits:
         self.run_turn, self.run_prev = sg.turnaround[o], sg.prev[o]
 
 
+def _gate(inp: ReplayInputs, n: int) -> tuple[np.ndarray, np.ndarray]:
+    if inp.gate is None or inp.gate_lat is None:
+        return np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    return inp.gate, inp.gate_lat
+
+
 def _visits(sg: SetGraph, inp: ReplayInputs, st: _Static, compress: bool) -> _Visits:
-    key = (compress, inp.dep.tobytes(), inp.dep2.tobytes())
+    gate, gate_lat = _gate(inp, sg.n)
+    key = (compress, inp.dep.tobytes(), inp.dep2.tobytes(), gate.tobytes(), gate_lat.tobytes())
     cache: dict = sg.__dict__.setdefault("_replay_visits", {})
     if key not in cache:
         if len(cache) > 8:
@@ -226,9 +237,9 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, com
     s_call, s_res, s_gpu = [0] * ns, [0] * ns, [False] * ns
     start, end, why = [0] * n, [UNSET] * n, [ANCHOR] * n
     violations = 0
-    for k, t, sd, p, tn, d, d2, dl, c, dk, tl, pk, qk in zip(
+    for k, t, sd, p, tn, d, d2, dl, c, dk, tl, pk, qk, g, gl in zip(
             vs.k, launch_l, vs.dseg, vs.prev, vs.turn, vs.dep, vs.dep2, vs.dlat, vs.coll, dur, vs.tail, ph, qh,
-            strict=True):
+            vs.gate, vs.glat, strict=True):
         if k < n:
             w = LAUNCH
             if sd >= 0:
@@ -256,6 +267,14 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, com
                     e = start[d2] + int(inp.dur[d2])
                 if e > t:
                     t, w = e, DEP2
+            if g >= 0:
+                e = end[g]
+                if e == UNSET:
+                    violations += 1
+                    e = start[g] + int(inp.dur[g])
+                e += gl
+                if e > t:
+                    t, w = e, GATE
             if t == UNSET:  # no launch, no input: its measured start
                 t, w = int(sg.start[k]), ANCHOR
             start[k] = t

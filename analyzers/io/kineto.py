@@ -72,12 +72,13 @@ from analyzers.timeline.model import (
     make_gpu_table,
     make_table,
 )
+from analyzers.timeline.sm_resources import META_KEY, device_limits, dims_product
 
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 # Bumped whenever the tables this loader produces change (the parse cache keys on it).
 # 4: input limits (bounded gzip, refused times), out-of-range int args; 5: Out msg nelems, Group size;
-# 6: events without a time refused
-LOADER_VERSION = 6
+# 6: events without a time refused; 7: kernels' grid, block, registers and shared memory, SM limits
+LOADER_VERSION = 7
 
 
 def rank_from_filename(path: Path) -> int | None:
@@ -205,6 +206,8 @@ def _rank_trace(path: Path, rank: int | None, doc: Trace, n_events: int, rows: d
         # HTA 0.5.0 takes GPU-side ProfilerStep annotations for CPU events when it cuts the last step
         # (iterations.like_hta_mask): the latest one's start, if any
         "gpu_step_annotation_last_start_ns": _last_gpu_step_start(rows["gpu_annotation"]),
+        META_KEY: {str(d.id): lim for d in (doc.deviceProperties or []) if (lim := device_limits(
+            d.numSms, d.regsPerMultiprocessor, d.sharedMemPerMultiprocessor, d.maxThreadsPerMultiprocessor))},
     }
     return RankTrace(
         rank=int(rank),
@@ -342,6 +345,10 @@ def _gpu_table(rows: _Rows, names: NameTable) -> pd.DataFrame:
         msg_nelems=to_ints(args["in_nelems"], -1),
         out_nelems=to_ints(args["out_nelems"], -1),
         group_size=to_ints(args["group_size"], -1),
+        blocks=dims_product(args["grid"]),
+        threads=np.minimum(dims_product(args["block"]), 2**31 - 1),
+        regs=np.clip(to_ints(args["regs"], -1), -1, 2**31 - 1),
+        smem=np.clip(to_ints(args["smem"], -1), -1, 2**31 - 1),
         coll_name=_collective_column(column(rows.name_uniques), rows.name_codes, strings(args["collective_name"])),
         pg=strings(args["pg_name"]),
         dtype=strings(args["dtype"]),

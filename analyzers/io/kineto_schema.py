@@ -47,6 +47,10 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     dtype: Any = ""
     src_device: Any = msgspec.field(name="src device", default=-1)
     dst_device: Any = msgspec.field(name="dst device", default=-1)
+    grid: Any = None  # [x, y, z] blocks
+    block: Any = None  # [x, y, z] threads
+    regs: Any = msgspec.field(name="registers per thread", default=-1)
+    smem: Any = msgspec.field(name="shared memory", default=-1)  # bytes per block (static + dynamic)
 
 
 NO_ARGS = Args()
@@ -123,8 +127,15 @@ class DistInfo(msgspec.Struct):
 
 
 class Device(msgspec.Struct):
+    """A GPU of the trace: its name and the per-SM limits that say which kernels can run side by side
+    (Any: a value of another type makes that limit unknown, not the file unreadable)."""
+
     id: int = 0
     name: str = ""
+    numSms: Any = None  # noqa: N815 (Kineto's field names)
+    regsPerMultiprocessor: Any = None  # noqa: N815
+    sharedMemPerMultiprocessor: Any = None  # noqa: N815
+    maxThreadsPerMultiprocessor: Any = None  # noqa: N815
 
 
 class Trace(msgspec.Struct):

@@ -35,6 +35,7 @@ from analyzers.io.nsys_ranks import (
     _export_meta,
     _hostname,
     _process_names,
+    sm_limits,
 )
 from analyzers.io.nsys_rep import _source_label, export_notes, is_nsys_rep, nsys_rep_to_sqlite
 from analyzers.io.nsys_schema import (
@@ -49,6 +50,7 @@ from analyzers.io.nsys_schema import (
     _pid_expr,
 )
 from analyzers.io.nsys_tables import (
+    RESOURCE_COLUMNS,
     _by_pid,
     _read_kernels,
     _read_memcpy,
@@ -67,6 +69,7 @@ from analyzers.timeline.model import (
     make_gpu_table,
     make_table,
 )
+from analyzers.timeline.sm_resources import META_KEY
 
 RUNTIME_VERSION_SUFFIX = re.compile(r"_v\d+$")  # "cudaStreamSynchronize_v3020" -> Kineto's name
 # --------------------------------------------------------------------------------------------
@@ -92,7 +95,7 @@ def _gpu_table(parts: list[pd.DataFrame], names: NameTable) -> pd.DataFrame:
     if not parts:
         return make_gpu_table(0)
     df = pd.concat(parts, ignore_index=True, sort=False)
-    for col in ("bytes", "src_device", "dst_device"):
+    for col in ("bytes", "src_device", "dst_device", *RESOURCE_COLUMNS):
         df[col] = df[col].fillna(-1).astype(np.int64) if col in df else -1
     df = df.sort_values("start_ns", kind="stable").reset_index(drop=True)
     name_ids = _intern(names, df["name"].to_numpy(dtype=object))
@@ -104,6 +107,7 @@ def _gpu_table(parts: list[pd.DataFrame], names: NameTable) -> pd.DataFrame:
         start_ns=df["start_ns"], end_ns=df["end_ns"], device=df["device"], stream=df["stream"],
         name_id=name_ids, kind=df["kind"].to_numpy(dtype=object), correlation=df["correlation"],
         bytes=df["bytes"], src_device=df["src_device"], dst_device=df["dst_device"], coll_name=coll,
+        blocks=df["blocks"], **{c: np.clip(df[c].to_numpy(), -1, 2**31 - 1) for c in ("threads", "regs", "smem")},
     )
 
 
@@ -282,6 +286,7 @@ def _load(ex: _Export, source: str, sqlite_path: Path) -> list[RankTrace]:
     meta_file = _export_meta(ex)
     hostname = _hostname(ex)
     devices = _devices(ex)
+    limits = sm_limits(ex)
     if not devices:
         notes.append("GPU names unknown (no TARGET_INFO_GPU table)")
 
@@ -312,7 +317,7 @@ def _load(ex: _Export, source: str, sqlite_path: Path) -> list[RankTrace]:
             hostname=hostname,
             pid=p,
             devices=dict(devices),
-            meta={**meta_file, "process_name": proc_names.get(p, ""), "sqlite": str(sqlite_path),
+            meta={**meta_file, "process_name": proc_names.get(p, ""), "sqlite": str(sqlite_path), META_KEY: limits,
                   "devices_used": sorted(int(d) for d in used), "n_processes": len(pids)},
             notes=trace_notes,
         ))

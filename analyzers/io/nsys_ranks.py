@@ -19,6 +19,7 @@ from analyzers.io.nsys_schema import (
     _Export,
     quote,
 )
+from analyzers.timeline.sm_resources import device_limits
 
 # Process environment variables that carry the global rank / world size, most specific first.
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "PALS_RANKID", "LOCAL_RANK")
@@ -75,6 +76,27 @@ def _devices(ex: _Export) -> dict[int, str]:
         df = ex.query(f'SELECT {quote(id_col)} AS id, name FROM {quote(table)}')
         return {int(i): str(n) for i, n in zip(df["id"], df["name"], strict=True) if pd.notna(i)}
     return {}
+
+
+def sm_limits(ex: _Export) -> dict[str, dict[str, int]]:
+    """device id (as a string: meta travels as JSON) -> per-SM limits (timeline.sm_resources), where
+    the export's GPU table has them."""
+    table = GPU_INFO_TABLES[0]
+    cols = ("smCount", "maxRegistersPerSm", "maxShmemPerSm", "maxWarpsPerSm", "threadsPerWarp", "maxBlocksPerSm")
+    if not ex.has(table) or not set(cols) <= set(ex.columns(table)):
+        return {}
+    id_col = ex.first_column(table, "cuDevice", "cudaId", "id", "deviceId")
+    if id_col is None:
+        return {}
+    df = ex.query(f"SELECT {quote(id_col)} AS id, {', '.join(quote(c) for c in cols)} FROM {quote(table)}")
+    out = {}
+    for row in df.itertuples(index=False):
+        threads = row.maxWarpsPerSm * row.threadsPerWarp if pd.notna(row.maxWarpsPerSm) and pd.notna(
+            row.threadsPerWarp) else None
+        lim = device_limits(row.smCount, row.maxRegistersPerSm, row.maxShmemPerSm, threads, row.maxBlocksPerSm)
+        if lim and pd.notna(row.id):
+            out[str(int(row.id))] = lim
+    return out
 
 
 def _parse_env(assignments: list[str]) -> dict[str, str]:

@@ -52,16 +52,35 @@ def _read_kernels(ex: _Export, pid: str) -> pd.DataFrame:
         name_cols = ["demangledName"]
     else:
         name_cols_sql = [f'"{c}"' for c in name_cols]
-    df = ex.query(_activity_sql(ex, T_KERNEL, name_cols_sql, pid))
+    df = ex.query(_activity_sql(ex, T_KERNEL, name_cols_sql + _resource_sql(ex), pid))
     # Prefer the demangled name (what Kineto shows), then the short, then the mangled one.
     name = np.full(len(df), "", dtype=object)
     for c in reversed(name_cols):
         text = ex.text_column(df[c])
         name = np.where(text != "", text, name)
-    out = df[["start_ns", "end_ns", "device", "stream", "correlation", "pid"]].copy()
+    out = df[["start_ns", "end_ns", "device", "stream", "correlation", "pid", *RESOURCE_COLUMNS]].copy()
     out["name"] = name
     out["kind"] = "kernel"
     return out
+
+
+RESOURCE_COLUMNS = ("blocks", "threads", "regs", "smem")
+
+
+def _resource_sql(ex: _Export) -> list[str]:
+    """What a kernel holds on an SM (timeline.sm_resources): products and sums of the schema's own
+    columns where the export has them all, else -1."""
+    have = set(ex.columns(T_KERNEL))
+
+    def combine(cols: tuple[str, ...], op: str, alias: str) -> str:
+        if not set(cols) <= have:
+            return f"-1 AS {alias}"
+        return f"coalesce({op.join(quote(c) for c in cols)}, -1) AS {alias}"
+
+    return [combine(("gridX", "gridY", "gridZ"), " * ", "blocks"),
+            combine(("blockX", "blockY", "blockZ"), " * ", "threads"),
+            combine(("registersPerThread",), "", "regs"),
+            combine(("staticSharedMemory", "dynamicSharedMemory"), " + ", "smem")]
 
 
 def _memory_kind_names(ex: _Export) -> dict[int, str]:

@@ -47,8 +47,9 @@ from analyzers.timeline.model import NameTable, RankTrace, require_host_tables
 
 # The nsys reader's table layout version: bump when analyzers' nsys loader changes its output.
 # 2: runtime calls recorded twice are dropped; 3: input limits (rows ending before they start refused);
-# 4: NCCL NVTX payloads fill message sizes, communicators and group sizes
-NSYS_LOADER_VERSION = 4
+# 4: NCCL NVTX payloads fill message sizes, communicators and group sizes; 5: kernels' grid, block,
+# registers and shared memory, SM limits
+NSYS_LOADER_VERSION = 5
 # 2: names in the header, categoricals stored as dictionaries
 CACHE_VERSION = f"2-k{KINETO_LOADER_VERSION}-n{NSYS_LOADER_VERSION}"
 TABLES = ("gpu", "runtime", "host_ops", "sync_events")

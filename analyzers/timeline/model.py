@@ -55,6 +55,11 @@ GPU_COLUMNS: dict[str, Any] = {
     "msg_nelems": np.int64,
     "out_nelems": np.int64,
     "group_size": np.int64,
+    # kernels: what they hold on an SM (timeline.sm_resources); -1 unknown and for copies / memsets
+    "blocks": np.int64,
+    "threads": np.int32,
+    "regs": np.int32,
+    "smem": np.int32,
 }
 GPU_STRING_COLUMNS = ("coll_name", "pg", "dtype")
 RUNTIME_COLUMNS: dict[str, Any] = {
@@ -123,7 +128,8 @@ def _empty_frame(columns: dict[str, Any], extra: dict[str, Any] | None = None) -
 def make_gpu_table(n: int = 0, **cols: Any) -> pd.DataFrame:
     """Build a `gpu` table with every column present and typed; missing columns get fills."""
     fills = {"correlation": -1, "bytes": -1, "src_device": -1, "dst_device": -1, "seq": -1,
-             "msg_nelems": -1, "out_nelems": -1, "group_size": -1, "device": 0, "stream": 0}
+             "msg_nelems": -1, "out_nelems": -1, "group_size": -1, "device": 0, "stream": 0,
+             "blocks": -1, "threads": -1, "regs": -1, "smem": -1}
     data: dict[str, Any] = {}
     for c, t in GPU_COLUMNS.items():
         if c in cols:
