@@ -17,6 +17,7 @@ whose paths switch between streams, ranks and the host thousands of times.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -154,11 +155,18 @@ def _gate(inp: ReplayInputs, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _visits(sg: SetGraph, inp: ReplayInputs, st: _Static, compress: bool) -> _Visits:
+    """The visits of this edge set, cached on the graph by a digest of the edges (the arrays themselves
+    would be megabytes a key). Edge sets without SM-residency gates (the unfixed graph and each fix's) are
+    kept, up to 8; the gated ones, which each round of a contended replay changes, take one slot."""
     gate, gate_lat = _gate(inp, sg.n)
-    key = (compress, inp.dep.tobytes(), inp.dep2.tobytes(), gate.tobytes(), gate_lat.tobytes())
-    cache: dict = sg.__dict__.setdefault("_replay_visits", {})
+    h = hashlib.blake2b(digest_size=16)
+    for a in (inp.dep, inp.dep2, gate, gate_lat):
+        h.update(np.ascontiguousarray(a).view(np.uint8))
+    key = (compress, h.digest())
+    gated = bool((gate >= 0).any())
+    cache: dict = sg.__dict__.setdefault("_replay_visits_gated" if gated else "_replay_visits", {})
     if key not in cache:
-        if len(cache) > 8:
+        if len(cache) >= (1 if gated else 8):
             cache.clear()
         cache[key] = _Visits(sg, inp, st, compress)
     return cache[key]
