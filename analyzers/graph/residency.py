@@ -43,7 +43,7 @@ MAX_GATE_ROUNDS = 8  # replays that add gates, at most, per settle
 GATE_TOL_NS = 1000  # a start this close to the release is taken as released (replay rounding)
 
 
-def _block_regs(t: pd.DataFrame | dict) -> np.ndarray:
+def _block_regs(t: dict[str, np.ndarray]) -> np.ndarray:
     warps = -(-t["block_threads"] // WARP)
     return warps * (-(-(t["thread_regs"] * WARP) // REG_UNIT) * REG_UNIT)
 
@@ -78,6 +78,7 @@ class Residency:
     res: np.ndarray  # per node: its rank's resource entry, -1
     blocked: dict[int, np.ndarray]  # per rank: blocked[x, k] over its entries
     candidate: np.ndarray  # per node: a comm kernel with known resources
+    stream: np.ndarray  # per node: its stream code within its rank
     notes: list[str]
 
 
@@ -107,8 +108,9 @@ def residency(sg: SetGraph) -> Residency:
         notes.append(f"residency: kernels' grid, registers or shared memory, or the GPU's limits, unknown on "
                      f"{len(unknown)} rank(s): communication is taken to get SMs beside any compute kernel there")
     candidate = (res >= 0) & (sg.cat == CAT_CODES["comm"])
-    tail = _observed_tails(sg, holder, candidate, res, blocked)
-    out = Residency(holder=holder, tail=tail, res=res, blocked=blocked, candidate=candidate, notes=notes)
+    out = Residency(holder=holder, tail=np.zeros(n, dtype=np.int64), res=res, blocked=blocked, candidate=candidate,
+                    notes=notes, stream=np.concatenate([sg.graphs[r].stream for r in sg.ranks]))
+    out.tail = _observed_tails(sg, out)
     sg._residency = out  # type: ignore[attr-defined]
     return out
 
@@ -125,15 +127,14 @@ def _running(start: np.ndarray, end: np.ndarray, ks: np.ndarray, at: np.ndarray)
     return np.where(pos >= 0, ks[latest[np.maximum(pos, 0)]], -1)
 
 
-def _pairs(sg: SetGraph, holder: np.ndarray, res: np.ndarray,
-           blocked: dict[int, np.ndarray], start: np.ndarray, end: np.ndarray,
+def _pairs(sg: SetGraph, rs: Residency, start: np.ndarray, end: np.ndarray,
            xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(x, k): candidates x that start inside a holder k they cannot run beside, on another stream."""
+    """(x, k): candidates xs that start inside a holder k they cannot run beside, on another stream."""
     out_x, out_k = [], []
-    stream = np.concatenate([sg.graphs[r].stream for r in sg.ranks])
-    for r, bm in blocked.items():
+    res, stream = rs.res, rs.stream
+    for r, bm in rs.blocked.items():
         b, m = sg.base[r], sg.graphs[r].n
-        ks = np.flatnonzero(holder[b:b + m]) + b
+        ks = np.flatnonzero(rs.holder[b:b + m]) + b
         x = xs[(xs >= b) & (xs < b + m)]
         if not len(ks) or not len(x):
             continue
@@ -149,12 +150,11 @@ def _pairs(sg: SetGraph, holder: np.ndarray, res: np.ndarray,
     return np.concatenate(out_x), np.concatenate(out_k)
 
 
-def _observed_tails(sg: SetGraph, holder: np.ndarray, candidate: np.ndarray, res: np.ndarray,
-                    blocked: dict[int, np.ndarray]) -> np.ndarray:
+def _observed_tails(sg: SetGraph, rs: Residency) -> np.ndarray:
     """Per holder: the most time before its end that a kernel it blocks was seen to start, by its
     rank and name (the same kernel on the same work); 0 where none was."""
     tail = np.zeros(sg.n, dtype=np.int64)
-    x, k = _pairs(sg, holder, res, blocked, sg.start, sg.end, np.flatnonzero(candidate))
+    x, k = _pairs(sg, rs, sg.start, sg.end, np.flatnonzero(rs.candidate))
     inside = sg.start[x] > sg.start[k]
     x, k = x[inside], k[inside]
     if not len(k):
@@ -162,7 +162,7 @@ def _observed_tails(sg: SetGraph, holder: np.ndarray, candidate: np.ndarray, res
     name = np.concatenate([sg.graphs[r].name_id for r in sg.ranks])
     key = sg.rank_of * (1 << 32) + name
     seen = pd.Series(sg.end[k] - sg.start[x]).groupby(key[k]).max()
-    hold = np.flatnonzero(holder)
+    hold = np.flatnonzero(rs.holder)
     tail[hold] = pd.Series(key[hold]).map(seen).fillna(0).to_numpy(np.int64)
     return tail
 
@@ -172,7 +172,7 @@ def new_gates(sg: SetGraph, rs: Residency, gate: np.ndarray, start: np.ndarray, 
     """(x, k) for blocked kernels of a replayed timeline that start before holder k releases SMs (its end
     less its tail) and have no gate yet; only where the replay's order puts k first."""
     xs = np.flatnonzero(rs.candidate & (gate < 0))
-    x, k = _pairs(sg, rs.holder, rs.res, rs.blocked, start, end, xs)
+    x, k = _pairs(sg, rs, start, end, xs)
     ok = (start[x] + GATE_TOL_NS < end[k] - rs.tail[k]) & (sg.order_key[k] < sg.order_key[x])
     return x[ok], k[ok]
 
