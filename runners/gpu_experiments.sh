@@ -3,7 +3,7 @@
 # for a 2-GPU host (each launch is runners.launch = torchrun, one process per GPU).
 #
 # usage (repo root, on the GPU host):  OUT=/some/dir bash runners/gpu_experiments.sh [STEP...]
-# STEP names: env sweep-rs rs-chunks rs-tuned-steps app-run sweep-symm sweep-ag ag-gate ag-tuned-steps ag-base ag-tuned ag-tune-nccl ag-tune-steps gemm-rs
+# STEP names: env gemm-speed sweep-rs rs-chunks rs-tuned-steps app-run sweep-symm sweep-ag ag-gate ag-tuned-steps ag-base ag-tuned ag-tune-nccl ag-tune-steps gemm-rs
 #             symm-fused symm-two fsdp-main fsdp-prefetch nsys smoke-gemm-rs smoke-symm smoke-fsdp check
 #             (default: the list below, which made the older sample sets; the ag-gemm tuned sets came
 #             from: env sweep-ag ag-tuned-steps check, ag-gate sweep-ag check, nsys check; the gemm-rs and
@@ -78,6 +78,17 @@ for r in json.load(sys.stdin)['ranks']:
     done
 }
 s_ag-base()  { L ag-gemm --variants baseline,sync-in-loop,sync-before-loop,host-sync --profiler torch --out "$R/ag-gemm"; }
+# one GEMM alone on each GPU, over fresh buffer sets and rounds: the ag-gemm step GEMM and the
+# gemm-rs 32768 x 4096 x 8192 grid shape's per-rank GEMM (benchmarks/gemm_speed_probe.py says why)
+s_gemm-speed() {
+    local g shape
+    for shape in "4096 8192 8192" "32768 2048 8192"; do
+        for g in $(seq 0 $((NPROC - 1))); do
+            nvidia-smi -i "$g" --query-gpu=index,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu,clocks_throttle_reasons.active --format=csv,noheader
+            python3 benchmarks/gemm_speed_probe.py $shape --sets 8 --rounds 10 --device "$g"
+        done
+    done
+}
 s_ag-tuned() { L ag-gemm --variants tuned,fused-ref --profiler torch --out "$R/ag-gemm-tuned"; }
 s_ag-tune-nccl() {
     L ag-gemm --variants tuned,sync-before-loop --set tuned_comm=nccl --profiler none --out "$R/tune-nccl-default"
