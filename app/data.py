@@ -301,15 +301,22 @@ def fingerprint(paths: Iterable[str]) -> Fingerprint:
     return tuple(out)
 
 
-def load_fingerprinted(fp: Fingerprint, label: str = "") -> TraceSet:
-    """Load the files a fingerprint names (the Streamlit layer caches this by fp). The per-rank part
-    of the analysis (metrics, syncs, per-rank findings) runs in the parse workers, as `analyze` does, so
-    the app's first chart waits for the parallel parse and the cross-rank stage only."""
+def load_analysis_set(fp: Fingerprint, label: str = "", diagnose: bool = True) -> TraceSet:
+    """The files a fingerprint names, loaded as `overlapscope analyze` loads them (the Streamlit layer caches
+    this by fp): the per-rank part of the analysis runs in the parse workers, which keep each rank's host
+    tables and send back its GPU table packed (a third of the bytes). diagnose=False: the per-rank metrics
+    only (no syncs, findings or rank graphs), what the Overview's first chart reads."""
     from analyzers.overlap.metrics import AnalysisOptions
     from analyzers.report import RankStage
 
     return load_traces([p for p, _, _ in fp], label=label, jobs=None, cache=True,
-                       per_rank=RankStage(AnalysisOptions(), diagnose=True, send_host_tables=True))
+                       per_rank=RankStage(AnalysisOptions(), diagnose=diagnose, send_host_tables=False))
+
+
+def load_fingerprinted(fp: Fingerprint, label: str = "") -> TraceSet:
+    """The same files with every table, host tables included (the Timeline's step windows, the diff, the
+    downloads); no per-rank analysis: by the time a page asks, the parse cache holds the files."""
+    return load_traces([p for p, _, _ in fp], label=label, jobs=None, cache=True)
 
 
 # --------------------------------------------------------------------------- reproducing a sample

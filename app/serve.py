@@ -1,12 +1,13 @@
 """The dashboard's server: `python app/serve.py [streamlit run options] -- [PATH...]`, what `overlapscope app`
 starts.
 
-It is `streamlit run app/main.py` plus one thing: as the server starts, a background thread loads and
-analyzes the runs a new session opens on (the command-line runs, else the opening samples), through the
-very caches the pages read (app/ui.py). Streamlit runs a page only when a browser connects; without this,
-the first browser would wait for the server start, then the imports, the parse and the analysis one after
-the other. A browser that connects while the work is under way waits on the same cache entry (Streamlit
-holds one lock per entry), so the work is done once.
+It is `streamlit run app/main.py` plus one thing: the server loads and analyzes the runs a new session opens
+on (the command-line runs, else the opening samples) as it starts, through the very caches the pages read
+(app/ui.py). Streamlit runs a page only when a browser connects; without this, the first browser would wait
+for the server start, then the imports, the parse and the analysis one after the other. The parse starts
+first, before Streamlit and Plotly are imported (app/preload.py): its workers run while the server starts. A
+browser that connects while the work is under way waits on the same cache entry (Streamlit holds one lock
+per entry), so the work is done once.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pathlib import Path
 _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
+
+from app import data, preload  # noqa: E402 - plain Python (no streamlit): the load starts before it
 
 MAIN = Path(__file__).resolve().parent / "main.py"
 LOG = logging.getLogger("overlapscope.app")
@@ -38,24 +41,22 @@ def _quiet() -> None:
                                         and (rec.threadName == THREAD or text == "No runtime found")))
 
 
-def warm_up(paths: Sequence[str]) -> None:
-    """Load every opening run, then analyze each (the order the Overview asks for them: its first chart needs
-    the per-rank metrics of every run, which come with the load). A run that cannot be read is left for the
-    page to report, in the session that opens it."""
+def warm_up(runs: Sequence[tuple[data.Source, data.Fingerprint]]) -> None:
+    """Fill the pages' caches for each opening run (preload.opening_runs), in the order the Overview asks:
+    every run's per-rank metrics (its first chart: the load preload.start began), then each run's whole
+    analysis. A run that cannot be read is left for the page to report, in the session that opens it."""
     try:
         from analyzers.errors import BadInputError
-        from app import data, ui
+        from app import ui
 
-        sources, keys = ui.opening_sources(data.command_line_paths(list(paths)))
-        runs = []
-        for key in keys:
+        readable = []
+        for src, fp in runs:
             try:
-                run = ui.Loaded(sources[key], data.fingerprint(sources[key].paths))
-                run.traces()
+                ui.Loaded(src, fp).rank_report()
             except BadInputError:
                 continue
-            runs.append(run)
-        for run in runs:
+            readable.append(ui.Loaded(src, fp))
+        for run in readable:
             run.report()
     except Exception:  # noqa: BLE001 - a failed warm-up costs time, never the server: the page redoes the work
         LOG.exception("loading the opening runs at server start failed")
@@ -72,15 +73,22 @@ def split_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def main(argv: Sequence[str]) -> None:
     options, paths = split_args(argv)
-    # The stack (streamlit, pandas, numpy, pyarrow, plotly) is imported here, before the thread starts: two
-    # threads importing pandas at once can see it half-initialized (plotly looks it up in sys.modules).
     _quiet()
+    # The analysis stack (pandas, numpy, pyarrow, the analyzers) is imported before the load thread starts,
+    # and the rest (streamlit, plotly) before the warm-up thread: two threads importing pandas at once can see
+    # it half-initialized (plotly looks it up in sys.modules).
     import pyarrow  # noqa: F401 - the parse cache's and st.dataframe's
 
+    import analyzers.io.parallel  # noqa: F401 - what the load imports as it runs
+    import analyzers.io.parse_cache  # noqa: F401
+    import analyzers.report  # noqa: F401
+
+    runs = preload.opening_runs(paths)
+    preload.start(runs)
     from app import ui  # noqa: F401
     from viz import critical, figures, scale_figures  # noqa: F401 - the Overview's figures
 
-    threading.Thread(target=warm_up, args=(paths,), name=THREAD, daemon=True).start()
+    threading.Thread(target=warm_up, args=(runs,), name=THREAD, daemon=True).start()
     from streamlit.web import cli
 
     cli.main(["run", str(MAIN), *options, "--", *paths], prog_name="streamlit")

@@ -3,6 +3,10 @@
 Parsed traces and their analyses are cached with st.cache_resource keyed by the files'
 fingerprint (path, size, mtime): switching pages or variants never re-parses, and an
 edited file is re-read. Cached objects are shared between sessions and never mutated.
+A run is loaded in up to three passes, the parse itself in the first only (the others read
+the parse cache): its per-rank metrics (the Overview's first chart), then as `overlapscope
+analyze` loads it (the whole analysis), and with its host tables when a page reads them
+(Timeline, Syncs, Diff, downloads).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from analyzers.crossrank.clock import aligned_copy
 from analyzers.errors import BadInputError
 from analyzers.overlap.metrics import AnalysisOptions, OverlapMetrics, window_metrics
 from analyzers.report import AnalysisReport, analyze, precomputed_results
@@ -23,7 +28,8 @@ from analyzers.timeline.model import TraceSet
 from viz import labels
 from viz.timeline import SYNC_COLUMNS, TimelineData, normalize_syncs, prepare_timeline
 
-from . import data
+from . import data, preload
+from .preload import opening_sources
 
 MAIN_SCRIPT = Path(__file__).resolve().parent / "main.py"
 PAGE_FILES = {
@@ -36,8 +42,6 @@ PAGE_FILES = {
     "diff": "views/diff.py",
     "run": "views/run.py",
 }
-DEFAULT_SELECTED = 2  # variants selected at start (the timeline compares them)
-MAX_DEFAULT_SELECTED = 4
 K_SOURCES, K_SELECTED, K_ROOTS, K_UPLOADS_DONE = "os_sources", "os_selected", "os_roots", "os_uploads_done"
 K_FOCUS, K_MESSAGES, K_PENDING = "os_focus", "os_messages", "os_pending_select"
 
@@ -45,22 +49,26 @@ K_FOCUS, K_MESSAGES, K_PENDING = "os_focus", "os_messages", "os_pending_select"
 # --------------------------------------------------------------------------- caches
 
 
-@st.cache_resource(max_entries=16, show_spinner="Loading traces…")
+@st.cache_resource(max_entries=16, show_spinner="Loading the host tables…")
 def _trace_set(fp: data.Fingerprint, label: str) -> TraceSet:
+    """The run with every table (host tables included), for the pages that read them."""
     return data.load_fingerprinted(fp, label)
 
 
 @st.cache_resource(max_entries=32, show_spinner="Analyzing…")
 def _report(fp: data.Fingerprint, label: str) -> AnalysisReport:
-    return analyze(_trace_set(fp, label), AnalysisOptions())
+    """The whole analysis, of the run loaded as `overlapscope analyze` loads it (host tables left in the
+    parse workers)."""
+    return analyze(data.load_analysis_set(fp, label), AnalysisOptions())
 
 
-@st.cache_resource(max_entries=32, show_spinner=False)
+@st.cache_resource(max_entries=32, show_spinner="Loading traces…")
 def _rank_report(fp: data.Fingerprint, label: str) -> AnalysisReport:
-    """The per-rank part of the report (the metrics the parse workers computed): the Overview draws its first
-    chart from it while the cross-rank stage and the findings run. The same metric objects as _report's."""
-    ts = _trace_set(fp, label)
-    pre = precomputed_results(ts, AnalysisOptions(), True)
+    """The per-rank metrics, from the run's first load (the one the server started for the opening runs when
+    there is one, app/preload.py): the Overview draws its first chart from them while the diagnosis, the
+    cross-rank stage and the findings run. Equal to _report's (the same function of the same tables)."""
+    ts = preload.metrics_set(fp, label)
+    pre = precomputed_results(ts, AnalysisOptions(), False)
     if not pre:  # nothing precomputed (not loaded through the per-rank stage): the full report has them
         return _report(fp, label)
     return AnalysisReport(label=ts.label, fmt=ts.fmt, world_size=ts.world_size, sources=ts.sources,
@@ -78,11 +86,12 @@ def _syncs(fp: data.Fingerprint, label: str) -> dict[int, pd.DataFrame]:
     return _report(fp, label).syncs
 
 
+@st.cache_resource(max_entries=16, show_spinner=False)
 def _aligned_set(fp: data.Fingerprint, label: str) -> TraceSet:
-    """The trace set on the cross-rank analysis' common clock when it applied offsets."""
+    """The trace set (host tables included) on the cross-rank analysis' common clock when it applied offsets."""
     cross = _cross_rank(fp, label)
-    if cross is not None and cross.clock is not None and cross.clock.applied and cross.aligned is not None:
-        return cross.aligned
+    if cross is not None and cross.clock is not None and cross.clock.applied:
+        return aligned_copy(_trace_set(fp, label), cross.clock.offsets_ns)
     return _trace_set(fp, label)
 
 
@@ -122,8 +131,12 @@ def _findings(fp: data.Fingerprint, label: str) -> list:
 
 
 def _full_report(fp: data.Fingerprint, label: str) -> AnalysisReport:
-    """The report diff reads: analyze() already attaches findings, cross-rank and syncs."""
-    return _report(fp, label)
+    """The report diff and the downloads read (analyze() attaches findings, cross-rank and syncs), its
+    aligned set with host tables (the Perfetto file's and the HTML report's timelines read them)."""
+    rep = _report(fp, label)
+    if rep.cross_rank is None or rep.cross_rank.aligned is None:
+        return rep
+    return replace(rep, cross_rank=replace(rep.cross_rank, aligned=_aligned_set(fp, label)))
 
 
 @st.cache_resource(max_entries=16, show_spinner="Comparing…")
@@ -184,18 +197,6 @@ def app_paths() -> list[str]:
     if argv and Path(argv[0]).resolve() == MAIN_SCRIPT and len(argv) > 1:
         return data.command_line_paths(argv[1:])
     return data.command_line_paths(None)
-
-
-def opening_sources(cli: list[str]) -> tuple[dict[str, data.Source], list[str]]:
-    """Every source a new session offers (command-line paths, then the samples) and the keys it selects when
-    no ?runs= link names others: the command-line runs, else the opening samples."""
-    cli_sources = data.sources_from_paths(cli) if cli else []
-    sources: dict[str, data.Source] = {}
-    for s in cli_sources + data.discover_samples():
-        sources.setdefault(s.key, s)
-    if cli_sources:
-        return sources, [s.key for s in cli_sources[:MAX_DEFAULT_SELECTED]]
-    return sources, data.opening_samples([s for s in sources.values() if s.kind == "sample"], DEFAULT_SELECTED)
 
 
 def init_state() -> None:
@@ -272,7 +273,7 @@ def _handle_uploads(files: Sequence[Any]) -> None:
         st.session_state[K_MESSAGES].append(("error", f"Upload refused: {exc}"))
         return
     try:
-        _trace_set(data.fingerprint(src.paths), src.label)
+        _rank_report(data.fingerprint(src.paths), src.label)
     except BadInputError as exc:
         data.discard_upload(src)
         st.session_state[K_MESSAGES].append(("error", f"Upload could not be read: {_strip_tmp(str(exc))}"))
@@ -328,7 +329,7 @@ def load(src: data.Source) -> Loaded | None:
     """One source, loaded (cached); an error line and None when it cannot be read."""
     try:
         fp = data.fingerprint(src.paths)
-        _trace_set(fp, src.label)
+        _rank_report(fp, src.label)
     except BadInputError as exc:
         st.error(f"{src.label}: {_strip_tmp(str(exc))}")
         return None

@@ -35,6 +35,7 @@ def streamlit_command(paths: list[Path], *, port: int, address: str, max_upload_
         "--server.enableXsrfProtection", "true",  # uploads need Streamlit's XSRF token, whatever a config says
         "--browser.gatherUsageStats", "false",
         "--client.toolbarMode", "viewer",  # a dashboard for readers: no Deploy, rerun or clear-cache items
+        "--server.fileWatcherType", "none",  # nobody edits the dashboard's source under it: no module watching
         "--",
         *[str(p) for p in paths],
     ]

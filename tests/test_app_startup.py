@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app import data, serve, ui
+from app import data, preload, serve, ui
 
 from .conftest import ROOT, SAMPLES
 
@@ -48,23 +48,33 @@ def test_split_args():
 
 
 def test_warm_up_fills_the_caches_the_first_session_reads(run_dir: Path, monkeypatch: pytest.MonkeyPatch):
-    calls = {"load": 0, "analyze": 0}
-    load, analyze = data.load_fingerprinted, ui.analyze
+    calls = {"load": 0, "host tables": 0, "analyze": 0}
+    load, full, analyze = data.load_analysis_set, data.load_fingerprinted, ui.analyze
 
     def counting_load(*a, **k):
         calls["load"] += 1
         return load(*a, **k)
 
+    def counting_full(*a, **k):
+        calls["host tables"] += 1
+        return full(*a, **k)
+
     def counting_analyze(*a, **k):
         calls["analyze"] += 1
         return analyze(*a, **k)
 
-    monkeypatch.setattr(data, "load_fingerprinted", counting_load)
+    monkeypatch.setattr(data, "load_analysis_set", counting_load)
+    monkeypatch.setattr(data, "load_fingerprinted", counting_full)
     monkeypatch.setattr(ui, "analyze", counting_analyze)
-    serve.warm_up([str(run_dir)])
-    assert calls == {"load": 1, "analyze": 1}  # the run given on the command line, loaded and analyzed
+    runs = preload.opening_runs([str(run_dir)])
+    preload.start(runs)  # the load, in its thread, before the server imports Streamlit
+    serve.warm_up(runs)  # the analysis, which takes that load over
+    # the run given on the command line: its per-rank metrics, then the whole analysis (host tables left in
+    # the parse workers)
+    assert calls == {"load": 2, "host tables": 0, "analyze": 1}
     at = _app()
-    assert calls == {"load": 1, "analyze": 1}  # the first session found both in the cache
+    # the first session found both in the cache; the Overview reads no host table
+    assert calls == {"load": 2, "host tables": 0, "analyze": 1}
     assert at.session_state["os_selected"] == [f"path:{run_dir.resolve()}"]
     assert at.get("plotly_chart")
 
@@ -74,10 +84,13 @@ def test_warm_up_leaves_a_bad_run_to_the_page(tmp_path: Path, monkeypatch: pytes
     bad.mkdir()
     (bad / "rank0.json").write_text("{not json")
     monkeypatch.setenv(data.ENV_SAMPLES, str(tmp_path / "no-samples"))
-    serve.warm_up([str(bad)])  # no exception: the session that opens it shows the error line
-    with pytest.raises(Exception, match="rank0.json"):
-        ui.Loaded(ui.opening_sources([str(bad)])[0][f"path:{bad.resolve()}"],
-                  data.fingerprint([str(bad)])).traces()
+    runs = preload.opening_runs([str(bad)])
+    preload.start(runs).join()
+    serve.warm_up(runs)  # no exception: the session that opens it shows the error line
+    run = ui.Loaded(ui.opening_sources([str(bad)])[0][f"path:{bad.resolve()}"], data.fingerprint([str(bad)]))
+    for read in (run.report, run.traces):
+        with pytest.raises(Exception, match="rank0.json"):
+            read()
 
 
 def test_rank_report_holds_the_reports_metrics(run_dir: Path):
@@ -86,7 +99,9 @@ def test_rank_report_holds_the_reports_metrics(run_dir: Path):
     quick, full = run.rank_report(), run.report()
     assert quick.cross_rank is None and quick.findings is None  # no cross-rank stage, no findings
     assert [m.rank for m in quick.ranks] == [m.rank for m in full.ranks] == [0, 1]
-    assert all(a is b for a, b in zip(quick.ranks, full.ranks, strict=True))  # the very metrics the load made
+    for a, b in zip(quick.ranks, full.ranks, strict=True):  # the first load's metrics are the analysis' own
+        assert a.whole == b.whole and a.iteration_summary == b.iteration_summary and a.notes == b.notes
+        assert a.iterations.equals(b.iterations) and a.streams.equals(b.streams)
     assert (quick.fmt, quick.world_size) == (full.fmt, full.world_size)
 
 

@@ -1,0 +1,81 @@
+"""The opening runs' first load, started before the Streamlit stack is imported.
+
+`overlapscope app` (app/serve.py) starts it first: the parse workers run while the server imports Streamlit
+and Plotly and starts, not after. That load computes the per-rank metrics only (the Overview's first chart);
+the diagnosis (syncs, findings, rank graphs) comes from a second pass over the parse cache the first one
+wrote. Plain Python (no streamlit): each load's result waits here until the cache entry that asks for the
+same files (app/ui.py) takes it, once; a run that cannot be read keeps its error for the page that opens it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+
+from analyzers.errors import BadInputError
+from analyzers.timeline.model import TraceSet
+
+from . import data
+
+DEFAULT_SELECTED = 2  # variants selected at start (the timeline compares them)
+MAX_DEFAULT_SELECTED = 4
+THREAD = "overlapscope-load"
+
+_pending: dict[tuple[data.Fingerprint, str], Future[TraceSet]] = {}
+_lock = threading.Lock()
+
+
+def opening_sources(cli: list[str]) -> tuple[dict[str, data.Source], list[str]]:
+    """Every source a new session offers (command-line paths, then the samples) and the keys it selects when
+    no ?runs= link names others: the command-line runs, else the opening samples."""
+    cli_sources = data.sources_from_paths(cli) if cli else []
+    sources: dict[str, data.Source] = {}
+    for s in cli_sources + data.discover_samples():
+        sources.setdefault(s.key, s)
+    if cli_sources:
+        return sources, [s.key for s in cli_sources[:MAX_DEFAULT_SELECTED]]
+    return sources, data.opening_samples([s for s in sources.values() if s.kind == "sample"], DEFAULT_SELECTED)
+
+
+def opening_runs(paths: Sequence[str]) -> list[tuple[data.Source, data.Fingerprint]]:
+    """The runs a new session opens on (the paths given, else the opening samples), with their fingerprints;
+    one whose files cannot be listed is left to the page, which reports it."""
+    sources, keys = opening_sources(data.command_line_paths(list(paths)))
+    runs = []
+    for key in keys:
+        try:
+            runs.append((sources[key], data.fingerprint(sources[key].paths)))
+        except BadInputError:
+            continue
+    return runs
+
+
+def start(runs: Sequence[tuple[data.Source, data.Fingerprint]]) -> threading.Thread:
+    """Load these runs' per-rank metrics, one run after the other, in a background thread."""
+    todo = []
+    with _lock:
+        for src, fp in runs:
+            if (fp, src.label) not in _pending:
+                _pending[(fp, src.label)] = fut = Future()
+                todo.append((fp, src.label, fut))
+    thread = threading.Thread(target=_load, args=(todo,), name=THREAD, daemon=True)
+    thread.start()
+    return thread
+
+
+def _load(todo: list[tuple[data.Fingerprint, str, Future[TraceSet]]]) -> None:
+    for fp, label, fut in todo:
+        fut.set_running_or_notify_cancel()
+        try:
+            fut.set_result(data.load_analysis_set(fp, label, diagnose=False))
+        except BaseException as exc:  # noqa: BLE001 - kept for the page that opens the run, which reports it
+            fut.set_exception(exc)
+
+
+def metrics_set(fp: data.Fingerprint, label: str) -> TraceSet:
+    """The run with its per-rank metrics (data.load_analysis_set, diagnose=False): the load started here if
+    there is one (waiting for it to end), else a new one."""
+    with _lock:
+        fut = _pending.pop((fp, label), None)
+    return fut.result() if fut is not None else data.load_analysis_set(fp, label, diagnose=False)
