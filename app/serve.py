@@ -12,11 +12,14 @@ per entry), so the work is done once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 # run as a script (`python app/serve.py`): the repository root on sys.path, as app/main.py does
 _ROOT = str(Path(__file__).resolve().parents[1])
@@ -28,6 +31,11 @@ from app import data, preload  # noqa: E402 - plain Python (no streamlit): the l
 MAIN = Path(__file__).resolve().parent / "main.py"
 LOG = logging.getLogger("overlapscope.app")
 THREAD = "overlapscope-warm-up"
+# The whole analysis is background work next to the first chart, which waits for the server, the per-rank
+# metrics and the browser's page (on the same machine, for a local user): the warm-up thread and the parse
+# workers it starts run at a lower CPU priority (a nice value is per thread on Linux, and a forked worker
+# inherits its thread's).
+BACKGROUND_NICE = 10
 # Streamlit warns when its caches are declared before the server exists and used outside a page; both are
 # what this module means to do, so those two lines stay out of the server's log.
 QUIET = {"streamlit.runtime.caching.cache_data_api": "No runtime found",
@@ -62,6 +70,13 @@ def warm_up(runs: Sequence[tuple[data.Source, data.Fingerprint]]) -> None:
         LOG.exception("loading the opening runs at server start failed")
 
 
+def _niced(nice: int, fn: Callable[..., None], *args: Any) -> None:
+    """fn(*args) in this thread at a lower CPU priority (where the system allows it)."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(nice)
+    fn(*args)
+
+
 def split_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """(streamlit run options, paths): the paths follow `--`, as for `streamlit run app/main.py -- PATH...`."""
     args = list(argv)
@@ -88,7 +103,7 @@ def main(argv: Sequence[str]) -> None:
     from app import ui  # noqa: F401
     from viz import critical, figures, scale_figures  # noqa: F401 - the Overview's figures
 
-    threading.Thread(target=warm_up, args=(runs,), name=THREAD, daemon=True).start()
+    threading.Thread(target=_niced, args=(BACKGROUND_NICE, warm_up, runs), name=THREAD, daemon=True).start()
     from streamlit.web import cli
 
     cli.main(["run", str(MAIN), *options, "--", *paths], prog_name="streamlit")
