@@ -9,9 +9,12 @@ same files (app/ui.py) takes it, once; a run that cannot be read keeps its error
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from typing import Any
 
 from analyzers.errors import BadInputError
 from analyzers.timeline.model import TraceSet
@@ -51,17 +54,27 @@ def opening_runs(paths: Sequence[str]) -> list[tuple[data.Source, data.Fingerpri
     return runs
 
 
-def start(runs: Sequence[tuple[data.Source, data.Fingerprint]]) -> threading.Thread:
-    """Load these runs' per-rank metrics, one run after the other, in a background thread."""
+def start(runs: Sequence[tuple[data.Source, data.Fingerprint]], nice: int = 0) -> threading.Thread:
+    """Load these runs' per-rank metrics, one run after the other, in a background thread whose CPU priority
+    (and its parse workers') is lowered by nice."""
     todo = []
     with _lock:
         for src, fp in runs:
             if (fp, src.label) not in _pending:
                 _pending[(fp, src.label)] = fut = Future()
                 todo.append((fp, src.label, fut))
-    thread = threading.Thread(target=_load, args=(todo,), name=THREAD, daemon=True)
+    thread = threading.Thread(target=niced, args=(nice, _load, todo), name=THREAD, daemon=True)
     thread.start()
     return thread
+
+
+def niced(nice: int, fn: Callable[..., None], *args: Any) -> None:
+    """fn(*args) in this thread at a CPU priority lowered by nice (where the system allows it): on Linux a
+    nice value belongs to a thread, and a process it forks (a parse worker) starts with it."""
+    if nice:
+        with contextlib.suppress(OSError, AttributeError):
+            os.nice(nice)
+    fn(*args)
 
 
 def _load(todo: list[tuple[data.Fingerprint, str, Future[TraceSet]]]) -> None:

@@ -12,14 +12,11 @@ per entry), so the work is done once.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 # run as a script (`python app/serve.py`): the repository root on sys.path, as app/main.py does
 _ROOT = str(Path(__file__).resolve().parents[1])
@@ -31,10 +28,11 @@ from app import data, preload  # noqa: E402 - plain Python (no streamlit): the l
 MAIN = Path(__file__).resolve().parent / "main.py"
 LOG = logging.getLogger("overlapscope.app")
 THREAD = "overlapscope-warm-up"
-# The whole analysis is background work next to the first chart, which waits for the server, the per-rank
-# metrics and the browser's page (on the same machine, for a local user): the warm-up thread and the parse
-# workers it starts run at a lower CPU priority (a nice value is per thread on Linux, and a forked worker
-# inherits its thread's).
+# CPU priorities (nice values, preload.niced) for a browser on the same machine: the first chart waits for
+# the server's start, the browser's page and the per-rank metrics. At one priority the parse workers take the
+# CPU the server and the browser need, which are then ready last; a little lower, all three end about
+# together. The whole analysis is background work next to the first chart: lower still.
+PRELOAD_NICE = 5
 BACKGROUND_NICE = 10
 # Streamlit warns when its caches are declared before the server exists and used outside a page; both are
 # what this module means to do, so those two lines stay out of the server's log.
@@ -70,13 +68,6 @@ def warm_up(runs: Sequence[tuple[data.Source, data.Fingerprint]]) -> None:
         LOG.exception("loading the opening runs at server start failed")
 
 
-def _niced(nice: int, fn: Callable[..., None], *args: Any) -> None:
-    """fn(*args) in this thread at a lower CPU priority (where the system allows it)."""
-    with contextlib.suppress(OSError, AttributeError):
-        os.nice(nice)
-    fn(*args)
-
-
 def split_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """(streamlit run options, paths): the paths follow `--`, as for `streamlit run app/main.py -- PATH...`."""
     args = list(argv)
@@ -99,11 +90,12 @@ def main(argv: Sequence[str]) -> None:
     import analyzers.report  # noqa: F401
 
     runs = preload.opening_runs(paths)
-    preload.start(runs)
+    preload.start(runs, PRELOAD_NICE)
     from app import ui  # noqa: F401
     from viz import critical, figures, scale_figures  # noqa: F401 - the Overview's figures
 
-    threading.Thread(target=_niced, args=(BACKGROUND_NICE, warm_up, runs), name=THREAD, daemon=True).start()
+    threading.Thread(target=preload.niced, args=(BACKGROUND_NICE, warm_up, runs), name=THREAD,
+                     daemon=True).start()
     from streamlit.web import cli
 
     cli.main(["run", str(MAIN), *options, "--", *paths], prog_name="streamlit")
