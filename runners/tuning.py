@@ -5,12 +5,7 @@ any rank (a CUDA-graph capture that is refused, symmetric memory missing) is dro
 of them, and so is one whose output differs from the baseline's beyond the dtype bound.
 Candidates are timed as the harness times its final measurement: CUDA events around each
 iteration, chunks of TIMING_CHUNK iterations alternating between candidates, the median per
-rank, and the slowest rank's median. They are timed in the final measurement's company too: the
-baseline, the GEMM alone and the communication alone alternate with them (timed, not ranked). A GPU
-at its power limit runs a GEMM up to ~13 % slower than one with headroom
-(benchmarks/gemm_speed_probe.py), and the exposed part of a pipelined schedule grows as its GEMM gets
-faster; candidates timed only among themselves (all GEMM-heavy) ran at the lower clocks, where
-schedules that differ at the final measurement's clocks looked alike. Rank 0 reads and writes the cache; its decision is
+rank, and the slowest rank's median. Rank 0 reads and writes the cache; its decision is
 broadcast, so all ranks run the same schedule.
 """
 
@@ -32,8 +27,6 @@ from runners.timing import TIMING_CHUNK, synchronize, time_interleaved
 from runners.workload import REL_ERROR_BOUND, Workload, rel_error, rel_ref
 
 Builder = Callable[[Schedule], Callable[[], Any]]
-SEARCH_VERSION = "search in the final measurement's company"  # part of the cache fingerprint
-COMPANY = "company: "  # prefix of the company's names among the timed callables
 
 
 def _agree(ctx: Ctx, ok: bool) -> bool:
@@ -73,17 +66,12 @@ def build_checked(ctx: Ctx, candidates: Sequence[Schedule], build: Builder, refe
     return fns
 
 
-Timer = Callable[[Sequence[Schedule], int], dict[str, float]]
-
-
-def measure(ctx: Ctx, fns: dict[str, Callable[[], Any]], company: dict[str, Callable[[], Any]] | None = None) -> Timer:
-    """The search's timer: interleaved CUDA-event chunks, slowest rank's median per candidate; the
-    company's callables alternate with the candidates and are left out of the result."""
-    others = {COMPANY + k: f for k, f in (company or {}).items()}
+def measure(ctx: Ctx, fns: dict[str, Callable[[], Any]]) -> Callable[[Sequence[Schedule], int], dict[str, float]]:
+    """The search's timer: interleaved CUDA-event chunks, slowest rank's median per candidate."""
 
     def run(cands: Sequence[Schedule], reps: int) -> dict[str, float]:
-        samples = time_interleaved(ctx, {**{c.name: fns[c.name] for c in cands}, **others}, reps * TIMING_CHUNK)
-        mine = {k: statistics.median(v) for k, v in samples.items() if not k.startswith(COMPANY)}
+        samples = time_interleaved(ctx, {c.name: fns[c.name] for c in cands}, reps * TIMING_CHUNK)
+        mine = {k: statistics.median(v) for k, v in samples.items()}
         every: list[Any] = [None] * ctx.world
         dist.all_gather_object(every, mine, group=ctx.group)
         return {k: max(r[k] for r in every) for k in mine}
@@ -98,14 +86,12 @@ def shape_facts(ctx: Ctx, shape: dict[str, Any]) -> dict[str, Any]:
 
 
 def tune(ctx: Ctx, algo: str, shape: dict[str, Any], candidates: Sequence[Schedule], build: Builder,
-         reference: Any, code: str, company: dict[str, Callable[[], Any]] | None = None,
-         ) -> tuple[Schedule, Callable[[], Any], dict[str, Any]]:
-    """The schedule for this shape (cached or searched), its callable, and the manifest's record;
-    `company`: callables timed beside the candidates, as in the final measurement."""
+         reference: Any, code: str) -> tuple[Schedule, Callable[[], Any], dict[str, Any]]:
+    """The schedule for this shape (cached or searched), its callable, and the manifest's record."""
     p = ctx.params
     mode = str(p.get("tune", "auto"))
     versions = {"torch": torch.__version__, "cuda": torch.version.cuda}
-    fp = autotune.fingerprint(candidates, f"{code}|{SEARCH_VERSION}", versions)
+    fp = autotune.fingerprint(candidates, code, versions)
     key = autotune.shape_key(algo, shape_facts(ctx, shape), socket.gethostname())
     cache = autotune.TuneCache(autotune.cache_dir(), algo)
     say = ctx.log
@@ -128,7 +114,7 @@ def tune(ctx: Ctx, algo: str, shape: dict[str, Any], candidates: Sequence[Schedu
     if not live:
         raise RuntimeError("tuning: no candidate schedule runs here: " + "; ".join(f"{k}: {v}"
                                                                                 for k, v in skipped.items()))
-    result = autotune.search(live, measure(ctx, fns, company), budget_s=float(p.get("tune_budget_s", 30.0)),
+    result = autotune.search(live, measure(ctx, fns), budget_s=float(p.get("tune_budget_s", 30.0)),
                              progress=say, skipped=skipped)
     if ctx.rank == 0:
         cache.store(key, fp, result)
@@ -136,8 +122,7 @@ def tune(ctx: Ctx, algo: str, shape: dict[str, Any], candidates: Sequence[Schedu
         if name != result.choice.name:
             del fns[name]
     return result.choice, fns[result.choice.name], {"source": "search", "cache_status": status,
-                                                     "cache": str(cache.path), "key": key, **result.record(),
-                                                     "company": sorted(company or {})}
+                                                     "cache": str(cache.path), "key": key, **result.record()}
 
 
 def choose(wl: Any, algo: str, shape: dict[str, Any], tuned: Any) -> tuple[Schedule, Callable[[], Any],
@@ -153,9 +138,7 @@ def choose(wl: Any, algo: str, shape: dict[str, Any], tuned: Any) -> tuple[Sched
         sched = tuned.fixed(wl)
         return sched, builder.build(sched), {"source": "parameters (tune=off)", "choice": sched.to_dict()}
     reference = rel_ref(wl.baseline_fn("tuned")())
-    company = {"baseline": wl.baseline_fn("tuned"), "compute alone": wl.compute_fn("tuned"),
-               "comm alone": wl.comm_fn("tuned")}
-    return tune(ctx, algo, shape, tuned.candidates(wl), builder.build, reference, tuned.CODE_VERSION, company)
+    return tune(ctx, algo, shape, tuned.candidates(wl), builder.build, reference, tuned.CODE_VERSION)
 
 
 class TunedWorkload(Workload):

@@ -146,9 +146,6 @@ def test_tuned_run_searches_then_reuses_retunes_and_replaces_a_stale_choice(tmp_
     names = set(rec["rounds_ms"][0])
     assert {"serial", "p2p x2 prio-1 group"} <= names and rec["choice"]["name"] in names
     assert "serial" in rec["rounds_ms"][-1]  # the baseline schedule always reaches the final round
-    # timed in the final measurement's company, which is never ranked
-    assert rec["company"] == ["baseline", "comm alone", "compute alone"]
-    assert not any(k.startswith("company") for r in rec["rounds_ms"] for k in r)
     assert first["workload"]["tuned_schedule"] == rec["choice"]["name"]
     cache_file = Path(rec["cache"])
     assert cache_file == tmp_path / "cache" / "tuning" / "gemm-rs.json" and rec["key"].startswith("gemm-rs|K=32,M=64")
@@ -192,32 +189,3 @@ def test_gemm_rs_operand_exchange_is_offered_where_it_moves_less_and_passes_the_
     rec = res.manifest["tuning"]
     assert "p2p x1 prio-1 inputs" in rec["rounds_ms"][0]  # built, checked against the baseline, timed
     assert not any("inputs" in str(s) for s in rec.get("skipped", []))
-
-
-def test_measure_times_the_company_beside_the_candidates_and_ranks_only_the_candidates(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """One gloo rank: every round alternates the candidates with the company; the result has the candidates."""
-    pytest.importorskip("torch")
-    import torch.distributed as dist
-
-    from runners import tuning
-
-    timed: list[list[str]] = []
-
-    def fake_interleaved(ctx, fns, iters):
-        timed.append(list(fns))
-        return {k: [float(len(k))] * iters for k in fns}
-
-    monkeypatch.setattr(tuning, "time_interleaved", fake_interleaved)
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", "29533")
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    try:
-        ctx = type("C", (), {"world": 1, "group": None})()
-        fns = {c.name: (lambda: None) for c in CANDS[:2]}
-        run = tuning.measure(ctx, fns, {"baseline": lambda: None, "comm alone": lambda: None})
-        got = run(CANDS[:2], 3)
-    finally:
-        dist.destroy_process_group()
-    assert timed == [["serial", "ce x2 prio-1 group", "company: baseline", "company: comm alone"]]
-    assert got == {"serial": 6.0, "ce x2 prio-1 group": 18.0}
