@@ -5,8 +5,9 @@ added by a second GEMM's epilogue (beta = 1), which reads and writes the block a
 operands placed side by side along K (a 2-D copy into a [rows, K] buffer), one GEMM over K does the same
 FLOPs and writes the block once. This probe times, interleaved in rounds (the GPU's power state moves):
 the GEMM alone as the baseline runs it ([M, K/D] @ [K/D, N]), the two passes, one GEMM over K, the
-hybrid (first row chunk in two passes while operands travel, the rest over K), and a 2-D copy of the
-own A columns by cudaMemcpy2DAsync (copy engine), all for D = 2. Prints one JSON line per shape (µs).
+hybrid (first row chunk in two passes while operands travel, the rest over K), a 2-D copy of the
+own A columns by cudaMemcpy2DAsync (copy engine), and half the block over K by rows and by columns
+(an output whose rows lie N apart), all for D = 2. Prints one JSON line per shape (µs).
 
 usage: python benchmarks/kcat_probe.py [--rounds 10] [--iters 10]  (shapes: the gemm-rs grid's M K N dtype)
 """
@@ -72,6 +73,10 @@ def probe_shape(rt: ctypes.CDLL, M: int, K: int, N: int, dt: torch.dtype, rounds
                             out[:half].addmm_(a_cat[:half, kp:], b_cat[kp:]),
                             torch.matmul(a_cat[half:], b_cat, out=out[half:])),
         "copy2d_a": copy2d,
+        # the same half of the block by rows (contiguous output) and by columns (output rows N apart)
+        "half_by_rows": lambda: torch.mm(a_cat[half:], b_cat, out=out[half:]),
+        "half_by_cols": lambda: torch.mm(a_cat, b_cat[:, N // 2:], out=out[:, N // 2:]),
+        "half_by_cols_addmm": lambda: out[:, N // 2:].addmm_(a_cat[:, kp:], b_cat[kp:, N // 2:]),
     }
     copy2d()
     if not torch.equal(a_cat[:, :kp], a[:rows]):
