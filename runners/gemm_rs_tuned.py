@@ -53,7 +53,7 @@ from runners.graphs import capture
 from runners.streams import Marker, Streams, region
 from runners.workload import Workload
 
-CODE_VERSION = "gemm-rs tuned 6"  # part of the cache fingerprint: bump when a schedule's code changes
+CODE_VERSION = "gemm-rs tuned 7"  # part of the cache fingerprint: bump when a schedule's code changes
 CHUNKS = (2, 4, 8)
 
 
@@ -144,7 +144,13 @@ class TunedGemmRs:
 
     def _recv_slots(self, shape: tuple[int, ...], ce: bool) -> tuple[Any, torch.Tensor, Any]:
         if ce:
-            return symm.scratch(self.wl.ctx, shape, "gemm-rs recv")
+            # the largest slot any schedule asks for first: a scratch that grows drops its old allocation,
+            # and the candidates built before would push into the peers' unmapped memory
+            wl = self.wl
+            rows, kp, K, N = self.rows, wl.kp, wl.K, wl.N
+            largest = max(2 * self.peers * rows * N, 2 * self.peers * (rows * kp + kp * N), 2 * (rows * K + K * N))
+            symm.scratch(wl.ctx, (largest,), "gemm-rs recv")
+            return symm.scratch(wl.ctx, shape, "gemm-rs recv")
         n = 1
         for x in shape:
             n *= x
