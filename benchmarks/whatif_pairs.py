@@ -9,11 +9,14 @@ two runs' GPUs: the median duration of each rank's busiest compute kernel run al
 other class beside it), fixed run over unfixed run: what the prediction cannot know. Prints the
 Markdown table of docs/whatif.md.
 
-usage: python benchmarks/whatif_pairs.py
+usage: python benchmarks/whatif_pairs.py [--samples DIR]
+  DIR: a tree laid out as sample_traces/ whose sets replace the repository's (sets it lacks come from
+  sample_traces/), e.g. benchmarks/recordings/ag-gemm-second, a second recording of the ag-gemm pairs
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -54,8 +57,13 @@ PAIRS = [
 ]
 
 
+SAMPLES = ROOT / "sample_traces"
+
+
 def _report(folder: str):
-    return analyze(load_traces([ROOT / "sample_traces" / folder]))
+    """The set from --samples where it has it, else the repository's sample_traces."""
+    path = SAMPLES / folder
+    return analyze(load_traces([path if path.is_dir() else ROOT / "sample_traces" / folder]))
 
 
 def _busiest_alone(rep) -> dict[int, float]:
@@ -105,6 +113,11 @@ def _at_fixed_speed(rep, fix: str, speeds: dict[int, float]) -> int | None:
 
 
 def main() -> None:
+    global SAMPLES
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=Path, default=SAMPLES,
+                    help="a tree laid out as sample_traces/ (e.g. a second recording of some of its sets)")
+    SAMPLES = ap.parse_args().samples
     rows = []
     for a, fix, b, what, why_not in PAIRS:
         ra, rb = _report(a), _report(b)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 CACHE_VERSION = 1
-FINALISTS = 3  # schedules the last round times again (the best serial one besides)
+FINALISTS = 3  # the last round times the 3 best schedules and the best of the 3 best families again
 ENV_CACHE_DIR = "OVERLAPSCOPE_CACHE_DIR"  # the same override as the analyzer's caches
 
 ProgressFn = Callable[[str], None]
@@ -92,11 +92,13 @@ def search(candidates: Sequence[Schedule], measure: MeasureFn, *, keep: int = 4,
     """Three rounds: every candidate for reps[0] timing chunks, then the best `keep`, the best of every
     family (transport and barrier: structurally different schedules, whose round-1 order a few
     noisy chunks can swap) and every serial candidate (the baseline-equivalent ones) again for
-    reps[1] chunks, then the best FINALISTS of that round and the best serial one for reps[2]
-    chunks; the lowest median of the last round wins. Schedules of different families often lie
-    within 2-3 % of each other, as close as the spread of a 50-iteration median (on 2 x H200 a
-    round of 10 chunks chose output pushes where the operand exchange was 3 % faster over 150
-    iterations); the last round's longer measurement of a few decides. A round is skipped when the
+    reps[1] chunks, then the best FINALISTS of that round, the best of each of its FINALISTS best
+    families and the best serial one for reps[2] chunks; the lowest median of the last round wins.
+    Schedules of different families often lie within 2-4 % of each other, as close as the spread of
+    a 50-iteration median, and their order moves with the GPU's clocks (on 2 x H200 at 8192 x 4096 x
+    32768 fp16 three output-push schedules led round 2 while the operand exchange was 4 % faster
+    over 150 iterations among GEMM-heavy schedules); the last round's longer measurement of a few,
+    of different families, decides. A round is skipped when the
     rounds before it used up its share of the time budget (half before round 2, three quarters
     before round 3).
     """
@@ -118,7 +120,10 @@ def search(candidates: Sequence[Schedule], measure: MeasureFn, *, keep: int = 4,
         rounds.append(measure(finalists, reps[1]))
         ranked = sorted(finalists, key=lambda c: rounds[-1][c.name])
         serial = [c for c in ranked if c.transport == "serial"][:1]
-        last = list(dict.fromkeys([*ranked[:FINALISTS], *serial]))
+        family_lead: dict[tuple[str, str], Schedule] = {}
+        for c in ranked:
+            family_lead.setdefault((c.transport, c.barrier), c)
+        last = list(dict.fromkeys([*ranked[:FINALISTS], *list(family_lead.values())[:FINALISTS], *serial]))
         if len(last) > 1 and clock() - t0 < budget_s * 3 / 4:
             say(f"tuning: round 3, {len(last)} finalists: " + ", ".join(c.name for c in last))
             rounds.append(measure(last, reps[2]))

@@ -73,7 +73,9 @@ def scratch(ctx: Ctx, shape: tuple[int, ...], tag: str) -> tuple[Any, torch.Tens
 
     Every tuning candidate (and every shape of a grid) views the same memory instead of
     allocating and rendezvousing its own: returns (handle, local view, remote(q) -> peer q's view).
-    Collective: every rank must ask for the same shapes in the same order.
+    Collective: every rank must ask for the same shapes in the same order. A request larger than
+    the allocation replaces it: the views made before, the peers' above all, must not be used
+    after (callers ask for the largest size they will need first).
     """
     numel = 1
     for n in shape:

@@ -53,8 +53,9 @@ def time_interleaved(ctx: Ctx, fns: dict[str, Callable[[], Any]], iters: int,
                      chunk: int = TIMING_CHUNK) -> dict[str, list[float]]:
     """Time several callables in alternating chunks of iterations.
 
-    GPUs slow down as they heat up under sustained GEMMs, so whatever is timed last
-    looks slower; alternating small chunks gives every callable the same conditions.
+    A GPU at its power limit lowers its clocks within tens of milliseconds of sustained GEMMs (a
+    GEMM alone ran up to ~13 % slower than after idle, benchmarks/gemm_speed_probe.py), so whatever
+    is timed last looks slower; alternating small chunks gives every callable the same conditions.
     """
     for f in fns.values():  # one untimed call each (allocator, cuBLAS heuristics)
         f()

@@ -39,8 +39,9 @@ def test_search_takes_the_fastest_of_the_second_round_and_times_every_family_and
     # the 3 best, then the best of each family not among them (p2p, serial): ce*2 "group" is not
     # timed again, its family's best (ce x2 group) is
     assert timer.asked[1] == [CANDS[1].name, CANDS[2].name, CANDS[4].name, CANDS[3].name, SERIAL.name]
-    # round 3: the best 3 of round 2 and the best serial one, measured longer: it decides
-    assert timer.asked[2] == [CANDS[2].name, CANDS[1].name, CANDS[4].name, SERIAL.name]
+    # round 3: the best 3 of round 2, the best of its 3 best families (ce group, ce once, p2p) and the best
+    # serial one, measured longer: it decides
+    assert timer.asked[2] == [CANDS[2].name, CANDS[1].name, CANDS[4].name, CANDS[3].name, SERIAL.name]
     assert result.choice == CANDS[2] and result.rounds == [first, {k: second[k] for k in timer.asked[1]},
                                                           {k: second[k] for k in timer.asked[2]}]
 

@@ -17,11 +17,13 @@ def ratios(path) -> dict[int, float]:
 
 @pytest.mark.parametrize("variant", ["sync-in-loop", "sync-before-loop"])
 def test_nsys_export_agrees_with_torch_profiler_trace(variant):
-    """Same schedule, different runs, different profilers: per-rank overlap within 10 points."""
+    """Same schedule, different runs, different profilers: the ranks' overlaps within 10 points, lowest
+    with lowest and highest with highest (which rank hides more is the run's: in sync-before-loop the rank
+    whose all-gathers start in its GEMM's tail hides less, rank 1 in the nsys run, rank 0 in the Kineto one)."""
     nsys, torch = ratios(f"ag-gemm-nsys/{variant}"), ratios(f"ag-gemm/{variant}")
     assert sorted(nsys) == sorted(torch) == [0, 1]
-    for r in (0, 1):
-        assert abs(nsys[r] - torch[r]) <= 0.10, (variant, r, nsys[r], torch[r])
+    for a, b in zip(sorted(nsys.values()), sorted(torch.values()), strict=True):
+        assert abs(a - b) <= 0.10, (variant, nsys, torch)
 
 
 def test_nsys_sample_has_iterations_from_nvtx():
