@@ -57,11 +57,12 @@ def warm_up(runs: Sequence[tuple[data.Source, data.Fingerprint]]) -> None:
 
         readable = []
         for src, fp in runs:
+            run = ui.Loaded(src, fp)
             try:
-                ui.Loaded(src, fp).rank_report()
+                run.rank_report()
             except BadInputError:
                 continue
-            readable.append(ui.Loaded(src, fp))
+            readable.append(run)
         for run in readable:
             run.report()
     except Exception:  # noqa: BLE001 - a failed warm-up costs time, never the server: the page redoes the work

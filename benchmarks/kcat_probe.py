@@ -6,7 +6,7 @@ operands placed side by side along K (a 2-D copy into a [rows, K] buffer), one G
 FLOPs and writes the block once. This probe times, interleaved in rounds (the GPU's power state moves):
 the GEMM alone as the baseline runs it ([M, K/D] @ [K/D, N]), the two passes, one GEMM over K, the
 hybrid (first row chunk in two passes while operands travel, the rest over K), a 2-D copy of the
-own A columns by cudaMemcpy2DAsync (copy engine), and half the block over K by rows and by columns
+own A columns by cudaMemcpy2DAsync (copy engine, runners/cuda_copy.py), and half the block over K by rows and by columns
 (an output whose rows lie N apart), all for D = 2. Prints one JSON line per shape (µs).
 
 usage: python benchmarks/kcat_probe.py [--rounds 10] [--iters 10]  (shapes: the gemm-rs grid's M K N dtype)
@@ -15,24 +15,19 @@ usage: python benchmarks/kcat_probe.py [--rounds 10] [--iters 10]  (shapes: the 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import statistics
+import sys
+from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from runners.cuda_copy import copy_2d  # noqa: E402
+
 SHAPES = [(32768, 4096, 8192, torch.bfloat16), (8192, 4096, 32768, torch.float16),
           (16384, 8192, 16384, torch.bfloat16)]
-
-
-def _cudart() -> ctypes.CDLL:
-    """The CUDA runtime torch has loaded (its path from /proc/self/maps)."""
-    torch.cuda.init()
-    with open("/proc/self/maps") as f:
-        paths = {line.split()[-1] for line in f if "libcudart" in line}
-    if not paths:
-        raise RuntimeError("libcudart is not loaded in this process")
-    return ctypes.CDLL(sorted(paths)[0])
 
 
 def _time(fn, iters: int) -> float:
@@ -45,8 +40,8 @@ def _time(fn, iters: int) -> float:
     return a.elapsed_time(b) * 1000 / iters
 
 
-def probe_shape(rt: ctypes.CDLL, M: int, K: int, N: int, dt: torch.dtype, rounds: int, iters: int) -> dict:
-    """The five kinds at one shape, interleaved over `rounds`: medians, ratios to the GEMM alone, ranges."""
+def probe_shape(M: int, K: int, N: int, dt: torch.dtype, rounds: int, iters: int) -> dict:
+    """Every kind at one shape, interleaved over `rounds`: medians, ratios to the GEMM alone, ranges."""
     kp, rows = K // 2, M // 2
     a = torch.randn(M, kp, device="cuda", dtype=dt)
     b = torch.randn(kp, N, device="cuda", dtype=dt)
@@ -55,15 +50,9 @@ def probe_shape(rt: ctypes.CDLL, M: int, K: int, N: int, dt: torch.dtype, rounds
     b_cat = torch.randn(K, N, device="cuda", dtype=dt)
     out = torch.empty(rows, N, device="cuda", dtype=dt)
     half = rows // 2
-    stream = torch.cuda.current_stream().cuda_stream
-    es = a.element_size()
 
     def copy2d() -> None:
-        src = a[:rows]
-        err = rt.cudaMemcpy2DAsync(a_cat.data_ptr(), a_cat.stride(0) * es, src.data_ptr(), src.stride(0) * es,
-                                   kp * es, rows, 4, stream)
-        if err:
-            raise RuntimeError(f"cudaMemcpy2DAsync: error {err}")
+        copy_2d(a_cat[:, :kp], a[:rows])  # the copy engine, as the kcat schedules place operands
 
     kinds = {
         "alone": lambda: torch.matmul(a, b, out=c_full),
@@ -99,11 +88,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--iters", type=int, default=10)
     args = ap.parse_args()
-    rt = _cudart()
-    rt.cudaMemcpy2DAsync.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t,
-                                     ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
     for M, K, N, dt in SHAPES:
-        print(json.dumps(probe_shape(rt, M, K, N, dt, args.rounds, args.iters)))
+        print(json.dumps(probe_shape(M, K, N, dt, args.rounds, args.iters)))
         torch.cuda.empty_cache()
 
 
