@@ -1,7 +1,9 @@
 """overlapscope dashboard entry: `overlapscope app [PATH...]` or
 `streamlit run app/main.py -- [PATH...]`.
 
-Sets up the sources (sidebar, on every page) and the pages through st.navigation.
+Sets up the sources (sidebar, on every page) and the pages through st.navigation. The sidebar comes before the
+page, except on the Overview, which draws it after its first chart while the server loads the opening runs
+(app/sidebar.py).
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ if _ROOT not in sys.path:
 import streamlit as st  # noqa: E402
 
 from analyzers.errors import BadInputError  # noqa: E402
-from app import ui  # noqa: E402
+from app import sidebar, ui  # noqa: E402
 
 st.set_page_config(page_title="overlapscope", layout="wide", initial_sidebar_state="expanded")
 
+OVERVIEW = st.Page(ui.PAGE_FILES["overview"], title="Overview", default=True)
 PAGES = [
-    st.Page(ui.PAGE_FILES["overview"], title="Overview", default=True),
+    OVERVIEW,
     st.Page(ui.PAGE_FILES["timeline"], title="Timeline"),
     st.Page(ui.PAGE_FILES["crossrank"], title="Cross-rank"),
     st.Page(ui.PAGE_FILES["stragglers"], title="Stragglers"),
@@ -35,10 +38,12 @@ PAGES = [
 
 
 def _run() -> None:
-    ui.init_state()
+    ui.begin_run()
     page = st.navigation(PAGES, position="sidebar", expanded=True)
-    ui.sidebar()
+    if page is not OVERVIEW:
+        sidebar.draw()
     page.run()
+    sidebar.draw()  # where the page has not drawn it (drawn once a run)
 
 
 if not st.get_option("server.enableXsrfProtection"):
@@ -50,3 +55,4 @@ except Exception as exc:  # noqa: BLE001 - a page shows one line, never a stack 
     logging.getLogger("overlapscope.app").exception("page failed")  # the details go to the server's log
     st.error(f"This page could not be shown: {exc}" if isinstance(exc, BadInputError) else
              f"This page could not be shown ({type(exc).__name__}: {str(exc)[:300]}). The server log has the details.")
+    sidebar.draw()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -26,6 +27,7 @@ MAX_DEFAULT_SELECTED = 4
 THREAD = "overlapscope-load"
 
 _pending: dict[tuple[data.Fingerprint, str], Future[TraceSet]] = {}
+_ended: dict[tuple[data.Fingerprint, str], threading.Event] = {}  # every load started here, set once it ends
 _lock = threading.Lock()
 
 
@@ -62,6 +64,7 @@ def start(runs: Sequence[tuple[data.Source, data.Fingerprint]], nice: int = 0) -
         for src, fp in runs:
             if (fp, src.label) not in _pending:
                 _pending[(fp, src.label)] = fut = Future()
+                _ended[(fp, src.label)] = threading.Event()
                 todo.append((fp, src.label, fut))
     thread = threading.Thread(target=niced, args=(nice, _load, todo), name=THREAD, daemon=True)
     thread.start()
@@ -84,6 +87,18 @@ def _load(todo: list[tuple[data.Fingerprint, str, Future[TraceSet]]]) -> None:
             fut.set_result(data.load_analysis_set(fp, label, diagnose=False))
         except BaseException as exc:  # noqa: BLE001 - kept for the page that opens the run, which reports it
             fut.set_exception(exc)
+        _ended[(fp, label)].set()
+
+
+def wait(keys: Sequence[tuple[data.Fingerprint, str]], timeout_s: float) -> bool:
+    """Whether every one of these runs has a first load started here that ends within timeout_s (False at once
+    for a run whose load was not started here: it is loaded where it is asked for)."""
+    with _lock:
+        events = [_ended.get(k) for k in keys]
+    if not events or any(e is None for e in events):
+        return False
+    deadline = time.monotonic() + timeout_s
+    return all(e.wait(max(0.0, deadline - time.monotonic())) for e in events)
 
 
 def metrics_set(fp: data.Fingerprint, label: str) -> TraceSet:

@@ -1,4 +1,4 @@
-"""The Streamlit layer shared by every page: sources in the sidebar, cached loading.
+"""The Streamlit layer shared by every page: the session's sources and selection, cached loading.
 
 Parsed traces and their analyses are cached with st.cache_resource keyed by the files'
 fingerprint (path, size, mtime): switching pages or variants never re-parses, and an
@@ -12,7 +12,6 @@ analyze` loads it (the whole analysis), and with its host tables when a page rea
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ PAGE_FILES = {
 }
 K_SOURCES, K_SELECTED, K_ROOTS, K_UPLOADS_DONE = "os_sources", "os_selected", "os_roots", "os_uploads_done"
 K_FOCUS, K_MESSAGES, K_PENDING = "os_focus", "os_messages", "os_pending_select"
+K_SIDEBAR_DRAWN = "os_sidebar_drawn"
 
 
 # --------------------------------------------------------------------------- caches
@@ -212,6 +212,19 @@ def init_state() -> None:
     st.session_state[K_SELECTED] = _runs_from_query(sources) or default
 
 
+def begin_run() -> None:
+    """Start of every script run, before the page reads the selection: the session's state (init_state), and
+    the runs added since the last run (uploads, server paths, the Run page) join the selection. The sidebar's
+    widgets come later in the run (app/sidebar.py); a widget's value is in st.session_state from the run's
+    start."""
+    init_state()
+    srcs = sources()
+    current = [k for k in st.session_state[K_SELECTED] if k in srcs]
+    pending = [k for k in st.session_state.pop(K_PENDING, []) if k in srcs and k not in current]
+    st.session_state[K_SELECTED] = current + pending
+    st.session_state[K_SIDEBAR_DRAWN] = False
+
+
 def _runs_from_query(srcs: dict[str, data.Source]) -> list[str]:
     """`?runs=ag-gemm/sync-in-loop,ag-gemm/sync-before-loop`: a link that opens on those runs
     (labels or keys, in order; unknown names are ignored)."""
@@ -241,83 +254,11 @@ def roots() -> list[Path]:
     return [Path(r) for r in st.session_state.get(K_ROOTS, [])]
 
 
-def _add_server_path() -> None:
-    text = st.session_state.get("os_server_path", "")
-    try:
-        src = data.server_source(text, roots())
-        data.fingerprint(src.paths)
-    except BadInputError as exc:
-        st.session_state[K_MESSAGES].append(("error", f"Server path refused: {exc}"))
-        return
-    add_source(src)
-    st.session_state[K_MESSAGES].append(("success", f"Added {src.label}"))
-
-
-def _on_upload() -> None:
-    """Callback of the uploader (callbacks run before the script, so the selection may change)."""
-    _handle_uploads(st.session_state.get("os_upload") or [])
-
-
-def _handle_uploads(files: Sequence[Any]) -> None:
-    """Each new upload batch becomes one source, after it loads cleanly; else one clear error."""
-    if not files:
-        return
-    batch_id = tuple(sorted(getattr(f, "file_id", f.name) for f in files))
-    done = st.session_state[K_UPLOADS_DONE]
-    if batch_id in done:
-        return
-    done[batch_id] = True
-    try:
-        src = data.save_uploads([(f.name, f.getvalue()) for f in files])
-    except BadInputError as exc:
-        st.session_state[K_MESSAGES].append(("error", f"Upload refused: {exc}"))
-        return
-    try:
-        _rank_report(data.fingerprint(src.paths), src.label)
-    except BadInputError as exc:
-        data.discard_upload(src)
-        st.session_state[K_MESSAGES].append(("error", f"Upload could not be read: {_strip_tmp(str(exc))}"))
-        return
-    add_source(src)
-    st.session_state[K_MESSAGES].append(("success", f"Uploaded {src.label}"))
-
-
-def _strip_tmp(text: str) -> str:
+def strip_tmp(text: str) -> str:
     """Upload errors name the user's file, not our temporary folder."""
     import re
 
     return re.sub(r"\S*/overlapscope-upload-[^/\s]+/", "", text)
-
-
-def sidebar() -> None:
-    """The source picker (every page): which runs to show, plus server paths and uploads."""
-    srcs = sources()
-    with st.sidebar:
-        st.markdown("### Trace sets")
-        if not srcs:
-            st.info("No sample traces found and no paths given. Add a server path or upload traces below, "
-                    "or start `overlapscope app PATH...`.")
-        current = [k for k in st.session_state[K_SELECTED] if k in srcs]
-        pending = [k for k in st.session_state.pop(K_PENDING, []) if k in srcs and k not in current]
-        st.session_state[K_SELECTED] = current + pending
-        st.multiselect(
-            "Runs to show (the first is A in comparisons)", options=list(srcs),
-            format_func=lambda k: f"{srcs[k].label}  [{srcs[k].kind}]", key=K_SELECTED,
-            help="Each entry is one run (all its ranks). Several runs appear side by side.",
-        )
-        with st.expander("Add traces", expanded=not srcs):
-            st.text_input("Server path (file or run folder)", key="os_server_path",
-                          placeholder="/data/traces/run1", help="Only under the allowed roots: "
-                          + ", ".join(str(r) for r in roots()))
-            st.button("Add path", on_click=_add_server_path)
-            limit = data.max_upload_mb()
-            st.file_uploader(
-                f"Upload traces of one run (.json, .json.gz, .sqlite; up to {limit} MB)",
-                type=["json", "gz", "sqlite"], accept_multiple_files=True, key="os_upload", on_change=_on_upload,
-            )
-        for kind, msg in st.session_state.get(K_MESSAGES, []):
-            (st.error if kind == "error" else st.success)(msg)
-        st.session_state[K_MESSAGES] = []
 
 
 def selected() -> list[data.Source]:
@@ -331,7 +272,7 @@ def load(src: data.Source) -> Loaded | None:
         fp = data.fingerprint(src.paths)
         _rank_report(fp, src.label)
     except BadInputError as exc:
-        st.error(f"{src.label}: {_strip_tmp(str(exc))}")
+        st.error(f"{src.label}: {strip_tmp(str(exc))}")
         return None
     return Loaded(source=src, fp=fp)
 

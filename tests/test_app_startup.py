@@ -1,10 +1,12 @@
 """How fast the app answers: the server loads and analyzes the opening runs as it starts (app/serve.py), so
-the first session reads them from the cache; the Overview's first chart comes from the per-rank metrics; a
-finding's evidence tables are sent only while its expander is open."""
+the first session reads them from the cache; the Overview's first chart comes from the per-rank metrics, and
+before the sidebar for the runs the server loads; a finding's evidence tables are sent only while its expander
+is open."""
 
 from __future__ import annotations
 
 import gzip
+import threading
 from pathlib import Path
 
 import pytest
@@ -119,3 +121,76 @@ def test_evidence_is_sent_for_open_findings_only(run_dir: Path):
     assert len(boxes[1].dataframe) == len(boxes[0].dataframe) > 0  # its evidence is sent now
     scalars = boxes[1].dataframe[0].value
     assert "gpu idle total" in scalars["evidence"].tolist()  # gpu_idle_ns_total, under its registry label
+
+
+def _drawing_order(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What the Overview draws first, its first chart or the sidebar (each recorded once, as it is drawn)."""
+    import streamlit as st
+
+    from app import sidebar
+    from viz import figures
+
+    order: list[str] = []
+    draw, bars = sidebar.draw, figures.overview_bars
+
+    def drawing_sidebar() -> None:
+        if not st.session_state.get(ui.K_SIDEBAR_DRAWN):
+            order.append("sidebar")
+        draw()
+
+    def drawing_chart(*a, **k):
+        order.append("first chart")
+        return bars(*a, **k)
+
+    monkeypatch.setattr(sidebar, "draw", drawing_sidebar)
+    monkeypatch.setattr(figures, "overview_bars", drawing_chart)
+    return order
+
+
+def test_overview_draws_its_first_chart_before_the_sidebar_while_the_server_loads(
+        run_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    order = _drawing_order(monkeypatch)
+    preload.start(preload.opening_runs([str(run_dir)]))  # as app/serve.py does
+    at = _app()
+    assert order == ["first chart", "sidebar"]
+    assert at.sidebar.multiselect[0].value == [f"path:{run_dir.resolve()}"]  # the picker is there, after the chart
+    assert at.sidebar.file_uploader and at.sidebar.text_input(key="os_server_path") is not None
+    order.clear()
+    at.run()  # a rerun of the page (its runs cached): the same order, the same picker
+    assert order == ["first chart", "sidebar"] and at.sidebar.multiselect[0].value == [f"path:{run_dir.resolve()}"]
+
+
+def test_sidebar_comes_first_for_runs_the_server_did_not_load(run_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    order = _drawing_order(monkeypatch)
+    at = _app()  # `streamlit run app/main.py` (no app/serve.py): the page loads the run itself
+    assert order == ["sidebar", "first chart"]
+    assert at.sidebar.multiselect[0].value == [f"path:{run_dir.resolve()}"]
+
+
+def test_sidebar_is_drawn_when_the_preloaded_run_cannot_be_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from streamlit.testing.v1 import AppTest
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "rank0.json").write_text("{not json")
+    monkeypatch.setenv(data.ENV_SAMPLES, str(tmp_path / "no-samples"))
+    monkeypatch.setenv(data.ENV_APP_PATHS, str(bad))
+    preload.start(preload.opening_runs([str(bad)])).join()
+    at = AppTest.from_file(MAIN, default_timeout=300)
+    at.run()
+    assert not at.exception and "rank0.json" in at.error[0].value  # one line naming the file
+    assert at.sidebar.multiselect[0].value == [f"path:{bad.resolve()}"] and at.sidebar.file_uploader
+
+
+def test_wait_for_the_servers_load():
+    fp = data.fingerprint([str(SAMPLES / "ag-gemm" / "host-sync")])
+    assert preload.wait([(fp, "never started")], 5.0) is False  # not loaded here: no wait at all
+    assert preload.wait([], 5.0) is False
+    key = (fp, "under way")
+    preload._ended[key] = ended = threading.Event()
+    try:
+        assert preload.wait([key], 0.05) is False  # a load still under way past the timeout
+        ended.set()
+        assert preload.wait([key], 0.05) is True
+    finally:
+        del preload._ended[key]

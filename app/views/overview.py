@@ -1,10 +1,10 @@
 """Overview: how much communication each rank hides, and the findings that explain the rest.
 
 The key metrics and the first chart come from the per-rank metrics, which the load computes: they reach the
-browser while the cross-rank stage and the findings run. While the runs load, the first chart's place holds
-an empty figure, so the browser fetches and starts Plotly during the wait rather than after it. A finding's
-evidence tables are sent when its expander is open (the first one starts open), not for every finding on
-every run of the page.
+browser while the cross-rank stage and the findings run; for the runs the server loads as it starts, before
+the sidebar (app/sidebar.py). While the runs load, the first chart's place holds an empty figure, so the
+browser fetches and starts Plotly during the wait rather than after it. A finding's evidence tables are sent
+when its expander is open (the first one starts open), not for every finding on every run of the page.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import replace
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import ranks, ui
+from app import ranks, sidebar, ui
 from app.tables import readable, show, show_evidence
 from viz import labels
 from viz.critical import attribution_figure, fidelity_line, saving_text
@@ -33,9 +33,11 @@ def _waiting() -> go.Figure:
 st.title("Overview")
 head, first_chart = st.container(), st.empty()
 first_chart.plotly_chart(_waiting(), theme=None, key="overview_waiting")
+sidebar.draw_unless_preloading(ui.selected())
 runs = ui.load_selected()
 if not runs:
     first_chart.empty()
+    sidebar.draw()
     st.stop()
 
 quick = [(r.label, r.rank_report()) for r in runs]  # per-rank metrics only: no wait for the cross-rank stage
@@ -67,6 +69,7 @@ with first_chart.container():
     else:
         st.subheader("Where each rank's time goes")
         st.plotly_chart(overview_bars(quick), theme=None, key="overview_bars")
+sidebar.draw()  # unless drawn before the load
 
 reports = [(r.label, r.report()) for r in runs]  # the whole analysis: cross-rank stage, findings, critical path
 
