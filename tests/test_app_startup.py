@@ -6,6 +6,7 @@ is open."""
 from __future__ import annotations
 
 import gzip
+import re
 import threading
 from pathlib import Path
 
@@ -194,3 +195,16 @@ def test_wait_for_the_servers_load():
         assert preload.wait([key], 0.05) is True
     finally:
         del preload._ended[key]
+
+
+def test_the_server_skips_streamlits_component_scan(monkeypatch: pytest.MonkeyPatch):
+    from streamlit.components.v2 import manifest_scanner
+
+    monkeypatch.setattr(manifest_scanner, "scan_component_manifests", manifest_scanner.scan_component_manifests)
+    serve.skip_component_scan()
+    assert manifest_scanner.scan_component_manifests() == []
+    # what the scan would find could only serve a page that uses custom components: none does
+    uses = re.compile(r"\bst\.components\b|streamlit\.components\b|\bcomponents\.v[12]\b")
+    used = [str(p.relative_to(ROOT)) for d in ("app", "viz") for p in (ROOT / d).rglob("*.py")
+            if p.name != "serve.py" and uses.search(p.read_text())]
+    assert used == [], used
