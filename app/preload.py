@@ -90,6 +90,13 @@ def _load(todo: list[tuple[data.Fingerprint, str, Future[TraceSet]]]) -> None:
         _ended[(fp, label)].set()
 
 
+def under_way(keys: Sequence[tuple[data.Fingerprint, str]]) -> bool:
+    """Whether these runs' first loads were all started here and one of them has not ended yet."""
+    with _lock:
+        events = [_ended.get(k) for k in keys]
+    return bool(events) and all(e is not None for e in events) and not all(e.is_set() for e in events)
+
+
 def wait(keys: Sequence[tuple[data.Fingerprint, str]], timeout_s: float) -> bool:
     """Whether every one of these runs has a first load started here that ends within timeout_s (False at once
     for a run whose load was not started here: it is loaded where it is asked for)."""

@@ -4,7 +4,7 @@ It is drawn once per script run (app/ui.py begin_run starts one). app/main.py dr
 on the Overview, the page a new session opens on: while the server's first load of the opening runs is under
 way (app/preload.py), the Overview draws its first chart first and the sidebar right after it. The browser's
 work on the sidebar's widgets (the run picker, the path box, the uploader) would otherwise come before that
-chart, on the CPU the load needs too.
+chart, on the CPU the load needs too. Once that load has ended, the sidebar comes first on every page.
 """
 
 from __future__ import annotations
@@ -55,14 +55,14 @@ def draw() -> None:
 
 
 def draw_unless_preloading(runs: Sequence[data.Source]) -> None:
-    """Before the Overview loads these runs: the sidebar now, unless the server's own first load of every one
-    of them (app/preload.py) ends within WAIT_S; then the page's first chart comes first and the page draws
-    the sidebar after it."""
+    """Before the Overview loads these runs: the sidebar now, unless the server's own first load of them
+    (app/preload.py) is under way and ends within WAIT_S; then the page's first chart comes first and the page
+    draws the sidebar after it. Once that load has ended (a later session, a rerun) the sidebar comes first."""
     try:
         keys = [(data.fingerprint(s.paths), s.label) for s in runs]
     except BadInputError:  # the page reports it when it loads the run
         keys = []
-    if not preload.wait(keys, WAIT_S):
+    if not (preload.under_way(keys) and preload.wait(keys, WAIT_S)):
         draw()
 
 

@@ -151,14 +151,27 @@ def _drawing_order(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_overview_draws_its_first_chart_before_the_sidebar_while_the_server_loads(
         run_dir: Path, monkeypatch: pytest.MonkeyPatch):
     order = _drawing_order(monkeypatch)
+    gate = threading.Event()  # the server's load is held until the page asks for it: still under way then
+    load, wait = data.load_analysis_set, preload.wait
+
+    def held_load(*a, **k):
+        assert gate.wait(60)
+        return load(*a, **k)
+
+    def page_waits(keys, timeout_s):
+        gate.set()
+        return wait(keys, timeout_s)
+
+    monkeypatch.setattr(data, "load_analysis_set", held_load)
+    monkeypatch.setattr(preload, "wait", page_waits)
     preload.start(preload.opening_runs([str(run_dir)]))  # as app/serve.py does
     at = _app()
-    assert order == ["first chart", "sidebar"]
+    assert gate.is_set() and order == ["first chart", "sidebar"]
     assert at.sidebar.multiselect[0].value == [f"path:{run_dir.resolve()}"]  # the picker is there, after the chart
     assert at.sidebar.file_uploader and at.sidebar.text_input(key="os_server_path") is not None
     order.clear()
-    at.run()  # a rerun of the page (its runs cached): the same order, the same picker
-    assert order == ["first chart", "sidebar"] and at.sidebar.multiselect[0].value == [f"path:{run_dir.resolve()}"]
+    at.run()  # that load has ended: the sidebar first, the same picker
+    assert order == ["sidebar", "first chart"] and at.sidebar.multiselect[0].value == [f"path:{run_dir.resolve()}"]
 
 
 def test_sidebar_comes_first_for_runs_the_server_did_not_load(run_dir: Path, monkeypatch: pytest.MonkeyPatch):
@@ -186,13 +199,14 @@ def test_sidebar_is_drawn_when_the_preloaded_run_cannot_be_read(tmp_path: Path, 
 def test_wait_for_the_servers_load():
     fp = data.fingerprint([str(SAMPLES / "ag-gemm" / "host-sync")])
     assert preload.wait([(fp, "never started")], 5.0) is False  # not loaded here: no wait at all
-    assert preload.wait([], 5.0) is False
+    assert preload.wait([], 5.0) is False and not preload.under_way([])
     key = (fp, "under way")
     preload._ended[key] = ended = threading.Event()
     try:
+        assert preload.under_way([key]) and not preload.under_way([key, (fp, "never started")])
         assert preload.wait([key], 0.05) is False  # a load still under way past the timeout
         ended.set()
-        assert preload.wait([key], 0.05) is True
+        assert preload.wait([key], 0.05) is True and not preload.under_way([key])
     finally:
         del preload._ended[key]
 
