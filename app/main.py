@@ -40,7 +40,7 @@ PAGES = [
 def _run() -> None:
     ui.begin_run()
     page = st.navigation(PAGES, position="sidebar", expanded=True)
-    if page is not OVERVIEW:
+    if page is not OVERVIEW or not sidebar.waits_for(ui.selected()):
         sidebar.draw()
     page.run()
     sidebar.draw()  # where the page has not drawn it (drawn once a run)

@@ -54,15 +54,24 @@ def draw() -> None:
         st.session_state[ui.K_MESSAGES] = []
 
 
-def draw_unless_preloading(runs: Sequence[data.Source]) -> None:
-    """Before the Overview loads these runs: the sidebar now, unless the server's own first load of them
-    (app/preload.py) is under way and ends within WAIT_S; then the page's first chart comes first and the page
-    draws the sidebar after it. Once that load has ended (a later session, a rerun) the sidebar comes first."""
+def _keys(runs: Sequence[data.Source]) -> list[tuple[data.Fingerprint, str]]:
     try:
-        keys = [(data.fingerprint(s.paths), s.label) for s in runs]
+        return [(data.fingerprint(s.paths), s.label) for s in runs]
     except BadInputError:  # the page reports it when it loads the run
-        keys = []
-    if not (preload.under_way(keys) and preload.wait(keys, WAIT_S)):
+        return []
+
+
+def waits_for(runs: Sequence[data.Source]) -> bool:
+    """Whether the Overview of these runs draws its first chart before the sidebar: the server's own first load
+    of them (app/preload.py) is under way."""
+    return preload.under_way(_keys(runs))
+
+
+def draw_unless_loaded(runs: Sequence[data.Source]) -> None:
+    """Before the Overview loads these runs, when the sidebar waits for its first chart (waits_for): the
+    sidebar now if the server's load of them has not ended within WAIT_S, so a long load never hides the run
+    picker; else nothing (the page draws it after the chart)."""
+    if not st.session_state.get(ui.K_SIDEBAR_DRAWN) and not preload.wait(_keys(runs), WAIT_S):
         draw()
 
 

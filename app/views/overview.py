@@ -33,7 +33,7 @@ def _waiting() -> go.Figure:
 st.title("Overview")
 head, first_chart = st.container(), st.empty()
 first_chart.plotly_chart(_waiting(), theme=None, key="overview_waiting")
-sidebar.draw_unless_preloading(ui.selected())
+sidebar.draw_unless_loaded(ui.selected())
 runs = ui.load_selected()
 if not runs:
     first_chart.empty()
