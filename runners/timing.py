@@ -6,6 +6,7 @@ here, so a schedule is chosen under the conditions it is later reported under.
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -51,11 +52,15 @@ def time_ms(ctx: Ctx, fn: Callable[[], Any], iters: int) -> list[float]:
 
 def time_interleaved(ctx: Ctx, fns: dict[str, Callable[[], Any]], iters: int,
                      chunk: int = TIMING_CHUNK) -> dict[str, list[float]]:
-    """Time several callables in alternating chunks of iterations.
+    """Time several callables in alternating chunks of iterations, in a new order every round.
 
     A GPU at its power limit lowers its clocks within tens of milliseconds of sustained GEMMs (a
     GEMM alone ran up to ~13 % slower than after idle, benchmarks/gemm_speed_probe.py), so whatever
     is timed last looks slower; alternating small chunks gives every callable the same conditions.
+    What ran just before a chunk matters too: at one ag-gemm shape, one fixed order every round
+    (the tuned schedule always behind the collective alone) timed it about 6 % slower than a new
+    order every round (benchmarks/ag_gemm_probe.py), so each round shuffles the order (`round_order`:
+    the same on every rank), and no callable always follows the same other one.
     """
     for f in fns.values():  # one untimed call each (allocator, cuBLAS heuristics)
         f()
@@ -63,10 +68,18 @@ def time_interleaved(ctx: Ctx, fns: dict[str, Callable[[], Any]], iters: int,
     done = 0
     while done < iters:
         n = min(chunk, iters - done)
-        for k, f in fns.items():
-            samples[k] += time_ms(ctx, f, n)
+        for k in round_order(list(fns), done // chunk):
+            samples[k] += time_ms(ctx, fns[k], n)
         done += n
     return samples
+
+
+def round_order(keys: list[str], round_index: int) -> list[str]:
+    """The order of one round: seeded by the round's index, so every rank times the same callable
+    at the same moment (their collectives and symmetric-memory barriers must meet)."""
+    order = list(keys)
+    random.Random(round_index).shuffle(order)
+    return order
 
 
 def stats(samples: Sequence[float]) -> dict[str, float]:

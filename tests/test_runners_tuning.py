@@ -190,3 +190,19 @@ def test_gemm_rs_operand_exchange_is_offered_where_it_moves_less_and_passes_the_
     rec = res.manifest["tuning"]
     assert "p2p x1 prio-1 inputs" in rec["rounds_ms"][0]  # built, checked against the baseline, timed
     assert not any("inputs" in str(s) for s in rec.get("skipped", []))
+
+
+def test_round_order_is_the_same_on_every_rank_and_varies_who_goes_first():
+    """Every rank must time the same callable at the same moment (their barriers meet), and no
+    callable may always follow the same other one (what ran just before a chunk moves its time)."""
+    from runners.timing import round_order  # imports torch (the runners' extra, installed for the tests)
+
+    kinds = ["tuned", "baseline", "fused-ref", "gemm", "comm"]
+    rounds = [round_order(kinds, i) for i in range(10)]  # 50 iterations in chunks of 5
+    assert rounds == [round_order(list(kinds), i) for i in range(10)]  # deterministic per round index
+    assert all(sorted(r) == sorted(kinds) for r in rounds)  # each round times every kind once
+    assert kinds == ["tuned", "baseline", "fused-ref", "gemm", "comm"]  # the caller's list is untouched
+    sequence = [k for r in rounds for k in r]
+    before = {k: {a for a, b in itertools.pairwise(sequence) if b == k} for k in kinds}
+    assert all(len(v) >= 3 for v in before.values()), before
+    assert len({tuple(r) for r in rounds}) >= 8
