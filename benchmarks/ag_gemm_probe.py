@@ -28,24 +28,12 @@ from runners.autotune import Schedule  # noqa: E402
 from runners.context import init  # noqa: E402
 from runners.grid import _slowest, shape_ctx  # noqa: E402
 from runners.specs import AG_GEMM  # noqa: E402
-from runners.timing import TIMING_CHUNK, time_interleaved, time_ms  # noqa: E402
+from runners.timing import time_interleaved  # noqa: E402
 
 # (transport, chunks, priority, barrier, graph)
 SCHEDULES = [("ce", 1, -1, "gate", False), ("ce", 1, -1, "gate", True), ("ce", 1, -1, "none", True),
              ("ce", 2, -1, "gate", True), ("ce", 4, -1, "head", True)]
 FINAL = (0, 1, 2, 3)  # indices into SCHEDULES timed in the final company
-
-
-def time_fixed(sctx: Any, fns: dict[str, Any], iters: int) -> dict[str, list[float]]:
-    """As runners.timing.time_interleaved, but every round in the same order: each kind always
-    follows the same other kind."""
-    for f in fns.values():
-        f()
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for rnd in range(0, iters, TIMING_CHUNK):
-        for k, f in fns.items():
-            samples[k] += time_ms(sctx, f, min(TIMING_CHUNK, iters - rnd))
-    return samples
 
 
 def main() -> None:
@@ -75,7 +63,7 @@ def main() -> None:
         name = scheds[i].name
         final = {name: fns[name], "baseline": wl.variant_fn("baseline"), "fused-ref": wl.variant_fn("fused-ref"),
                  "gemm": wl.compute_fn("tuned"), "comm": wl.comm_fn("tuned")}
-        samples = time_fixed(sctx, final, 50) if order == "fixed" else time_interleaved(sctx, final, 50)
+        samples = time_interleaved(sctx, final, 50, shuffle=order == "shuffled")
         per_rank: list[Any] = [None] * ctx.world
         dist.all_gather_object(per_rank, {k: round(statistics.median(v), 3) for k, v in samples.items()})
         res = _slowest(ctx, samples)

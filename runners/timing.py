@@ -51,7 +51,7 @@ def time_ms(ctx: Ctx, fn: Callable[[], Any], iters: int) -> list[float]:
 
 
 def time_interleaved(ctx: Ctx, fns: dict[str, Callable[[], Any]], iters: int,
-                     chunk: int = TIMING_CHUNK) -> dict[str, list[float]]:
+                     chunk: int = TIMING_CHUNK, shuffle: bool = True) -> dict[str, list[float]]:
     """Time several callables in alternating chunks of iterations, in a new order every round.
 
     A GPU at its power limit lowers its clocks within tens of milliseconds of sustained GEMMs (a
@@ -60,7 +60,8 @@ def time_interleaved(ctx: Ctx, fns: dict[str, Callable[[], Any]], iters: int,
     What ran just before a chunk matters too: at one ag-gemm shape, one fixed order every round
     (the tuned schedule always behind the collective alone) timed it about 6 % slower than a new
     order every round (benchmarks/ag_gemm_probe.py), so each round shuffles the order (`round_order`:
-    the same on every rank), and no callable always follows the same other one.
+    the same on every rank), and no callable always follows the same other one. `shuffle=False`
+    keeps the given order every round (benchmarks compare the two).
     """
     for f in fns.values():  # one untimed call each (allocator, cuBLAS heuristics)
         f()
@@ -68,7 +69,7 @@ def time_interleaved(ctx: Ctx, fns: dict[str, Callable[[], Any]], iters: int,
     done = 0
     while done < iters:
         n = min(chunk, iters - done)
-        for k in round_order(list(fns), done // chunk):
+        for k in round_order(list(fns), done // chunk) if shuffle else fns:
             samples[k] += time_ms(ctx, fns[k], n)
         done += n
     return samples
