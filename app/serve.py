@@ -29,9 +29,10 @@ MAIN = Path(__file__).resolve().parent / "main.py"
 LOG = logging.getLogger("overlapscope.app")
 THREAD = "overlapscope-warm-up"
 # CPU priorities (nice values, preload.niced) for a browser on the same machine: the first chart waits for
-# the server's start, the browser's page and the per-rank metrics. At one priority the parse workers take the
-# CPU the server and the browser need, which are then ready last; a little lower, all three end about
-# together. The whole analysis is background work next to the first chart: lower still.
+# the server's start, the browser's page and the per-rank metrics, which share the cores. The first load runs a
+# little lower, so the page the user opens is not held back by it (on 2 cores the value, 0 to 10, changed the
+# first chart less than the run-to-run noise: benchmarks/RESULTS.md). The whole analysis is background work
+# next to the first chart: lower still.
 PRELOAD_NICE = 5
 BACKGROUND_NICE = 10
 # Streamlit warns when its caches are declared before the server exists and used outside a page; both are
