@@ -10,8 +10,11 @@ measured times allow it, so it never contradicts the trace):
   device (on its stream when the trace names the stream) that had ended when the call returned;
 - a "Stream Wait Event" on stream S makes the first activity launched on S after the
   cudaStreamWaitEvent call wait for, of the last activities launched before that call on each
-  other stream of the device, the latest-ending one that ended before it started, unless that one had
-  ended before the call was made (the wait then imposed nothing in this run);
+  other stream of the device, the latest-ending one that ended before it started. A source that had
+  ended before the call was made imposed nothing in this run (the host was later than the GPU), but
+  the order is the program's: a fix that makes the host earlier (launch-gaps, host-syncs) makes the
+  wait bind again, so the edge is kept as an *idle* wait. It does not take its target out of the
+  launch-latency sample (it set no start), and it replaces no inferred edge;
 - an activity that started later than its stream, its launch and its recorded wait explain
   (by ``MIN_DELAY_NS`` or more) is taken to wait for the last activity of another stream of its
   device to start before it, if that one was still running or had ended at most ``EXPLAIN_NS``
@@ -131,14 +134,17 @@ def _wait_calls(trace: RankTrace, stream_of: dict[tuple[int, int], int]) -> tupl
 
 def event_waits(trace: RankTrace, start: np.ndarray, end: np.ndarray, device: np.ndarray, stream: np.ndarray,
                 uniq: list[tuple[int, int]], launch: np.ndarray, prev: np.ndarray, lat: int, turn: int
-                ) -> tuple[np.ndarray, np.ndarray, str]:
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
     """dep per GPU row (-1), the edge's latency (start minus the source's end: negative where the
-    activity started in the tail of the one that held the GPU), and a note on how they were found."""
+    activity started in the tail of the one that held the GPU), dep less its idle waits (the edges
+    that may have set their target's start), and a note on how they were found."""
     dep = np.full(len(start), -1, dtype=np.int64)
     dep_end = np.full(len(start), -1, dtype=np.int64)
+    idle_dep = np.full(len(start), -1, dtype=np.int64)  # recorded waits whose source had ended before the call
+    idle_end = np.full(len(start), -1, dtype=np.int64)
     launched = np.flatnonzero(launch >= 0)
     if not len(launched) or len(uniq) < 2:
-        return dep, np.zeros(len(start), dtype=np.int64), ""
+        return dep, np.zeros(len(start), dtype=np.int64), dep.copy(), ""
     sdev = _stream_device(uniq)
     per = _by_stream(stream, launch, launched)
     stream_of = {(int(d), int(s)): i for i, (d, s) in enumerate(uniq)}
@@ -157,8 +163,11 @@ def event_waits(trace: RankTrace, start: np.ndarray, end: np.ndarray, device: np
             j = np.searchsorted(xkeys, wt, side="left") - 1  # last launched before the call
             good = j >= 0
             src = xrows[np.maximum(j, 0)]
-            # a source that had ended before the wait was even called imposed nothing in this run
-            good &= (end[src] <= start[tgt] + TOL_NS) & (end[src] > dep_end[tgt]) & (end[src] > wt)
+            good &= end[src] <= start[tgt] + TOL_NS
+            # a source that had ended before the wait was even called imposed nothing in this run: idle
+            idle = good & (end[src] <= wt) & (end[src] > idle_end[tgt])
+            idle_dep[tgt[idle]], idle_end[tgt[idle]] = src[idle], end[src[idle]]
+            good &= (end[src] > dep_end[tgt]) & (end[src] > wt)
             dep[tgt[good]], dep_end[tgt[good]] = src[good], end[src[good]]
     n_recorded = int((dep >= 0).sum())
     # start delays that stream order, launch and recorded waits leave unexplained
@@ -166,6 +175,7 @@ def event_waits(trace: RankTrace, start: np.ndarray, end: np.ndarray, device: np
     ready = np.maximum(np.maximum(pe, np.where(launch >= 0, launch + lat, np.iinfo(np.int64).min)), dep_end)
     late = np.flatnonzero((launch >= 0) & (start - ready >= MIN_DELAY_NS))
     dep_lat = np.zeros(len(start), dtype=np.int64)
+    inferred = np.zeros(len(start), dtype=bool)
     if len(late):
         starts = _by_stream(stream, start, np.arange(len(start)))
         for x, (xrows, xstart) in starts.items():
@@ -176,13 +186,19 @@ def event_waits(trace: RankTrace, start: np.ndarray, end: np.ndarray, device: np
             good &= (end[src] >= start[tgt] - EXPLAIN_NS) & (end[src] > dep_end[tgt])
             dep[tgt[good]], dep_end[tgt[good]] = src[good], end[src[good]]
             dep_lat[tgt[good]] = start[tgt[good]] - end[src[good]]
+            inferred[tgt[good]] = True
     n = int((dep >= 0).sum()) - n_recorded
+    waited = dep.copy()
+    # an idle wait on a later-ending source than the recorded edge's (or where there is none) is the edge
+    idle = (idle_dep >= 0) & ((dep < 0) | (~inferred & (idle_end > dep_end)))
+    dep[idle] = idle_dep[idle]
     if not n:
-        return dep, dep_lat, ""
+        return dep, dep_lat, waited, ""
     how = "the trace records no stream waits" if not len(w_code) else f"{n_recorded} from recorded stream waits"
-    return dep, dep_lat, (f"{how}; {n} cross-stream dependencies were inferred from start delays that stream order, "
-                 "launch and recorded waits do not explain (another stream's activity ended just before: the GPU "
-                 "was full or a wait was not recorded)")
+    return dep, dep_lat, waited, (
+        f"{how}; {n} cross-stream dependencies were inferred from start delays that stream order, launch and "
+        "recorded waits do not explain (another stream's activity ended just before: the GPU was full or a wait was "
+        "not recorded)")
 
 
 def rows_after_syncs(syncs: pd.DataFrame, device: np.ndarray, stream: np.ndarray, launch: np.ndarray,

@@ -186,8 +186,9 @@ def build_rank_graph(trace: RankTrace, syncs: pd.DataFrame, step_pattern: str) -
     device = gpu["device"].to_numpy(np.int64)
     awaited, sync_lat = deps.sync_targets(syncs, start, end, device, stream, uniq, launch)
     lat_ns, turn_ns = deps.latencies(start, end, prev, launch)
-    dep, dep_lat, dep_note = deps.event_waits(trace, start, end, device, stream, uniq, launch, prev, lat_ns, turn_ns)
-    lat_ns, turn_ns = deps.latencies(start, end, prev, launch, dep)
+    dep, dep_lat, waited, dep_note = deps.event_waits(trace, start, end, device, stream, uniq, launch, prev, lat_ns,
+                                                      turn_ns)
+    lat_ns, turn_ns = deps.latencies(start, end, prev, launch, waited)  # an idle wait set no start
     if dep_note:
         notes.append(f"rank {trace.rank}: {dep_note}")
     steps = host_steps(trace, step_pattern)
