@@ -94,17 +94,17 @@ def test_host_syncs_in_a_trace_without_communication_are_silent():
     assert len(found(real, "host-blocking-sync")) == 1
 
 
-def _short_sync_then_late_host(sync_at: int):
+def _short_sync_then_late_host(sync_at: int, sync_end: int = 202_000):
     """Per iteration: an all-gather [base, base + 100 µs] beside a GEMM [base, base + 200 µs]; the
-    host syncs from base + sync_at until base + 202 µs, then launches the next all-gather only at
-    base + 300 µs (it starts at base + 310 µs): 108 µs of GPU idle after each sync."""
+    host syncs from base + sync_at until base + sync_end, then launches the next all-gather only at
+    base + 300 µs (it starts at base + 310 µs): GPU idle from base + 200 µs (or the sync's end)."""
     b = sf.Builder()
     for i in range(3):
         base = (i + 1) * sf.ITER
         b.steps.append((i + 1, base - 100_000, base + sf.ITER - 150_000))
         b.kernel(base, base + 100_000, sf.NCCL_STREAM, COMM)
         b.kernel(base, base + 200_000, sf.MAIN_STREAM, GEMM)
-        b.call("cudaStreamSynchronize", base + sync_at, base + 202_000)
+        b.call("cudaStreamSynchronize", base + sync_at, base + sync_end)
         b.kernel(base + 310_000, base + 410_000, sf.NCCL_STREAM, COMM, launch=base + 300_000)
     return b.build()
 
@@ -124,6 +124,12 @@ def test_sync_that_held_the_host_briefly_is_not_charged_the_hosts_later_delay():
     assert gaps.evidence["n_gaps"] == 5
     assert gaps.evidence["gap_ns_total"] == 3 * 110_000 + 2 * (sf.ITER - 410_000)
     # called at base + 150 µs the sync holds the host 52 µs: it is charged 52 µs of the 108 µs
+    # the shape seen there: a sync on a side stream returns in 3 µs while the GEMM's queued work keeps
+    # the GPU busy until base + 200 µs; the syncs table counts 110 µs of idle after that (to base +
+    # 310 µs), none of it the sync's
+    side = _short_sync_then_late_host(10_000, sync_end=13_000)
+    assert trace_set_syncs(sf.trace_set(side))["gpu_idle_ns"].tolist() == [110_000] * 3
+    assert found(side, "host-blocking-sync") == []
     (f,) = found(_short_sync_then_late_host(150_000), "host-blocking-sync")
     assert f.evidence["n_syncs"] == 3 and f.evidence["gpu_idle_ns_total"] == 3 * 52_000
     assert f.evidence["gpu_idle_ns_after_syncs_total"] == 3 * 108_000
