@@ -34,6 +34,7 @@ from .common import (
     gate_threshold,
     load_set,
     options_from,
+    resolved_scheduler,
     stage_progress,
 )
 from .finding_ids import FINDING_IDS
@@ -94,6 +95,7 @@ def analyze_cmd(
     """
     threshold = gate_threshold(fail_under_overlap) if fail_under_overlap is not None else None
     fail_ids = check_finding_ids(fail_on or [], no_diagnose)
+    resolved_scheduler(scheduler)  # checked even where the report cache answers
     # Keyed by the options as given: a --steps text that does not parse never made an entry, so it
     # still fails below, with the usage error.
     key = None if no_cache else report_cache.ReportKey.of(paths, {

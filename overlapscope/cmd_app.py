@@ -58,7 +58,7 @@ def app_cmd(
         help="Upload size cap in MB (default $OVERLAPSCOPE_MAX_UPLOAD_MB or 200).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the command instead of starting it.")] = False,
 ) -> None:
-    """Open the dashboard: overview, timelines, cross-rank, syncs, diff, run."""
+    """Open the dashboard: overview, timeline, cross-rank, stragglers, syncs, collectives, diff, run."""
     if importlib.util.find_spec("streamlit") is None or importlib.util.find_spec("plotly") is None:
         err_console.print("overlapscope: error: the dashboard needs streamlit and plotly: "
                           "pip install 'overlapscope[app]'", markup=False, highlight=False)

@@ -256,6 +256,8 @@ def sweep_cmd(
 
     The comparison is also written to OUT/sweep.json (the document `-f json` prints).
     """
+    if format is OutputFormat.csv:
+        raise UsageFailure("--format: sweep writes table, json or md")
     launch = _launch_module()
     values = with_retune(parse_params(params or []), retune)
     if algo not in launch.ALGORITHMS:

@@ -135,8 +135,7 @@ def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = 
     from analyzers.timeline.classify import load_rules
 
     comm_kernel = check_comm_kernels(comm_kernel)
-    scheduler = check_scheduler(scheduler) if scheduler else check_scheduler(scheduler_from_env(None),
-                                                                              f"${ENV_SCHEDULER}")
+    scheduler = resolved_scheduler(scheduler)
     rule_list = load_rules(rules, comm_kernel)
     selected = None
     if ranks is not None:
@@ -206,6 +205,14 @@ def check_scheduler(address: str | None, source: str = "--scheduler") -> str | N
         raise UsageFailure(f"{source} {address!r}: not a scheduler address; e.g. tcp://host:8786 "
                            f"(schemes: {', '.join(SCHEDULER_SCHEMES)})")
     return address
+
+
+def resolved_scheduler(scheduler: str | None) -> str | None:
+    """--scheduler, else $OVERLAPSCOPE_SCHEDULER, checked (check_scheduler): a command that may answer from its
+    report cache checks it first, so a malformed address fails the same way with or without a cached answer."""
+    if scheduler:
+        return check_scheduler(scheduler)
+    return check_scheduler(scheduler_from_env(None), f"${ENV_SCHEDULER}")
 
 
 MAX_RANK = (1 << 20) - 1  # analyzers.io.input_limits.MAX_WORLD_SIZE - 1 (that module imports numpy)
@@ -334,8 +341,8 @@ JobsOpt = Annotated[int | None, typer.Option(
     help="Worker processes that parse and analyze ranks in parallel (default: one per core).",
     show_default=False)]
 NoCacheOpt = Annotated[bool, typer.Option(
-    "--no-cache", help="Parse every file again instead of reading its tables from the parse cache "
-                       "(see `overlapscope cache info`).")]
+    "--no-cache", help="Parse every file again instead of reading its tables from the parse cache, and (analyze) "
+                       "analyze again instead of printing the report cache's answer (see `overlapscope cache info`).")]
 SchedulerOpt = Annotated[str | None, typer.Option(
     "--scheduler", metavar="ADDRESS",
     help=f"Run the per-rank stage on this Dask distributed scheduler (e.g. tcp://host:8786; also "

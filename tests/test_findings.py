@@ -500,6 +500,13 @@ def test_findings_render_as_table_and_markdown():
     assert [[g["rank"], g["api"], g["n"]] for g in summary] == [[0, "cudaStreamSynchronize", 12]]
     assert syncs_table(syncs).row_count == 1
     assert findings_table([]).row_count == 1 and "No cause" in findings_markdown([])
+    priced = [dict(fs[0], saving_ns=547_430, saving_fraction=0.126), dict(fs[1], saving_ns=-2_041_306,
+                                                                          saving_fraction=-0.0368)]
+    console = Console(width=200, record=True)
+    console.print(findings_table(priced))
+    text = console.export_text()
+    assert "0.547 ms" in text and "12.6%" in text  # a saving
+    assert "replay +2.041 ms" in text and "-2.041" not in text and "-3.7%" not in text  # a longer replay: none
 
 
 # --- the runners' real traces (sample_traces/, 2 x H200) -------------------------------------

@@ -272,6 +272,14 @@ def test_bad_run_option_values_are_one_usage_line_before_any_run(args: list[str]
         assert problem in _one_line(captured.err, "overlapscope: usage error: ") and captured.out == ""
 
 
+def test_sweep_refuses_csv_before_any_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """Its comparison has no CSV form (as whatif's): -f csv is a usage error, not a table in its place."""
+    assert main(["sweep", "ag-gemm", "-f", "csv"]) == 2
+    captured = capsys.readouterr()
+    assert "sweep writes table, json or md" in _one_line(captured.err, "overlapscope: usage error: ")
+    assert captured.out == ""
+
+
 @pytest.mark.parametrize("pattern", ["", "   "])
 def test_a_rules_file_with_an_empty_pattern_is_refused(pattern: str, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
@@ -288,6 +296,21 @@ def test_a_malformed_scheduler_in_the_environment_is_one_line(tmp_path: Path,
     monkeypatch.setenv("OVERLAPSCOPE_SCHEDULER", "::")
     assert main(["analyze", str(good_trace(tmp_path)), "--no-cache"]) == 2
     assert "$OVERLAPSCOPE_SCHEDULER '::': not a scheduler address" in _one_line(capsys.readouterr().err)
+
+
+def test_a_malformed_scheduler_is_refused_where_the_report_cache_holds_the_answer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The scheduler is no part of the report cache's key: it is checked before the cache is read."""
+    monkeypatch.setenv("OVERLAPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    trace = good_trace(tmp_path)
+    assert main(["analyze", str(trace), "-f", "json"]) == 0
+    capsys.readouterr()
+    assert main(["analyze", str(trace), "-f", "json"]) == 0  # answered from the report cache
+    assert capsys.readouterr().out
+    assert main(["analyze", str(trace), "-f", "json", "--scheduler", "nope"]) == 2
+    captured = capsys.readouterr()
+    assert "not a scheduler address" in _one_line(captured.err, "overlapscope: usage error: ")
+    assert captured.out == ""
 
 
 # --------------------------------------------------------------------------- outputs
