@@ -77,14 +77,23 @@ def findings_table(findings: list[Doc], title: str = "findings") -> Table:
     for i, f in enumerate(shown):
         style = SEVERITY_STYLE.get(f["severity"], "")
         sev = f"[{style}]{f['severity']}[/{style}]" if style else str(f["severity"])
-        saving = f.get("saving_ns")
-        saves = "" if saving is None else f"{_ms(saving)} ms\n{100 * (f.get('saving_fraction') or 0):.1f}%"
+        saves = _saves(f.get("saving_ns"), f.get("saving_fraction"))
         table.add_row(sev, f["id"], _ranks(f["ranks"]), saves, f["title"], f["fix"])
         if i in more:
             n, ranks = more[i]
             table.add_row("", f["id"], "…", "", f"and {n} more {f['id']} findings (ranks {format_ranks(ranks, 8)}); "
                                             "-f json lists every one", "")
     return table
+
+
+def _saves(saving: int | None, fraction: float | None) -> str:
+    """The saving cell: blank when not priced; "none" when the replay with the fix is no faster (its longer step
+    shown, as the JSON's negative saving_ns keeps it), as the app's and Markdown's "saves nothing" say."""
+    if saving is None:
+        return ""
+    if saving <= 0:
+        return "none" if saving == 0 else f"none\nreplay +{_ms(-saving)} ms"
+    return f"{_ms(saving)} ms\n{100 * (fraction or 0):.1f}%"
 
 
 def syncs_table(rows: list[Doc], title: str = "blocking host syncs", limit: int = SYNC_GROUP_LIMIT) -> Table:

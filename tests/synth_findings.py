@@ -63,7 +63,8 @@ class Builder:
 
 
 def pipeline(variant: str, *, iterations: int = 3, steps: int = 4, ag: int = 100_000, mm: int = 150_000,
-             rank: int = 0, sync_at: tuple[str, int, int] | None = None, tail_launch: int | None = None) -> RankTrace:
+             rank: int = 0, sync_at: tuple[str, int, int] | None = None, tail_launch: int | None = None,
+             ag_name: str = COMM) -> RankTrace:
     """The ag-gemm schedules in miniature: step s all-gathers slice s on the NCCL stream, then its
     matmul runs on worker stream 1 + s % 2.
 
@@ -78,6 +79,8 @@ def pipeline(variant: str, *, iterations: int = 3, steps: int = 4, ag: int = 100
     sync_at: (api, start, end) a host sync per iteration, times relative to the iteration's base.
     tail_launch: a 10 µs tail kernel launched at base + tail_launch on worker stream 2; it starts
       after the last matmul (overlapped variant: base + 700 µs) and at least 8 µs after its launch.
+    ag_name: the kernel run as the all-gather (a compute kernel's name: the same schedule without
+      communication).
     """
     b = Builder(rank=rank)
     for i in range(iterations):
@@ -90,7 +93,7 @@ def pipeline(variant: str, *, iterations: int = 3, steps: int = 4, ag: int = 100
             tail = max(base + steps * mm + ag, base + tail_launch + 8_000)
             b.kernel(tail, tail + 10_000, 2, GEMM, launch=base + tail_launch)
         if variant == "baseline":
-            b.kernel(base, base + steps * ag, NCCL_STREAM, COMM)
+            b.kernel(base, base + steps * ag, NCCL_STREAM, ag_name)
             b.kernel(base + steps * ag, base + steps * (ag + mm), MAIN_STREAM, GEMM)
             continue
         t = base
@@ -101,18 +104,18 @@ def pipeline(variant: str, *, iterations: int = 3, steps: int = 4, ag: int = 100
             if variant == "overlapped":
                 ag_s, ag_e = base + s * ag, base + (s + 1) * ag
                 mm_s = max(ag_e, mm_end)
-                b.kernel(ag_s, ag_e, NCCL_STREAM, COMM, launch=host0 + 4_000 * s)
+                b.kernel(ag_s, ag_e, NCCL_STREAM, ag_name, launch=host0 + 4_000 * s)
                 b.kernel(mm_s, mm_s + mm, worker, GEMM, launch=host0 + 4_000 * s + 2_000)
                 mm_end = mm_s + mm
             elif variant == "serialized":
-                b.kernel(t, t + ag, NCCL_STREAM, COMM, launch=host0 + 4_000 * s)
+                b.kernel(t, t + ag, NCCL_STREAM, ag_name, launch=host0 + 4_000 * s)
                 b.kernel(t + ag, t + ag + mm, worker, GEMM, launch=host0 + 4_000 * s + 2_000)
                 b.call("cudaStreamWaitEvent", host0 + 4_000 * s + 500, host0 + 4_000 * s + 900)
                 b.call("cudaStreamWaitEvent", host0 + 4_000 * s + 2_500, host0 + 4_000 * s + 2_900)
                 t = t + ag + mm + 2_000
             elif variant == "host-sync":
                 start = t
-                b.kernel(start, start + ag, NCCL_STREAM, COMM, launch=host)
+                b.kernel(start, start + ag, NCCL_STREAM, ag_name, launch=host)
                 b.kernel(start + ag, start + ag + mm, worker, GEMM, launch=host + 3_000)
                 sync_end = start + ag + mm + 3_000
                 # the last step's sync is called only after its all-gather ended (a slow GEMM
@@ -178,12 +181,13 @@ def single_collective_then_compute(iterations: int = 3) -> RankTrace:
 
 
 def copies(variant: str, *, iterations: int = 3, copy_in: int = 30_000, ag: int = 100_000, copy_out: int = 40_000,
-           comp: int = 230_000) -> RankTrace:
+           comp: int = 230_000, copy_stream: int = NCCL_STREAM) -> RankTrace:
     """Pack (copy-in) -> all-gather -> unpack (copy-out) on the NCCL stream, then compute.
 
     exposed: compute waits for the copy-out, nothing runs beside copies or collective.
     hidden: the previous block's compute runs beside copies and collective (prefetch).
     far: the copies run 1 ms after the collective (optimizer), compute beside nothing.
+    copy_stream: the stream the pack / unpack copies run on (exposed and hidden variants).
     """
     b = Builder()
     for i in range(iterations):
@@ -199,20 +203,22 @@ def copies(variant: str, *, iterations: int = 3, copy_in: int = 30_000, ag: int 
             b.kernel(f, f + copy_in, MAIN_STREAM, COPY_IN)
             b.kernel(f + copy_in, f + copy_in + copy_out, MAIN_STREAM, COPY_OUT)
             continue
-        b.kernel(t, t + copy_in, NCCL_STREAM, COPY_IN)
+        b.kernel(t, t + copy_in, copy_stream, COPY_IN)
         b.kernel(t + copy_in, t + copy_in + ag, NCCL_STREAM, COMM)
-        b.kernel(t + copy_in + ag, t + copy_in + ag + copy_out, NCCL_STREAM, COPY_OUT)
+        b.kernel(t + copy_in + ag, t + copy_in + ag + copy_out, copy_stream, COPY_OUT)
         t += copy_in + ag + copy_out
         b.kernel(t, t + comp, MAIN_STREAM, GEMM)
     return b.build()
 
 
 def launch_gaps(variant: str, *, iterations: int = 3, n: int = 8, kern: int = 20_000, gap: int = 30_000,
-                late: int = 10_000) -> RankTrace:
+                late: int = 10_000, tail: str = COMM, launches: bool = True) -> RankTrace:
     """n compute kernels per iteration separated by `gap` idle, then one all-gather.
 
     launch-bound: each kernel is launched `late` ns after the previous one ended.
     queued: each kernel was launched long before (the GPU waited on a dependency, not on the host).
+    tail: the kernel run as the all-gather (a compute kernel's name: no communication at all).
+    launches: False drops every launch record (a trace without the runtime's launch calls).
     """
     b = Builder()
     for i in range(iterations):
@@ -225,12 +231,14 @@ def launch_gaps(variant: str, *, iterations: int = 3, n: int = 8, kern: int = 20
             b.kernel(t, t + kern, MAIN_STREAM, GEMM, launch=launch)
             prev_end = t + kern
             t += kern + gap
-        b.kernel(t, t + 50_000, NCCL_STREAM, COMM, launch=base - 80_000)
+        b.kernel(t, t + 50_000, NCCL_STREAM, tail, launch=base - 80_000)
+    if not launches:
+        b.launches.clear()
     return b.build()
 
 
 def slowed(variant: str, *, n: int = 6, alone: int = 100_000, slow: float = 1.5, size: int = 1 << 20,
-           rank: int = 0, peer_lead: int = 0) -> RankTrace:
+           rank: int = 0, peer_lead: int = 0, n_alone: int | None = None, n_over: int | None = None) -> RankTrace:
     """n all-gathers of one size alone, then n under a long matmul.
 
     contended: the overlapped ones take `slow` times as long.
@@ -239,18 +247,20 @@ def slowed(variant: str, *, n: int = 6, alone: int = 100_000, slow: float = 1.5,
     mixed-sizes: contended, but the overlapped ones have another size.
     peer_lead: this rank starts its overlapped collectives that much earlier (waits for a late peer),
       their end stays put.
+    n_alone, n_over: how many run alone / overlapped (default n each; 2 alone for few).
     """
     b = Builder(rank=rank)
     b.steps.append((1, ITER - 100_000, 20 * ITER))
     t = ITER
-    n_alone = 2 if variant == "few" else n
+    n_alone = (2 if variant == "few" else n) if n_alone is None else n_alone
+    n_over = n if n_over is None else n_over
     for _ in range(n_alone):
         b.kernel(t, t + alone, NCCL_STREAM, COMM, size=size)
         t += alone + 50_000
     over = int(alone * (1.0 if variant == "equal" else slow))
     b.kernel(t, t + n * (over + 50_000) + 100_000, MAIN_STREAM, GEMM)
     t += 50_000
-    for _ in range(n):
+    for _ in range(n_over):
         b.kernel(t - peer_lead, t + over, NCCL_STREAM, COMM, size=size * 2 if variant == "mixed-sizes" else size)
         t += over + 50_000
     return b.build(world_size=2 if peer_lead or rank else None)

@@ -45,6 +45,14 @@ ENTRY = CatalogueEntry(
 )
 
 
+def charged_idle(syncs: pd.DataFrame) -> np.ndarray:
+    """The GPU idle each sync can have caused: the idle after it (gpu_idle_ns), at most as long as
+    the call held the host (host_blocked_ns). Without the call the host would have gone on that much
+    earlier and no more, so its next launch could have come at most that much sooner: idle beyond
+    it is the host's own delay after the call returned (a launch-bound gap), not the sync's."""
+    return np.minimum(syncs["gpu_idle_ns"].to_numpy(np.int64), syncs["host_blocked_ns"].to_numpy(np.int64))
+
+
 def syncs_in_overlap_region(view: RankView, syncs: pd.DataFrame) -> pd.DataFrame:
     """The blocking syncs that cost overlap, with region_step (the iteration they belong to).
 
@@ -55,7 +63,8 @@ def syncs_in_overlap_region(view: RankView, syncs: pd.DataFrame) -> pd.DataFrame
     host got there is timing), and syncs outside the analysed iterations (the profiler's own
     cudaDeviceSynchronize at the end) never count. A sync after which nothing is launched (at the
     very end of the recorded work) is never in the region: there is nothing left to overlap.
-    Each counted sync left the GPU idle at least sync_min_idle_ns.
+    Each counted sync caused at least sync_min_idle_ns of GPU idle (charged_idle: a call that held
+    the host 3 µs is not charged the 100 µs the host then took to launch more).
     """
     # host-blocking-sync and serialized-streams both ask, with the same syncs: computed once per view
     kept, found = view.memo("syncs_in_overlap_region", lambda: (syncs, _syncs_in_overlap_region(view, syncs)))
@@ -92,7 +101,7 @@ def _syncs_in_overlap_region(view: RankView, syncs: pd.DataFrame) -> pd.DataFram
         between = (k >= 0) & (rl[kc] >= 0) & (start[on] < rh[kc])
         in_region[on] = (in_flight | between) & (syncs["next_gpu_start_ns"].to_numpy(np.int64)[on] >= 0)
         region_step[on] = np.where(between, rs[kc], -1)
-    idle_ok = syncs["gpu_idle_ns"].to_numpy(np.int64) >= p.sync_min_idle_ns
+    idle_ok = charged_idle(syncs) >= p.sync_min_idle_ns
     host_step = syncs["step"].to_numpy(np.int64)
     steps = w["step"].to_numpy(np.int64)
     if (steps >= 0).any() and (w["host_lo"].to_numpy() >= 0).any():
@@ -110,11 +119,14 @@ def detect_host_blocking_sync(view: RankView, syncs: pd.DataFrame | None = None)
 
     Silent on: iterations whose syncs all come before / after their communication (loss.item()
     at the end of a step), syncs that leave the GPU busy (queued work), the profiler's own sync
-    after the last step, traces without communication.
+    after the last step, traces without communication. The idle it reports is charged_idle: what
+    the syncs can have caused, never more than each held the host.
     """
     p, t = view.params, view.trace
     syncs = blocking_syncs(t, p.sync) if syncs is None else syncs
     c = syncs_in_overlap_region(view, syncs).copy()
+    idle_after = int(c["gpu_idle_ns"].sum())
+    c["gpu_idle_ns"] = charged_idle(c)
     if c.empty or c["gpu_idle_ns"].sum() < p.sync_min_total_idle_ns:
         return []
     c["step"] = np.where(c["step"] >= 0, c["step"], c["region_step"])
@@ -135,6 +147,7 @@ def detect_host_blocking_sync(view: RankView, syncs: pd.DataFrame | None = None)
         "syncs_per_iteration": {int(k): int(v) for k, v in per_step.items()},
         "gpu_idle_ns_total": total_idle,
         "gpu_idle_ns_median": float(c["gpu_idle_ns"].median()),
+        "gpu_idle_ns_after_syncs_total": idle_after,  # the syncs table's idle, before charged_idle's cap
         "host_blocked_ns_total": int(c["host_blocked_ns"].sum()),
         "share_of_span": total_idle / view.span_ns() if view.span_ns() else None,
         "apis": {str(k): int(v) for k, v in apis.items()},
@@ -150,8 +163,12 @@ def detect_host_blocking_sync(view: RankView, syncs: pd.DataFrame | None = None)
     explanation = (
         f"The host called {', '.join(apis.index[:3])}{from_txt} while communication was in flight "
         f"or still to come in the iteration. Each call blocks the host until the GPU finishes, so nothing new "
-        f"is queued: the GPU drains and sits idle for {fmt_us(evidence['gpu_idle_ns_median'])} (median) until the "
-        f"next launch arrives, and the collectives that should overlap with compute run alone."
+        + (f"is queued: the GPU drains and sits idle for {fmt_us(evidence['gpu_idle_ns_median'])} (median) until the "
+           f"next launch arrives" if idle_after == total_idle else
+           f"is queued: the GPU drains and sits idle until the next launch arrives, {fmt_ms(total_idle)} of it the "
+           f"syncs' doing ({fmt_us(evidence['gpu_idle_ns_median'])} median; no more than each call held the host: the "
+           f"other {fmt_ms(idle_after - total_idle)} of idle after them is the host's own delay once they returned)")
+        + ", and the collectives that should overlap with compute run alone."
     )
     return [Finding(
         id="host-blocking-sync", severity=severity_of(total_idle, view.span_ns(), p), ranks=[t.rank],

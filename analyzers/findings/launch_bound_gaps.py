@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.findings.finding import CatalogueEntry, Finding
+from analyzers.findings.host_blocking_sync import charged_idle
 from analyzers.findings.view import (
     RankContext,
     RankView,
@@ -75,8 +76,8 @@ def _launch_gaps(view: RankView, syncs: pd.DataFrame | None) -> list[_Gaps]:
     w_lo = view.windows["lo"].to_numpy(np.int64)
     by_lo = np.argsort(w_lo, kind="stable")
     wl, wh = w_lo[by_lo], view.windows["hi"].to_numpy(np.int64)[by_lo]
-    # syncs that claimed GPU idle end inside a gap: host-blocking-sync owns it
-    claimed = (syncs["gpu_idle_ns"].to_numpy(np.int64) > 0) if not syncs.empty else np.zeros(0, dtype=bool)
+    # syncs that caused GPU idle (as host-blocking-sync counts it) end inside a gap: host-blocking-sync owns it
+    claimed = (charged_idle(syncs) >= p.sync_min_idle_ns) if not syncs.empty else np.zeros(0, dtype=bool)
     sync_dev = syncs["device"].to_numpy()[claimed] if not syncs.empty else claimed
     sync_end = syncs["end_ns"].to_numpy(np.int64)[claimed] if not syncs.empty else np.zeros(0, dtype=np.int64)
     parts = []
@@ -111,7 +112,9 @@ def launch_bound_gaps(view: RankView, syncs: pd.DataFrame | None = None) -> pd.D
 
     Gaps during which a blocking host sync that caused GPU idle returned are left out:
     host-blocking-sync owns them. A sync that found the GPU already drained claimed nothing
-    (syncs.blocking_syncs charges it no idle): the gap after it stays a launch gap.
+    (syncs.blocking_syncs charges it no idle): the gap after it stays a launch gap; so does the gap
+    after a sync that held the host less than sync_min_idle_ns (host_blocking_sync.charged_idle:
+    the host's delay after it returned made that gap, not the sync).
     A CUDA-graph replay is one launch (timeline.graphs): its kernels all carry the graph launch's time,
     so a gap between two of them is never launch-bound; a gap before a replay names it
     ("graph replay: <its first kernel>"; next_graph_launch: the launch's correlation id, -1 for none).
