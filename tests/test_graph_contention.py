@@ -4,11 +4,12 @@ worked out by hand (analyzers/graph/contention.py, docs/whatif.md)."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from analyzers.graph.analysis import whatif
 from analyzers.graph.contention import estimate
-from analyzers.graph.fixes import Fix, apply_fixes
+from analyzers.graph.fixes import Fix, apply_fixes, parse_fix
 from analyzers.graph.replay import replay
 from tests.test_graph import US, _graph, _run, _us
 
@@ -134,3 +135,60 @@ def test_one_name_running_two_shapes_is_fitted_per_call_site(with_steps):
         assert np.allclose(m.slowdown[gemm], 1.2) and m.sources["compute: kernel"] == 4
     else:
         assert not m.slowdown[gemm].any() and m.sources == {"communication: none": 3, "compute: none": 4}
+
+
+def _waits_beside_gemm():
+    """Two ranks, µs. Rank 0: "gemm" on stream 0, "nccl" collectives on stream 1 (a "pack" copy 800-850 before
+    the third, launched with it at 800), each other activity launched when it started; rank 1: only the nccl
+    kernels, launched at 400, 600, 900, 1100.
+
+    - gemm alone: 0-100, 200-300;
+    - beside a transfer: gemm 400-520 with nccl 400-420 and 600-720 with 600-620 (both ranks arrive together):
+      20 % longer with 1/6 of its time beside the transfer;
+    - beside a wait: gemm 800-900 with nccl 850-920 (rank 1 arrives at 900: it waits 850-900, transfers
+      900-920) and 1000-1100 with nccl 1050-1120: half its time beside a kernel that only waits, and its
+      alone duration.
+
+    The fit: ft = (1/6, 1/6, 0, 0), fw = (0, 0, 1/2, 1/2), y = (0.2, 0.2, 0, 0): with wait weight w the
+    slope over ft + w fw is 0.0667 / (0.0556 + 0.5 w^2), the residual 0 only at w = 0, where s = 1.2.
+    One slope over the whole share (the wait counted as a transfer) would be 0.0667 / 0.5556 = 0.12."""
+    start0 = [0, 200, 400, 400, 600, 600, 800, 800, 850, 1000, 1050]
+    end0 = [100, 300, 520, 420, 720, 620, 900, 850, 920, 1100, 1120]
+    stream0 = [0, 0, 0, 1, 0, 1, 0, 1, 1, 0, 1]
+    cat0 = [C, C, C, X, C, X, C, 2, X, C, X]
+    names0 = ["gemm", "gemm", "gemm", "nccl", "gemm", "nccl", "gemm", "pack", "nccl", "gemm", "nccl"]
+    prev0 = [-1, 0, 1, -1, 2, 3, 4, 5, 7, 6, 8]
+    off0 = start0[:8] + [800] + start0[9:]  # the third nccl launched with the copy, behind it on stream 1
+    g0 = _graph(0, start0, end0, stream=stream0, prev=prev0, off=off0, cat=cat0, names=names0)
+    start1 = [400, 600, 900, 1100]
+    g1 = _graph(1, start1, [420, 620, 920, 1120], stream=[1] * 4, prev=[-1, 0, 1, 2], off=start1, cat=[X] * 4,
+                names=["nccl"] * 4)
+    members = pd.DataFrame({"coll_id": [0, 0, 1, 1, 2, 2, 3, 3], "rank": [0, 1] * 4,
+                            "row": [3, 0, 5, 1, 8, 2, 10, 3]})
+    return _run([g0, g1], members)
+
+
+def test_compute_beside_a_waiting_collective_is_slowed_as_the_trace_shows():
+    run = _waits_beside_gemm()
+    m = estimate(run.sg)
+    gemm = np.flatnonzero(run.sg.cat == C)
+    assert m.wait_weight == 0.0 and np.allclose(m.slowdown[gemm], 1.2)
+    assert _us(run.base.start) == _us(run.sg.start) and _us(run.base.end) == _us(run.sg.end)
+    # without the copy, the third nccl arrives at 800 and waits beside the whole gemm 800-900: the gemm keeps
+    # its 100 µs (with the wait counted as a transfer: alone 100 / (1 + 0.12 x 0.5) = 94.3, beside the wait for
+    # all its span 94.3 x 1.12 = 105.7) and the transfer still runs 900-920
+    inp, rp = run.run([parse_fix("drop=^pack$")])
+    assert _us(rp.start[[6, 8]]) == [800, 800] and _us(rp.end[[6, 8]]) == [900, 920]
+
+
+def test_an_instance_longer_than_its_names_alone_work_allows_is_not_fitted():
+    # no steps: "gemm" ran alone 100 µs twice; two more gemms took 200 with nccl beside 1/10 of each. Slowed only
+    # there they could take at most 100 / (1 - 0.1) = 111: they do other work (another shape) and have no
+    # reference; fitted against 100 they would give s = (200 / 100 - 1) / 0.1 = 10. Nothing else ran beside
+    # nccl: no fit, durations kept.
+    start = [0, 100, 300, 300, 500, 500]
+    end = [100, 200, 500, 320, 700, 520]
+    g = _graph(0, start, end, stream=[0, 0, 0, 1, 0, 1], prev=[-1, 0, 1, -1, 2, 3], off=start,
+               cat=[C, C, C, X, C, X], names=["gemm", "gemm", "gemm", "nccl", "gemm", "nccl"])
+    m = estimate(_run([g]).sg)
+    assert not m.slowdown.any() and m.sources == {"communication: none": 2, "compute: none": 4}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from analyzers.graph.analysis import whatif
@@ -73,9 +74,14 @@ def test_launch_gaps_does_not_slow_front_loaded_fsdp():
 
 
 SETS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "sample_traces").glob("*/*") if p.is_dir())
-# fixes that only remove waits or work; peer-wait, serialized-streams and compute-speed are left out: on some
-# of these traces they move work across step boundaries or into contention (docs/whatif.md)
-NEVER_SLOWER = ["host-syncs", "launch-gaps", "comm-contention", "no-copies", "comm-speed=2"]
+# fixes that only remove waits or work. Each step, for the first four; through every step (the job's steps
+# summed from the first, the whole run included), for all: comm-speed=2 and peer-wait move time across step
+# boundaries (fsdp/zero3 under comm-speed=2: step 2 ends earlier, step 3 ends at the host-paced time it ended
+# before and so lasts 1.3 % longer; gemm-rs/fused-ref under peer-wait: +2.0 % in the median step, -0.2 % over
+# the run). serialized-streams is left out: on ag-gemm-race and fsdp it moves work into later steps, with or
+# without contention (docs/whatif.md)
+EACH_STEP = ["host-syncs", "launch-gaps", "comm-contention", "no-copies"]
+NEVER_SLOWER = EACH_STEP + ["comm-speed=2", "peer-wait"]
 
 
 @pytest.mark.parametrize("folder", SETS)
@@ -83,6 +89,22 @@ def test_fixes_that_remove_waits_never_predict_a_slower_step(folder):
     run = graph_run(load_traces([ROOT / folder]))
     for fix in NEVER_SLOWER:
         res = whatif(run, [parse_fix(fix)])
-        assert res["predicted_step_ns"] <= res["replayed_step_ns"] * 1.01, (fix, res["per_step"])
-        for step in res["per_step"]:
-            assert step["predicted_ns"] <= step["replayed_ns"] * 1.01, (fix, step)
+        steps = res["per_step"]
+        predicted = np.cumsum([s["predicted_ns"] for s in steps])
+        replayed = np.cumsum([s["replayed_ns"] for s in steps])
+        assert (predicted <= replayed * 1.01).all(), (fix, steps)
+        if fix in EACH_STEP:
+            assert res["predicted_step_ns"] <= res["replayed_step_ns"] * 1.01, (fix, steps)
+            for step in steps:
+                assert step["predicted_ns"] <= step["replayed_ns"] * 1.01, (fix, step)
+
+
+def test_serialized_streams_no_longer_feeds_contention_on_gemm_rs_tuned():
+    """gemm-rs/tuned: a GEMM name runs 360 µs alone and, at a call site never alone, 717 µs with 13-37 % of it
+    beside communication. Taken for the 360 µs work it gave s = 2.8 and 7.7: once serialized-streams put
+    it beside communication for all its span it ran 3 ms, the rank arrived late at the next join, and the run
+    replayed 21.95 ms against 8.80. It does other work (docs/whatif.md): the run stays within 2 %."""
+    run = graph_run(load_traces([ROOT / "sample_traces/gemm-rs/tuned"]))
+    steps = whatif(run, [parse_fix("serialized-streams")])["per_step"]
+    predicted, replayed = sum(s["predicted_ns"] for s in steps), sum(s["replayed_ns"] for s in steps)
+    assert predicted <= replayed * 1.02, steps

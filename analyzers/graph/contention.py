@@ -6,17 +6,22 @@ run together changes their durations. The model, per rank, two classes (communic
 
     duration = alone x (1 + s x f)
 
-where f is the share of the activity's time spent beside the other class (a communication
-kernel: its transfer window, the last ``dur`` ns before its end; a compute kernel: its whole
-span, beside any part of a communication kernel, whose SMs are held while it waits too) and s
-the activity's *slowdown*, estimated from the trace being replayed, never from another run:
+where f is the share of the activity's time beside the other class (a communication kernel: its
+transfer window, the last ``dur`` ns before its end; a compute kernel: its whole span beside any part of
+a communication kernel, its time beside a kernel that only waits at a join, no transfer beside it,
+counting w of itself) and s the activity's *slowdown*, estimated from the trace being replayed, never
+from another run:
 
 - each instance's reference (its duration alone): the median of its *call site*'s instances with
   f < ``F_ALONE``, a call site being the k-th instance of its kernel name in its step on its rank
   (the same operation on the same shapes in every iteration; one name often runs many shapes);
   where its call site never ran alone, or the rank has no steps, the median of its (rank, name)'s
   alone instances, if there are ``MIN_EACH`` of them and they do the same work (p90 within
-  ``SAME_WORK`` of p10);
+  ``SAME_WORK`` of p10) and the instance could be that work slowed only where beside the other class
+  (it took at most their p90 / (1 - f));
+- w (compute, per set): a waiting communication kernel holds SMs and polls memory but moves no data;
+  the w in [0, 1] whose per-name slopes over f_transfer + w f_wait fit best, where ``MIN_EACH``
+  instances ran beside waits and beside transfers (names that did both), else ``WAIT_WEIGHT_FALLBACK``;
 - s per (rank, kernel name, class): the least-squares slope, through the origin, of
   duration / reference - 1 over f of its instances with f >= ``F_ALONE`` and a reference (at least
   ``MIN_EACH``); a negative slope counts as 0 (an activity is not taken to speed up beside the
@@ -51,6 +56,7 @@ from analyzers.timeline import intervals as iv
 
 F_ALONE = 0.05  # an instance with less of its time beside the other class counts as run alone
 MIN_EACH = 2  # instances needed both alone and beside the other class for a fit
+WAIT_WEIGHT_FALLBACK = 1.0  # compute beside a waiting comm kernel, where the trace cannot say: as beside a transfer
 SAME_WORK = 0.25  # alone instances of one name within this of each other (p90 / p10) do the same work
 TOL_NS = 1_000  # the replay has converged when no duration moves by more than this ...
 REL_TOL = 0.002  # ... or than this share of itself
@@ -64,6 +70,7 @@ class ContentionModel:
 
     slowdown: np.ndarray  # float64
     measured_f: np.ndarray  # float64
+    wait_weight: float = WAIT_WEIGHT_FALLBACK  # a compute kernel's time beside a comm kernel's wait counts this much
     sources: dict[str, int] = field(default_factory=dict)  # how each class's nodes got s: level -> count
     notes: list[str] = field(default_factory=list)
 
@@ -83,27 +90,37 @@ def _covered_before(us: np.ndarray, ue: np.ndarray, t: np.ndarray) -> np.ndarray
     return cum[last] * (k > 0) + inside
 
 
-def overlap_shares(sg: SetGraph, start: np.ndarray, end: np.ndarray, dur: np.ndarray) -> np.ndarray:
+def overlap_shares(sg: SetGraph, start: np.ndarray, end: np.ndarray, dur: np.ndarray,
+                   wait_weight: float = 1.0) -> np.ndarray:
     """Per node: the share of its time beside the other class on its rank (0 for copies and others).
 
-    A communication node's time is its transfer window [end - dur, end]; a compute node's its span."""
+    A communication node's time is its transfer window [end - dur, end]; a compute node's its span, whose
+    time beside a communication kernel's wait (not beside any transfer) counts wait_weight of itself."""
     f = np.zeros(sg.n, dtype=np.float64)
     comm, comp = sg.cat == COMM, sg.cat == COMPUTE
     lo = np.where(comm, np.maximum(end - dur, start), start)
     for r in sg.ranks:
         b, n = sg.base[r], sg.graphs[r].n
         sl = slice(b, b + n)
-        for mine, other in ((comm[sl], comp[sl]), (comp[sl], comm[sl])):
+        for mine, other, is_comp in ((comm[sl], comp[sl], False), (comp[sl], comm[sl], True)):
             rows = np.flatnonzero(mine) + b
             orows = np.flatnonzero(other) + b
             if not len(rows) or not len(orows):
                 continue
-            us, ue = iv.union(start[orows], end[orows])
             s, e = lo[rows], end[rows]
             span = e - s
-            ov = _covered_before(us, ue, e) - _covered_before(us, ue, s)
+            ov = _beside(start[orows], end[orows], s, e)
+            if is_comp and wait_weight != 1.0:  # beside transfers in full, beside waits only in part
+                tr = _beside(lo[orows], end[orows], s, e)
+                ov = tr + wait_weight * (ov - tr)
             f[rows] = np.where(span > 0, ov / np.maximum(span, 1), 0.0)
     return f
+
+
+def _beside(os_: np.ndarray, oe: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Per interval [s, e): how much of it the union of the intervals (os_, oe) covers."""
+    us, ue = iv.union(os_, oe)
+    return _covered_before(us, ue, e) - _covered_before(us, ue, s)
 
 
 def _groups(sg: SetGraph, sel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -137,25 +154,66 @@ def _slopes(key: np.ndarray, x: np.ndarray, y: np.ndarray) -> pd.Series:
     return pd.Series(np.maximum(xy[ok] / np.where(ok, xx, 1.0)[ok], 0.0), index=uniq[ok])
 
 
-def _class_slowdowns(gid: np.ndarray, nid: np.ndarray, site: np.ndarray, repeated: np.ndarray, fr: np.ndarray,
-                     d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per node of one class: its slowdown and the level it came from (0 kernel, 1 kernel name, 2 class, 3 none)."""
+def _references(gid: np.ndarray, site: np.ndarray, repeated: np.ndarray, fr: np.ndarray,
+                d: np.ndarray) -> np.ndarray:
+    """Per node of one class: its duration alone (module docstring), NaN where the trace does not give it."""
     alone = fr < F_ALONE
-    out = np.zeros(len(gid), dtype=np.float64)
-    level = np.full(len(gid), 3, dtype=np.int8)
-    # the reference of each instance: its call site's alone median (one alone instance of a repeated call site
-    # is enough: the same work in another iteration), else its (rank, name)'s, where that has MIN_EACH alone
-    # instances that do the same work (within SAME_WORK of each other: one name may run many shapes)
+    # its call site's alone median (one alone instance of a repeated call site is enough: the same work in
+    # another iteration), else its (rank, name)'s, where that has MIN_EACH alone instances that do the same
+    # work (within SAME_WORK of each other: one name may run many shapes)
     a = pd.DataFrame({"g": site[alone], "d": d[alone]}).groupby("g")["d"].median()
     base = np.full(len(site), np.nan)
     base[repeated] = pd.Series(site[repeated]).map(a).to_numpy(np.float64)
     ga = pd.DataFrame({"g": gid[alone], "d": d[alone]}).groupby("g")["d"]
     q = pd.DataFrame({"m": ga.median(), "n": ga.size(), "lo": ga.quantile(0.1), "hi": ga.quantile(0.9)})
     q = q[(q["n"] >= MIN_EACH) & (q["hi"] <= (1 + SAME_WORK) * q["lo"])]
-    by_name = pd.Series(gid).map(q["m"]).to_numpy(np.float64)
-    base = np.where(np.isfinite(base), base, by_name)
+    by_name = np.array(pd.Series(gid).map(q["m"]), dtype=np.float64)
+    # the name's alone instances need not do this instance's work: an instance that took longer than
+    # the slowest of them (their 90th percentile) / (1 - f) would have needed more than that time in the
+    # (1 - f) of its span it ran alone, at full speed: other work, no reference
+    other_work = (fr < 1.0) & (d * (1.0 - fr) > pd.Series(gid).map(q["hi"]).to_numpy(np.float64))
+    by_name[other_work] = np.nan
+    return np.where(np.isfinite(base), base, by_name)
+
+
+def _wait_weight(nid: np.ndarray, ft: np.ndarray, fw: np.ndarray, y: np.ndarray) -> float | None:
+    """How much a compute kernel's time beside a waiting communication kernel slows it, relative to its time
+    beside a transferring one: the weight w in [0, 1] (steps of 0.01) for which per-name slopes over
+    ft + w x fw fit the instances best; None where fewer than MIN_EACH instances ran beside waits, or beside
+    transfers, among names that did both."""
+    uniq, inv = np.unique(nid, return_inverse=True)
+    both = (np.bincount(inv, fw >= F_ALONE) > 0) & (np.bincount(inv, ft >= F_ALONE) > 0)
+    inb = both[inv]
+    if int((inb & (fw >= F_ALONE)).sum()) < MIN_EACH or int((inb & (ft >= F_ALONE)).sum()) < MIN_EACH:
+        return None
+    inv, ft, fw, y = np.unique(inv[inb], return_inverse=True)[1], ft[inb], fw[inb], y[inb]
+    best, best_err = 1.0, np.inf
+    for w in np.linspace(0.0, 1.0, 101):
+        x = ft + w * fw
+        xy, xx = np.bincount(inv, x * y), np.bincount(inv, x * x)
+        slope = np.maximum(xy / np.where(xx > 0, xx, 1.0), 0.0)
+        err = float((y * y).sum() - (2 * slope * xy - slope * slope * xx).sum())
+        if err < best_err - 1e-12:
+            best, best_err = float(w), err
+    return best
+
+
+def _class_slowdowns(gid: np.ndarray, nid: np.ndarray, site: np.ndarray, repeated: np.ndarray, fr: np.ndarray,
+                     d: np.ndarray, fw: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+    """Per node of one class: its slowdown and the level it came from (0 kernel, 1 kernel name, 2 class,
+    3 none), and the class's wait weight (1 for communication). fr: each node's share beside any part of the
+    other class; fw (compute): the part of it beside communication that only waits."""
+    alone = fr < F_ALONE
+    out = np.zeros(len(gid), dtype=np.float64)
+    level = np.full(len(gid), 3, dtype=np.int8)
+    base = _references(gid, site, repeated, fr, d)
     fit = ~alone & np.isfinite(base) & (base > 0)
-    x, y = fr[fit], d[fit] / base[fit] - 1.0
+    y = d[fit] / base[fit] - 1.0
+    wait_weight = 1.0
+    if fw is not None:
+        w = _wait_weight(nid[fit], fr[fit] - fw[fit], fw[fit], y)
+        wait_weight = WAIT_WEIGHT_FALLBACK if w is None else w
+    x = fr[fit] if fw is None else fr[fit] - (1.0 - wait_weight) * fw[fit]
     pooled = _slopes(np.zeros(len(x), dtype=np.int64), x, y)
     if len(pooled):
         out[:], level[:] = float(pooled.iloc[0]), 2
@@ -163,7 +221,7 @@ def _class_slowdowns(gid: np.ndarray, nid: np.ndarray, site: np.ndarray, repeate
         v = pd.Series(key).map(_slopes(key_fit, x, y)).to_numpy(np.float64)
         hit = np.isfinite(v)
         out[hit], level[hit] = v[hit], lv
-    return out, level
+    return out, level, wait_weight
 
 
 LEVELS = ("kernel", "kernel name", "class", "none")
@@ -177,6 +235,7 @@ def estimate(sg: SetGraph) -> ContentionModel:
     dur = baseline_inputs(sg).dur
     f = overlap_shares(sg, sg.start, sg.end, dur)
     s = np.zeros(sg.n, dtype=np.float64)
+    wait_weight = WAIT_WEIGHT_FALLBACK
     sources: dict[str, int] = {}
     notes: list[str] = []
     for cls, label, other in ((COMM, "communication", "compute"), (COMPUTE, "compute", "communication")):
@@ -188,7 +247,13 @@ def estimate(sg: SetGraph) -> ContentionModel:
             level = np.full(len(rows), 3, dtype=np.int8)
         else:
             gid, nid, site, repeated = _groups(sg, rows)
-            s[rows], level = _class_slowdowns(gid, nid, site, repeated, f[rows], dur[rows].astype(np.float64))
+            fw = None
+            if cls == COMPUTE:  # the part of f beside communication that only waits
+                fw = f[rows] - overlap_shares(sg, sg.start, sg.end, dur, wait_weight=0.0)[rows]
+            s[rows], level, w = _class_slowdowns(gid, nid, site, repeated, f[rows], dur[rows].astype(np.float64), fw)
+            if cls == COMPUTE:
+                wait_weight = w
+                f[rows] -= (1.0 - w) * fw
         for lv, name in enumerate(LEVELS):
             k = int((level == lv).sum())
             if k:
@@ -196,7 +261,7 @@ def estimate(sg: SetGraph) -> ContentionModel:
         if (level == 3).any():
             notes.append(f"contention: no {label} kernel ran both alone and beside {other} often enough to "
                          f"estimate how much it slows there; {label} durations are kept whatever runs beside them")
-    model = ContentionModel(slowdown=s, measured_f=f, sources=sources, notes=notes)
+    model = ContentionModel(slowdown=s, measured_f=f, wait_weight=wait_weight, sources=sources, notes=notes)
     sg._contention = model  # type: ignore[attr-defined]
     return model
 
@@ -223,7 +288,7 @@ def contended_replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None =
     cur = inp
     steps = _step_durations(sg, rp)
     for rounds in range(1, MAX_ROUNDS + 1):
-        f = overlap_shares(sg, rp.start, rp.end, cur.dur)
+        f = overlap_shares(sg, rp.start, rp.end, cur.dur, model.wait_weight)
         new = cur.dur.copy()
         target = alone[sel] * (1.0 + s[sel] * f[sel])
         if rounds > 1:  # halfway: a kernel that slows out of its overlap and speeds back in settles between
