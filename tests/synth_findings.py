@@ -62,6 +62,14 @@ class Builder:
         return t
 
 
+def iteration(b: Builder, i: int) -> int:
+    """Iteration i's start (ITER apart, the first at ITER), its ProfilerStep window recorded in b: from
+    100 µs before it to 150 µs before the next one."""
+    base = (i + 1) * ITER
+    b.steps.append((i + 1, base - 100_000, base + ITER - 150_000))
+    return base
+
+
 def pipeline(variant: str, *, iterations: int = 3, steps: int = 4, ag: int = 100_000, mm: int = 150_000,
              rank: int = 0, sync_at: tuple[str, int, int] | None = None, tail_launch: int | None = None,
              ag_name: str = COMM) -> RankTrace:
@@ -191,8 +199,7 @@ def copies(variant: str, *, iterations: int = 3, copy_in: int = 30_000, ag: int 
     """
     b = Builder()
     for i in range(iterations):
-        base = (i + 1) * ITER
-        b.steps.append((i + 1, base - 100_000, base + ITER - 150_000))
+        base = iteration(b, i)
         t = base
         if variant == "hidden":
             b.kernel(t, t + copy_in + ag + copy_out, MAIN_STREAM, GEMM)
@@ -222,8 +229,7 @@ def launch_gaps(variant: str, *, iterations: int = 3, n: int = 8, kern: int = 20
     """
     b = Builder()
     for i in range(iterations):
-        base = (i + 1) * ITER
-        b.steps.append((i + 1, base - 100_000, base + ITER - 150_000))
+        base = iteration(b, i)
         t = base
         prev_end = None
         for _ in range(n):
@@ -280,8 +286,7 @@ def starved(variant: str, *, iterations: int = 3, gemm: int = 1_398_000, at: int
     """
     b = Builder()
     for i in range(iterations):
-        base = (i + 1) * ITER
-        b.steps.append((i + 1, base - 100_000, base + ITER - 150_000))
+        base = iteration(b, i)
         b.kernel(base - 50_000, base, MAIN_STREAM, GEMM)
         b.kernel(base + 2_000, base + 2_000 + gemm, MAIN_STREAM, GEMM)
         start = {"first": base + 1_000, "dependency": base + 2_000 + gemm + 1_000}.get(variant, base + at)

@@ -136,8 +136,7 @@ def _alternating_gemms(comm_ns: int | None):
     once); with comm_ns, a comm kernel of that length on stream 1 right after each GEMM."""
     b = sf.Builder()
     for i in range(3):
-        base = (i + 1) * sf.ITER
-        b.steps.append((i + 1, base - 100_000, base + sf.ITER - 150_000))
+        base = sf.iteration(b, i)
         for s in range(4):
             t = base + s * 22_000
             b.kernel(t, t + 20_000, 1 + s % 2, GEMM)
@@ -386,8 +385,7 @@ def _first_and_extra_comm(extra_ns: int):
     plus a comm kernel of extra_ns at base + 700 µs on the NCCL stream, inside the GEMM."""
     b = sf.Builder()
     for i in range(3):
-        base = (i + 1) * sf.ITER
-        b.steps.append((i + 1, base - 100_000, base + sf.ITER - 150_000))
+        base = sf.iteration(b, i)
         b.kernel(base - 50_000, base, sf.MAIN_STREAM, GEMM)
         b.kernel(base + 2_000, base + 1_400_000, sf.MAIN_STREAM, GEMM)
         b.kernel(base + 1_000, base + 5_000, sf.NCCL_STREAM, COMM)

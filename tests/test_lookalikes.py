@@ -41,8 +41,7 @@ def _sync_before_the_collectives(*, in_flight: bool, sync_from: int = 10_000):
     the host waits."""
     b = sf.Builder()
     for i in range(3):
-        base = (i + 1) * sf.ITER
-        b.steps.append((i + 1, base - 100_000, base + sf.ITER - 150_000))
+        base = sf.iteration(b, i)
         b.kernel(base, base + 100_000, sf.MAIN_STREAM, GEMM)
         if in_flight:
             b.kernel(base, base + 90_000, sf.NCCL_STREAM, COMM)
@@ -100,8 +99,7 @@ def _short_sync_then_late_host(sync_at: int, sync_end: int = 202_000):
     base + 300 µs (it starts at base + 310 µs): GPU idle from base + 200 µs (or the sync's end)."""
     b = sf.Builder()
     for i in range(3):
-        base = (i + 1) * sf.ITER
-        b.steps.append((i + 1, base - 100_000, base + sf.ITER - 150_000))
+        base = sf.iteration(b, i)
         b.kernel(base, base + 100_000, sf.NCCL_STREAM, COMM)
         b.kernel(base, base + 200_000, sf.MAIN_STREAM, GEMM)
         b.call("cudaStreamSynchronize", base + sync_at, base + sync_end)
@@ -143,8 +141,7 @@ def _chain(ag_stream: int):
     ag_stream, the GEMMs on the main stream."""
     b = sf.Builder()
     for i in range(3):
-        base = (i + 1) * sf.ITER
-        b.steps.append((i + 1, base - 100_000, base + sf.ITER - 150_000))
+        base = sf.iteration(b, i)
         for s in range(4):
             t = base + s * 250_000
             b.kernel(t, t + 100_000, ag_stream, COMM)
@@ -254,8 +251,7 @@ def _held_back(name: str, kind: str):
     base, started at base + 1.3 ms inside a GEMM [base + 2 µs, base + 1.4 ms]."""
     b = sf.Builder()
     for i in range(3):
-        base = (i + 1) * sf.ITER
-        b.steps.append((i + 1, base - 100_000, base + sf.ITER - 150_000))
+        base = sf.iteration(b, i)
         b.kernel(base - 50_000, base, sf.MAIN_STREAM, GEMM)
         b.kernel(base + 2_000, base + 1_400_000, sf.MAIN_STREAM, GEMM)
         b.kernel(base + 1_300_000, base + 1_304_000, sf.NCCL_STREAM, name, kind=kind)
