@@ -107,7 +107,7 @@ def main(argv: Sequence[str]) -> None:
     runs = preload.opening_runs(paths)
     preload.start(runs, PRELOAD_NICE)
     from app import ui  # noqa: F401
-    from viz import critical, figures, scale_figures  # noqa: F401 - the Overview's figures
+    from viz import critical_figures, figures, scale_figures  # noqa: F401 - the Overview's figures
 
     threading.Thread(target=preload.niced, args=(BACKGROUND_NICE, warm_up, runs), name=THREAD,
                      daemon=True).start()

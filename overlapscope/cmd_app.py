@@ -7,7 +7,6 @@ that loads the runs as the server starts).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shlex
 import subprocess
@@ -20,6 +19,7 @@ import typer
 from analyzers.errors import BadInputError
 
 from .common import EXIT_USAGE, err_console
+from .extras import DASHBOARD, require_app_extra
 
 APP_SCRIPT = Path(__file__).resolve().parents[1] / "app" / "serve.py"  # streamlit run app/main.py, warmed
 
@@ -59,10 +59,7 @@ def app_cmd(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the command instead of starting it.")] = False,
 ) -> None:
     """Open the dashboard: overview, timeline, cross-rank, stragglers, syncs, collectives, diff, run."""
-    if importlib.util.find_spec("streamlit") is None or importlib.util.find_spec("plotly") is None:
-        err_console.print("overlapscope: error: the dashboard needs streamlit and plotly: "
-                          "pip install 'overlapscope[app]'", markup=False, highlight=False)
-        raise typer.Exit(EXIT_USAGE)
+    require_app_extra("the dashboard", DASHBOARD)
     resolved = []
     for raw in paths or []:
         p = Path(raw).expanduser()

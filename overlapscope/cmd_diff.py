@@ -34,6 +34,7 @@ from .common import (
     out_console,
     writing,
 )
+from .extras import FIGURES, require_app_extra
 from .stack_imports import analysis_stack_imports
 
 if TYPE_CHECKING:  # the analysis stack is imported where it is used (fast `--help`)
@@ -152,6 +153,7 @@ def diff_cmd(
     if timeline is not None:
         check_writable(timeline, overwrite, "--timeline", inputs)
     if html is not None:
+        require_app_extra("--html", FIGURES)
         check_writable(html, overwrite, "--html", inputs)
     common = dict(rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache, scheduler=scheduler,
                   options=options, diagnose=not no_diagnose)

@@ -32,6 +32,7 @@ from .common import (
     stage_progress,
     writing,
 )
+from .extras import FIGURES, IMAGES, require_app_extra
 from .stack_imports import analysis_stack_imports
 
 if TYPE_CHECKING:  # the analysis stack is imported where it is used (fast `--help`)
@@ -123,6 +124,10 @@ def export_cmd(
         raise UsageFailure("give the trace files to export (PATHS) or --diff A B")
     if diff is not None and (perfetto is not None or collectives_csv is not None):
         raise UsageFailure("--perfetto and --collectives-csv export one trace set: run them on A and on B separately")
+    if png is not None or svg is not None:
+        require_app_extra("--png / --svg", IMAGES)
+    if html_out is not None:
+        require_app_extra("--html", FIGURES)
     with analysis_stack_imports():  # pandas, pyarrow, numpy (overlapscope/stack_imports.py)
         from analyzers.crossrank.collective_table import CollectiveParams
         from analyzers.diff import diff_reports
@@ -139,11 +144,7 @@ def export_cmd(
         return traces, report
 
     if any((html_out, png, svg)):
-        try:
-            from viz import export_html
-        except ImportError as exc:
-            raise UsageFailure(f"--html, --png and --svg need the app extras ({exc.name} is missing): "
-                               "pip install -e '.[app]'") from None
+        from viz import export_html
 
     if diff is not None:
         names = parse_labels(labels)

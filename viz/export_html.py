@@ -34,7 +34,8 @@ from analyzers.timeline.model import TraceSet
 from . import diff_tables
 from .collectives_figure import busbw_figure, plottable
 from .collectives_tables import collectives_section
-from .critical import STEP_HEADER, attribution_figure, fidelity_line, saving_text, step_rows
+from .critical import STEP_HEADER, fidelity_line, saving_text, step_rows
+from .critical_figures import attribution_figure
 from .crossrank_tables import sections as cross_rank_sections
 from .figures import iteration_figure, overview_bars, peer_wait_bars, skew_heatmap, timeline_figure
 from .formats import ms

@@ -17,7 +17,8 @@ import streamlit as st
 from app import ranks, sidebar, ui
 from app.tables import readable, show, show_evidence
 from viz import labels
-from viz.critical import attribution_figure, fidelity_line, saving_text
+from viz.critical import fidelity_line, saving_text
+from viz.critical_figures import attribution_figure
 from viz.figures import iteration_figure, overview_bars
 from viz.scale_figures import MANY_RANKS, rank_distributions
 

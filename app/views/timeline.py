@@ -12,7 +12,7 @@ import streamlit as st
 from app import ranks, ui
 from app.downloads import run_downloads
 from app.tables import readable, show
-from viz.critical import critical_overlay
+from viz.critical_figures import critical_overlay
 from viz.figures import figure_payload_bytes, timeline_figure
 from viz.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
 from viz.timeline import lod_for_windows
