@@ -43,6 +43,38 @@ HTA_MISSING = ("HolisticTraceAnalysis is not installed: pip install -e '.[bench]
                "(CI runs them in a step of their own)")
 
 
+# Tests marked `browser` drive Debian's chromium (Playwright through executable_path; kaleido for PNG/SVG),
+# never a downloaded browser. Where it is missing they do not run and the session fails with one line
+# saying so (pytest_terminal_summary below), rather than with a traceback per test.
+CHROMIUM = os.environ.get("OVERLAPSCOPE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_MISSING = (f"{CHROMIUM} not found: install Debian's chromium (sudo apt-get install chromium) or set "
+                    "OVERLAPSCOPE_CHROMIUM to a Chromium binary; `-m 'not browser'` leaves these tests out")
+BROWSER_TESTS_NOT_RUN = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(trylast=True)  # after -m / -k: a run that deselected the browser tests needs no chromium
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    needing = [item for item in items if item.get_closest_marker("browser")]
+    if not needing or Path(CHROMIUM).is_file():
+        return
+    items[:] = [item for item in items if not item.get_closest_marker("browser")]
+    config.hook.pytest_deselected(items=needing)
+    config.stash[BROWSER_TESTS_NOT_RUN] = len(needing)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    not_run = config.stash.get(BROWSER_TESTS_NOT_RUN, 0)
+    if not_run:
+        terminalreporter.write_line(f"FAILED: {not_run} browser tests not run: {CHROMIUM_MISSING}", red=True,
+                                    bold=True)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if session.config.stash.get(BROWSER_TESTS_NOT_RUN, 0) and exitstatus in (pytest.ExitCode.OK,
+                                                                     pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.fixture(scope="session")
 def hta_dir() -> Path:
     return HTA_TRACES

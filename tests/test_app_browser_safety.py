@@ -108,6 +108,7 @@ BAD_UPLOADS = ("truncated JSON", "gzip bomb (Kineto)", "non-UTF-8 bytes", "no GP
 ESCAPES = ("/etc/passwd", "{root}/../../../etc", "{root}/symlink loop/a.json")
 
 
+@pytest.mark.browser
 def test_bad_uploads_and_path_escapes_show_an_error_never_a_stack_trace(served) -> None:
     """Each bad upload in a fresh page, then each path escape in one page, in turn: one error each."""
     from playwright.sync_api import sync_playwright
@@ -142,6 +143,7 @@ def test_bad_uploads_and_path_escapes_show_an_error_never_a_stack_trace(served) 
             browser.close()
 
 
+@pytest.mark.browser
 def test_hostile_links_render_without_errors(served) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -162,6 +164,7 @@ def test_hostile_links_render_without_errors(served) -> None:
             browser.close()
 
 
+@pytest.mark.browser
 def test_two_browsers_do_not_see_each_others_uploads(served, hta_dir: Path) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -185,6 +188,7 @@ def test_two_browsers_do_not_see_each_others_uploads(served, hta_dir: Path) -> N
             browser.close()
 
 
+@pytest.mark.browser
 def test_menu_is_a_readers_no_deploy(served) -> None:
     """Started as `overlapscope app` starts it, on 127.0.0.1 (where Streamlit's default shows the developer
     items): the toolbar is there, Deploy is not."""

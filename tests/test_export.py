@@ -206,6 +206,7 @@ def test_nsys_sessions_are_put_on_one_clock(tmp_path):
 # --------------------------------------------------------------------------- the command
 
 
+@pytest.mark.browser  # the PNG / SVG: kaleido drives Debian's chromium
 def test_cli_writes_all_files(tmp_path):
     outs = {k: tmp_path / f"r.{k}" for k in ("json.gz", "html", "png")}
     res = cli("export", str(HOST_SYNC), "--perfetto", str(outs["json.gz"]), "--html", str(outs["html"]),
@@ -224,6 +225,7 @@ def test_cli_writes_all_files(tmp_path):
     assert near((0x1F, 0x77, 0xB4)) > 500 and near((0xFF, 0x7F, 0x0E)) > 100  # compute blue, comm orange
 
 
+@pytest.mark.browser  # the PNG / SVG: kaleido drives Debian's chromium
 def test_cli_svg_and_diff(tmp_path):
     a, b = SAMPLES / "ag-gemm" / "host-sync", SAMPLES / "ag-gemm" / "sync-before-loop"
     res = cli("export", "--diff", str(a), str(b), "--html", str(tmp_path / "d.html"), "--svg", str(tmp_path / "d.svg"))

@@ -5,6 +5,7 @@ executable_path as in tests/test_app_browser.py; a screenshot goes to test-artif
 
 from __future__ import annotations
 
+import pytest
 from playwright.sync_api import sync_playwright
 
 from analyzers.io.load import load_traces
@@ -13,6 +14,8 @@ from viz.export_html import report_html
 
 from .conftest import SAMPLES
 from .test_app_browser import ARTIFACTS, ERROR_SELECTORS, count_colour, launch_browser, served  # noqa: F401
+
+pytestmark = pytest.mark.browser
 
 
 def open_offline(html_path):
