@@ -116,6 +116,7 @@ check run-help overlapscope run --help
 check sweep-help overlapscope sweep --help
 check algorithms overlapscope algorithms
 check app-help overlapscope app --help
+check export-help overlapscope export --help
 
 needs_extra export-html overlapscope export "$SAMPLE" --html "$out/report.html"
 needs_extra export-png overlapscope export "$SAMPLE" --png "$out/timeline.png"
