@@ -44,12 +44,16 @@ HTA_MISSING = ("HolisticTraceAnalysis is not installed: pip install -e '.[bench]
 
 
 # Tests marked `browser` drive Debian's chromium (Playwright through executable_path; kaleido for PNG/SVG),
-# never a downloaded browser. Where it is missing they do not run and the session fails with one line
-# saying so (pytest_terminal_summary below), rather than with a traceback per test.
+# never a downloaded browser. Where it is missing they do not run, and one line says so and how to get it
+# (pytest_terminal_summary below) rather than a traceback per test; README's test command still passes
+# on a fresh machine. Under CI (CI=true, as .ci/run runs, which installs chromium) or
+# OVERLAPSCOPE_REQUIRE_BROWSER=1, a missing chromium fails the session instead: there they must run.
 CHROMIUM = os.environ.get("OVERLAPSCOPE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_MISSING = (f"{CHROMIUM} not found: install Debian's chromium (sudo apt-get install chromium) or set "
                     "OVERLAPSCOPE_CHROMIUM to a Chromium binary; `-m 'not browser'` leaves these tests out")
 BROWSER_TESTS_NOT_RUN = pytest.StashKey[int]()
+BROWSER_REQUIRED = os.environ.get("CI", "").lower() in ("1", "true") or os.environ.get(
+    "OVERLAPSCOPE_REQUIRE_BROWSER") == "1"
 
 
 @pytest.hookimpl(trylast=True)  # after -m / -k: a run that deselected the browser tests needs no chromium
@@ -65,12 +69,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     not_run = config.stash.get(BROWSER_TESTS_NOT_RUN, 0)
     if not_run:
-        terminalreporter.write_line(f"FAILED: {not_run} browser tests not run: {CHROMIUM_MISSING}", red=True,
+        verdict = "FAILED" if BROWSER_REQUIRED else "NOT RUN"
+        terminalreporter.write_line(f"{verdict}: {not_run} browser tests: {CHROMIUM_MISSING}", red=True,
                                     bold=True)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if session.config.stash.get(BROWSER_TESTS_NOT_RUN, 0) and exitstatus in (pytest.ExitCode.OK,
+    if BROWSER_REQUIRED and session.config.stash.get(BROWSER_TESTS_NOT_RUN, 0) and exitstatus in (pytest.ExitCode.OK,
                                                                      pytest.ExitCode.NO_TESTS_COLLECTED):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
