@@ -119,14 +119,18 @@ class GemmRs(tuning.TunedWorkload):
 
         return run
 
-    def _make_ring(self, *, coalesced: bool) -> Callable[[], torch.Tensor]:
+    def ring_schedule(self, steps: int) -> Callable[[], torch.Tensor]:
+        """The coalesced ring over `steps` blocks: the tuned search's ring candidate (runners/gemm_rs_tuned.py)."""
+        return self._make_ring(coalesced=True, steps=steps)
+
+    def _make_ring(self, *, coalesced: bool, steps: int | None = None) -> Callable[[], torch.Tensor]:
         """Ring reduce-scatter fused with the matmul, S/D sub-blocks per ring step.
 
         Ring step j computes the partial for rank c = (r+j+1) % D, adds the partial sum
         the right neighbour (r+1) sent for c, and passes it to the left neighbour (r-1).
         At the last step c == r: the sum is complete and is written into the output.
         """
-        D, S, N, r = self.D, self.S, self.N, self.ctx.rank
+        D, S, N, r = self.D, steps or self.S, self.N, self.ctx.rank
         if S % D:
             raise ValueError(f"ring: steps={S} must be a multiple of the number of ranks {D}")
         sub = S // D

@@ -5,7 +5,10 @@ Each finding of this tool on the recorded traces became a dimension of the searc
 - ring (`comm-starved-by-compute`: its NCCL SendRecv kernels waited 2.5-2.6 ms for SMs held by
   the GEMM): transport "ce" pushes each finished partial block by copy engine into the peer's
   symmetric memory (`Memcpy PtoP`, no SM); "p2p" (NCCL send/recv) stays a candidate, since
-  at small blocks the copy engine's fixed cost can lose.
+  at small blocks the copy engine's fixed cost can lose. The ring itself (barrier "ring": one hop
+  per step, each rank adding its partial to its neighbour's) stays one too: on 2 ranks it is one
+  exchange, like the direct pushes; on more, direct pushes move each block once over its own link
+  while the ring moves D-1 partial sums in sequence, and the search chooses per world size.
 - fused_matmul_reduce_scatter (`late-peer`: its barriers waited up to 0.4 ms because each
   chunk's barrier sits between producer and copy): the peers' partial blocks are computed
   first and pushed while the next one computes; the barriers that say a chunk arrived run on
@@ -53,7 +56,7 @@ from runners.graphs import capture
 from runners.streams import Marker, Streams, region
 from runners.workload import Workload
 
-CODE_VERSION = "gemm-rs tuned 8"  # part of the cache fingerprint: bump when a schedule or its timing changes
+CODE_VERSION = "gemm-rs tuned 9"  # part of the cache fingerprint: bump when a schedule or its timing changes
 CHUNKS = (2, 4, 8)
 
 
@@ -74,6 +77,9 @@ def candidates(wl: Workload) -> list[Schedule]:
         out += gemm_rs_kcat.offered(wl, inputs_move_less(wl))
     if wl.D > 1:  # eager only: a capture of batch_isend_irecv fails and leaves torch's capture state broken
         out += [Schedule("p2p", s, -1, "group") for s in chunks[:2]]
+        # the ring (one hop per step, D steps of S/D blocks each) against the direct pushes above: on 2
+        # ranks both are one exchange with the one peer; beyond, the search picks per world size
+        out += [Schedule("p2p", wl.D * sub, -1, "ring") for sub in (1, 2) if wl.M % (wl.D * sub) == 0]
         if inputs_move_less(wl):
             out.append(Schedule("p2p", 1, -1, "inputs"))
     return out
@@ -115,6 +121,8 @@ class TunedGemmRs:
         elif s.barrier == "inputs":
             step = self._inputs(s)
             parities = 2
+        elif s.barrier == "ring":  # eager: batch_isend_irecv cannot be captured
+            return self.wl.ring_schedule(s.chunks)  # type: ignore[attr-defined]
         elif s.barrier in ("kcat", "kcat-n"):
             step = gemm_rs_kcat.kcat_step(self, s)
             parities = 2

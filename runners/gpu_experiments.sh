@@ -3,7 +3,7 @@
 # for a 2-GPU host (each launch is runners.launch = torchrun, one process per GPU).
 #
 # usage (repo root, on the GPU host):  OUT=/some/dir bash runners/gpu_experiments.sh [STEP...]
-# STEP names: env gemm-speed sweep-rs rs-chunks rs-tuned-steps app-run sweep-symm sweep-ag ag-gate ag-tuned-steps ag-base ag-tuned ag-tune-nccl ag-tune-steps gemm-rs
+# STEP names: env thunder four-ranks grid4 grid2-rs gemm-speed sweep-rs rs-chunks rs-tuned-steps app-run sweep-symm sweep-ag ag-gate ag-tuned-steps ag-base ag-tuned ag-tune-nccl ag-tune-steps gemm-rs
 #             symm-fused symm-two fsdp-main fsdp-prefetch nsys smoke-gemm-rs smoke-symm smoke-fsdp check
 #             (default: the list below, which made the older sample sets; the ag-gemm tuned sets came
 #             from: env sweep-ag ag-tuned-steps check, ag-gate sweep-ag check, nsys check; the gemm-rs and
@@ -113,6 +113,30 @@ s_smoke-symm()    { L symm-mem --variants all --profiler none --out "$R/smoke-sy
 s_smoke-fsdp()    { L fsdp --variants all --profiler none --out "$R/smoke-fsdp"; }
 s_nsys() {
     L ag-gemm --variants sync-in-loop,sync-before-loop --profiler nsys --no-nsys-rep --out "$R/ag-gemm-nsys"
+}
+# Thunder's own FSDP (runners/thunder_fsdp.py), `overlapscope sweep` with its analysis: .pydeps made by
+# `bash runners/pack_host_deps.sh 3.12 thunder` carries lightning-thunder 0.2.6 beside the analyzer's deps
+s_thunder() {
+    OSC sweep thunder-fsdp profile_steps=2 --nproc "${THUNDER_NPROC:-2}" --out "$R/thunder-fsdp" --timeout 480
+}
+# one 4-rank set per algorithm (run with NPROC=4): 2 profiled steps each, the FSDP models at 2 blocks
+s_four-ranks() {
+    L ag-gemm --variants tuned --set profile_steps=2 --profiler torch --out "$R/four/ag-gemm"
+    L gemm-rs --variants tuned --set profile_steps=2 --profiler torch --out "$R/four/gemm-rs"
+    L symm-mem --variants two-stream --set profile_steps=2 --profiler torch --out "$R/four/symm-mem"
+    L fsdp --variants zero3 --set profile_steps=2 --set layers=2 --profiler torch --out "$R/four/fsdp"
+    PYTHONPATH="$PWD/.pydeps:${PYTHONPATH:-}" L thunder-fsdp --variants zero3-block --set profile_steps=2 \
+        --set layers=2 --profiler torch --out "$R/four/thunder-fsdp"
+}
+# the tuned grid on 4 GPUs (benchmarks/RESULTS.md): the search, then the cached choices in a fresh process group
+s_grid4() {
+    NPROC=4 OUT="$R/grid4" bash benchmarks/tune_grid.sh benchmarks/grids/four_gpus.json --iters 30 --tune retune
+    NPROC=4 OUT="$R/grid4-cached" bash benchmarks/tune_grid.sh benchmarks/grids/four_gpus.json --iters 30
+}
+# the same gemm-rs shapes on 2 of the GPUs: which schedule (ring or direct) the search picks per world size
+s_grid2-rs() {
+    NPROC=2 OUT="$R/grid2-rs" bash benchmarks/tune_grid.sh benchmarks/grids/four_gpus.json --iters 30 --tune retune \
+        --algos gemm-rs
 }
 s_check() {
     python3 benchmarks/runners_overlap.py $(find "$R" -name 'rank0.json.gz' -o -name 'rank0.sqlite' | xargs -r -n1 dirname | sort)

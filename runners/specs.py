@@ -268,4 +268,29 @@ FSDP = AlgorithmSpec(
     workload="training step",
 )
 
-ALGORITHMS: dict[str, AlgorithmSpec] = {a.name: a for a in (AG_GEMM, GEMM_RS, SYMM_MEM, FSDP)}
+THUNDER_FSDP = AlgorithmSpec(
+    name="thunder-fsdp",
+    module="runners.thunder_fsdp",
+    summary="Lightning Thunder's own FSDP (thunder.distributed.fsdp over thunder.jit) on Llama-like blocks",
+    variants={
+        "baseline": "thunder.jit model replicated, gradients all-reduced after backward (no overlap)",
+        "zero2-none": "fsdp(thunder.jit(model), ZERO2, bucketing NONE): one all-gather per parameter, kept "
+                      "for backward",
+        "zero2-block": "ZERO2 with bucketing BLOCK: one all-gather / reduce-scatter per block (packed buffers)",
+        "zero3-none": "fsdp(..., ZERO3, bucketing NONE): parameters gathered again in backward",
+        "zero3-block": "ZERO3 with bucketing BLOCK",
+    },
+    params=(
+        ParamSpec("layers", int, 6, "Llama-like blocks", cpu_default=2),
+        ParamSpec("dim", int, 2048, "model width", cpu_default=32),
+        ParamSpec("heads", int, 16, "attention heads", cpu_default=4),
+        ParamSpec("ffn", int, 5632, "SwiGLU hidden width", cpu_default=64),
+        ParamSpec("seq", int, 2048, "sequence length", cpu_default=16),
+        ParamSpec("batch", int, 2, "sequences per rank", cpu_default=2),
+        ParamSpec("lr", float, 1e-3, "SGD learning rate"),
+        *COMMON,
+    ),
+    workload="training step",
+)
+
+ALGORITHMS: dict[str, AlgorithmSpec] = {a.name: a for a in (AG_GEMM, GEMM_RS, SYMM_MEM, FSDP, THUNDER_FSDP)}

@@ -11,12 +11,13 @@ from runners.specs import ALGORITHMS, COMMON
 
 
 def test_algorithms_and_variants_as_documented() -> None:
-    assert set(ALGORITHMS) == {"ag-gemm", "gemm-rs", "symm-mem", "fsdp"}
+    assert set(ALGORITHMS) == {"ag-gemm", "gemm-rs", "symm-mem", "fsdp", "thunder-fsdp"}
     need = {
         "ag-gemm": {"baseline", "sync-in-loop", "sync-before-loop", "host-sync", "tuned"},
         "gemm-rs": {"baseline", "collective-pipelined", "ring", "ring-uncoalesced", "tuned", "fused-ref"},
         "symm-mem": {"fused-ag-matmul", "fused-matmul-rs", "two-stream", "two-stream-sleep"},
         "fsdp": {"zero3", "zero2", "zero3-no-prefetch", "zero3-prefetch", "front-loaded"},
+        "thunder-fsdp": {"baseline", "zero2-none", "zero2-block", "zero3-none", "zero3-block"},
     }
     for algo, variants in need.items():
         spec = ALGORITHMS[algo]
