@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyzers.graph.attribution import charge
 from analyzers.graph.contention import contended_replay, estimate
 from analyzers.graph.critical import ATTRIBUTION, mean_parts, walk
 from analyzers.graph.fixes import FIX_OF_FINDING, Fix, ReplayInputs, apply_fixes
@@ -146,7 +147,8 @@ def whatif(run: GraphRun, fixes: list[Fix]) -> dict[str, Any]:
 
 def _walk_step(run: GraphRun, rank: int, row: pd.Series) -> dict[str, Any]:
     node = int(row["last_node"])
-    return walk(run.sg, run.base, run.inputs, rank, int(row["t0"]), int(row["t1"]), node, bool(row["ends_at_end"]))
+    res = walk(run.sg, run.base, run.inputs, rank, int(row["t0"]), int(row["t1"]), node, bool(row["ends_at_end"]))
+    return charge(run, rank, row, res)  # each cause charged only as far as removing it shortens the step
 
 
 def critical_path_section(run: GraphRun) -> dict[str, Any]:
@@ -173,7 +175,8 @@ def critical_path_section(run: GraphRun) -> dict[str, Any]:
         r, s = int(row["rank"]), int(row["step"])
         res = walked[(r, s)]
         steps.append({"step": s, "rank": r, "replayed_ns": int(row["dur_ns"]), "parts": res["parts"],
-                      "peer_wait": res["peer_wait"], "n_activities": len(res["nodes"])})
+                      "peer_wait": res["peer_wait"], "n_activities": len(res["nodes"]),
+                      "walked": res["walked"], "bounds": res["bounds"]})
     return {"fidelity": fidelity(run), "attribution": list(ATTRIBUTION), "steps": steps, "per_rank": per_rank,
             "critical_rows": nodes, "notes": run.notes()}
 
