@@ -16,6 +16,7 @@ from analyzers.graph.attribution import charge
 from analyzers.graph.contention import contended_replay, estimate
 from analyzers.graph.critical import ATTRIBUTION, mean_parts, walk
 from analyzers.graph.fixes import FIX_OF_FINDING, Fix, ReplayInputs, apply_fixes
+from analyzers.graph.moves import MOVES, moved_replay
 from analyzers.graph.replay import Replay, loop_order
 from analyzers.graph.residency import residency
 from analyzers.graph.set_graph import SetGraph
@@ -40,6 +41,8 @@ class GraphRun:
         self.jobs = (_job(self.measured), _job(self.replayed))
 
     def run(self, fixes: list[Fix]) -> tuple[ReplayInputs, Replay]:
+        if any(f.name in MOVES for f in fixes):  # a new graph: prefetch, coalesce (graph.moves)
+            return moved_replay(self, fixes)
         inp = apply_fixes(self.sg, fixes)
         if _same_inputs(inp, self.unfixed):  # the fix changes nothing in this graph: the replay is the base
             return self.inputs, self.base
@@ -50,6 +53,7 @@ class GraphRun:
 
     def notes(self) -> list[str]:
         out = list(self.sg.notes) + estimate(self.sg).notes + residency(self.sg).notes
+        out += self.__dict__.get("move_notes", [])
         if self.unsettled:
             out.append("contention: a replay stopped at its round limit with durations still moving; its step "
                        "figures are those of the last round")

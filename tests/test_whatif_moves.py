@@ -1,0 +1,107 @@
+"""Fixes that move work (analyzers/graph/moves.py): prefetch and coalesce on tiny hand-made graphs whose replays
+were worked out by hand, the fixes' parsing, and the moves on the repository's FSDP and ring traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analyzers.errors import BadInputError
+from analyzers.graph.analysis import whatif
+from analyzers.graph.fixes import parse_fix
+from analyzers.graph.rank_graph import CAT_CODES
+from tests.test_graph import US, _graph, _run, _us
+
+ROOT = Path(__file__).resolve().parents[1]
+C, M, K = CAT_CODES["compute"], CAT_CODES["comm"], CAT_CODES["copy"]
+
+
+def _fsdp_rank(rank: int):
+    """Copy-in A1 10 µs, all-gather AG1 50 µs (waits for A1), copy-out c1 1 µs (waits for AG1), block 1 100 µs;
+    then the same for block 2: the all-gather of block 2 waits for its copy-in, behind block 1 on the compute
+    stream. Everything launched at 0 (the host far ahead)."""
+    return _graph(rank, start=[0, 10, 60, 61, 161, 171, 221, 222], end=[10, 60, 61, 161, 171, 221, 222, 322],
+                  stream=[0, 1, 0, 0, 0, 1, 0, 0], prev=[-1, -1, 0, 2, 3, 1, 4, 6],
+                  dep=[-1, 0, 1, -1, -1, 4, 5, -1], cat=[C, M, K, C, C, M, K, C], step=[1] * 8,
+                  names=["copyin", "ncclDevKernel_AllGather", "copyout", "gemm", "copyin", "ncclDevKernel_AllGather",
+                         "copyout", "gemm"])
+
+
+def _fsdp_run():
+    members = pd.DataFrame({"coll_id": [0, 0, 1, 1], "rank": [0, 1, 0, 1], "row": [1, 1, 5, 5]})
+    return _run([_fsdp_rank(0), _fsdp_rank(1)], members)
+
+
+def test_prefetch_issues_the_next_all_gather_behind_the_previous_consumer():
+    run = _fsdp_run()
+    assert run.replayed["dur_ns"].tolist() == [322 * US, 322 * US]
+    # prefetch=1: copy-in A2 leaves the compute stream and waits only for c1 (ends 61): A2 61-71, AG2 71-121 under
+    # block 1 (61-161); c2 follows block 1 (161-162), block 2 162-262
+    _, rp = run.run([parse_fix("prefetch")])
+    assert _us(rp.start[:8]) == [0, 10, 60, 61, 61, 71, 161, 162]
+    assert _us(rp.end[:8]) == [10, 60, 61, 161, 71, 121, 162, 262]
+    res = whatif(run, [parse_fix("prefetch")])
+    assert res["predicted_step_ns"] == 262 * US and res["saving_ns"] == 60 * US
+    assert any(n.startswith("prefetch: 4 all-gathers") for n in res["notes"])
+
+
+def test_prefetch_deeper_than_the_step_moves_only_the_first():
+    # prefetch=2: AG2 has no consumer two before it: its copy-in waits for what ran before it on the compute
+    # stream (block 1), so only the stream it runs on changes: the step stays 322 µs
+    run = _fsdp_run()
+    assert whatif(run, [parse_fix("prefetch=2")])["predicted_step_ns"] == 322 * US
+
+
+def test_prefetch_moves_nothing_without_recorded_waits():
+    g = _graph(0, [0, 10], [10, 60], prev=[-1, -1], stream=[0, 1], cat=[C, M], step=[1, 1],
+               names=["copyin", "ncclDevKernel_AllGather"])
+    g1 = _graph(1, [0, 10], [10, 60], prev=[-1, -1], stream=[0, 1], cat=[C, M], step=[1, 1],
+                names=["copyin", "ncclDevKernel_AllGather"])
+    run = _run([g, g1], pd.DataFrame({"coll_id": [0, 0], "rank": [0, 1], "row": [1, 1]}))
+    res = whatif(run, [parse_fix("prefetch")])
+    assert res["predicted_step_ns"] == res["replayed_step_ns"]
+    assert any("nothing moved" in n for n in res["notes"])
+
+
+def test_coalesce_merges_each_send_with_its_receive():
+    # rank 0 sends (30 µs) then receives; rank 1 receives (40 µs) then sends; the receive on rank 0 waits for
+    # rank 1's send to start (140): both ranks end at 170. One kernel per exchange: rank 0's carries
+    # max(30, 30), rank 1's max(40, 30) after the join at 100: 130 and 140
+    names = ["gemm", "ncclDevKernel_SendRecv", "ncclDevKernel_SendRecv"]
+    g0 = _graph(0, [0, 100, 130], [100, 130, 170], stream=[0, 1, 1], prev=[-1, -1, 1], dep=[-1, 0, -1],
+                cat=[C, M, M], names=names, step=[1] * 3)
+    g1 = _graph(1, [0, 100, 140], [100, 140, 170], stream=[0, 1, 1], prev=[-1, -1, 1], dep=[-1, 0, -1],
+                cat=[C, M, M], names=names, step=[1] * 3)
+    run = _run([g0, g1], pd.DataFrame({"coll_id": [0, 0, 1, 1], "rank": [0, 1, 0, 1], "row": [1, 1, 2, 2]}))
+    assert run.replayed["dur_ns"].tolist() == [170 * US, 170 * US]
+    res = whatif(run, [parse_fix("coalesce")])
+    assert {p["rank"]: p["predicted_step_ns"] for p in res["per_rank"]} == {0: 130 * US, 1: 140 * US}
+    assert any(n.startswith("coalesce: 1 point-to-point exchanges merged") for n in res["notes"])
+
+
+@pytest.mark.parametrize("bad", ["prefetch=0", "prefetch=x", "prefetch=1.5", "coalesce=2"])
+def test_bad_move_fixes(bad):
+    with pytest.raises(BadInputError):
+        parse_fix(bad)
+
+
+def test_moves_on_the_repository_traces():
+    """On the real traces the moves find what they move: every FSDP all-gather of the no-prefetch run (27 per
+    rank) and the 6 ring exchanges of the uncoalesced ring, and the replay stays a replay (no step shorter
+    than its compute alone)."""
+    from analyzers.io.load import load_traces
+    from analyzers.report import analyze
+
+    run = analyze(load_traces([ROOT / "sample_traces/fsdp/zero2-no-prefetch"])).graph_run
+    res = whatif(run, [parse_fix("prefetch")])
+    assert any(n.startswith("prefetch: 54 all-gathers") for n in res["notes"])
+    ring = analyze(load_traces([ROOT / "sample_traces/gemm-rs/ring-uncoalesced"])).graph_run
+    res = whatif(ring, [parse_fix("coalesce")])
+    assert any(n.startswith("coalesce: 6 point-to-point exchanges") for n in res["notes"])
+    sg = ring.sg
+    compute = np.asarray([(sg.end - sg.start)[(sg.cat == C) & (sg.rank_of == r) & (sg.step == 2)].sum()
+                          for r in sg.ranks])
+    assert res["predicted_step_ns"] < res["replayed_step_ns"] and res["predicted_step_ns"] > 0.5 * compute.max()
