@@ -105,3 +105,22 @@ def test_moves_on_the_repository_traces():
     compute = np.asarray([(sg.end - sg.start)[(sg.cat == C) & (sg.rank_of == r) & (sg.step == 2)].sum()
                           for r in sg.ranks])
     assert res["predicted_step_ns"] < res["replayed_step_ns"] and res["predicted_step_ns"] > 0.5 * compute.max()
+
+
+def test_module_roles_from_fsdp_ranges():
+    """Launches inside FSDP's all_gather (M) and all_gather_copy_out (M) ranges take those roles; those between
+    the end of pre_forward (M) and the start of post_forward (M) are M's forward; other threads and the
+    unnamed root hooks are left alone."""
+    from analyzers.graph.dataflow import COPY_OUT, FORWARD, GATHER, NONE, module_roles
+
+    names = ["FSDP::all_gather (blocks.0)", "FSDP::all_gather_copy_out (blocks.0)", "FSDP::pre_forward (blocks.0)",
+             "FSDP::post_forward (blocks.0)", "FSDP::pre_forward", "aten::mm"]
+    ops = pd.DataFrame({"start_ns": [0, 100, 90, 300, 500, 150], "end_ns": [50, 120, 130, 310, 600, 160],
+                        "name_id": [0, 1, 2, 3, 4, 5], "tid": [1, 1, 1, 1, 1, 1]})
+    launch = np.asarray([10, 110, 150, 200, 305, 550, 200, -1])
+    ltid = np.asarray([1, 1, 1, 1, 1, 1, 2, -1])
+    role, module, modules = module_roles(ops, names, launch, ltid)
+    assert modules == ["blocks.0"]
+    assert role.tolist() == [GATHER, COPY_OUT, FORWARD, FORWARD, NONE, NONE, NONE, NONE]
+    assert module.tolist() == [0, 0, 0, 0, -1, -1, -1, -1]
+    assert module_roles(ops.iloc[:0], names, launch, ltid)[2] == []

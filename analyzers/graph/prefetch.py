@@ -1,0 +1,237 @@
+"""The `prefetch[=N]` fix: each all-gather whose output compute consumes is issued N consumers ahead.
+
+Per rank and step, in measured order, for each all-gather (or broadcast) that has a consumer:
+
+- its *consumer* is the first compute of its module after it where the CPU op tree names the module
+  (graph.dataflow: FSDP's ``all_gather (M)`` and ``pre_forward (M)`` ranges), else the first activity that
+  waits for it (a recorded stream wait); its *copy-out* (the module's ``all_gather_copy_out`` activities) moves on
+  the compute stream to just before the consumer, where it sat anywhere else (front-loaded: at the front);
+- its *copy-in* (the run of one kernel on the compute stream that it waits for: FSDP's foreach copy) leaves
+  the compute stream for a copy-in stream of the rank (the copy-ins keep their order there), the compute
+  stream's next activity follows what ran before it;
+- the copy-in waits for the consumer of the all-gather N before it in the step (the first N of a step: for
+  what ran before it on the compute stream, the previous step's last update of the shards), and the host
+  issues the copy-in and the all-gather when it issued that consumer (their launch offsets, in one segment).
+
+The all-gather stays on its stream, after the one before it, and its copy-out still waits for it; an
+all-gather that does not move (no copy-in, or its consumer is not known past the waits: a root module's) and
+would sit behind moved ones on its stream past its own consumer is issued before them. The moved graph gets new
+ordering keys (Kahn's order over its edges, the measured keys as priority) so that the replay's one pass stays
+topological; where the moves close a cycle, the waits in it are dropped and counted in the note.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from analyzers.graph.dataflow import BACKWARD, COPY_OUT, FORWARD, GATHER
+from analyzers.graph.fixes import ReplayInputs
+from analyzers.graph.rank_graph import CAT_CODES
+from analyzers.graph.set_graph import SetGraph
+
+PREFETCH_KINDS = ("AllGather", "all_gather", "Broadcast")  # collectives whose input the step does not compute
+
+
+@dataclass
+class _Roles:
+    role: np.ndarray
+    module: np.ndarray  # set-wide: rank-local module ids offset so no two ranks share one
+
+
+def _roles(sg: SetGraph) -> _Roles:
+    role, module = [], []
+    shift = 0
+    for r in sg.ranks:
+        g = sg.graphs[r]
+        has = len(g.role) == g.n
+        role.append(g.role if has else np.zeros(g.n, dtype=np.int8))
+        m = g.module if has else np.full(g.n, -1, dtype=np.int64)
+        module.append(np.where(m >= 0, m + shift, -1))
+        shift += len(g.modules) + 1
+    return _Roles(np.concatenate(role), np.concatenate(module))
+
+
+def _copy_in(sg: SetGraph, names: np.ndarray, ag: int) -> list[int]:
+    """The run of one kernel on another stream that the all-gather waits for, first to last."""
+    d = int(sg.dep[ag])
+    if d < 0 or sg.cat[d] == CAT_CODES["comm"]:
+        return []
+    group = [d]
+    p = int(sg.prev[d])
+    # a copy-in may itself wait for an earlier all-gather (FSDP2 keeps two in flight): that wait moves with it
+    while p >= 0 and names[p] == names[d] and (sg.dep[p] < 0 or sg.cat[sg.dep[p]] == CAT_CODES["comm"]):
+        group.append(p)
+        p = int(sg.prev[p])
+    return group[::-1]
+
+
+class _Plan:
+    """The new stream order, gates and keys, built one all-gather at a time."""
+
+    def __init__(self, sg: SetGraph, inp: ReplayInputs) -> None:
+        self.sg, self.inp = sg, inp
+        self.prev, self.key = sg.prev.copy(), sg.order_key.copy()
+        self.nxt = np.full(sg.n, -1, dtype=np.int64)
+        has = np.flatnonzero(sg.prev >= 0)
+        self.nxt[sg.prev[has]] = has
+        self.moved = np.zeros(sg.n, dtype=bool)
+
+    def unlink(self, group: list[int]) -> int:
+        """Take a run out of its stream; return what ran before it."""
+        first, last = group[0], group[-1]
+        before, after = int(self.prev[first]), int(self.nxt[last])
+        if after >= 0:
+            self.prev[after] = before
+        if before >= 0:
+            self.nxt[before] = after
+        self.prev[first], self.nxt[last] = -1, -1
+        return before
+
+    def insert_before(self, group: list[int], node: int) -> None:
+        before = int(self.prev[node])
+        self.prev[group[0]] = before
+        if before >= 0:
+            self.nxt[before] = group[0]
+        self.prev[node], self.nxt[group[-1]] = group[-1], node
+        self.key[group] = self.key[node]
+        self.moved[group] = True
+
+    def append(self, group: list[int], after: int) -> None:
+        self.prev[group[0]] = after
+        if after >= 0:
+            self.nxt[after] = group[0]
+
+
+def _consumer(sg: SetGraph, roles: _Roles, waiter: np.ndarray, ag: int) -> tuple[int, list[int]]:
+    """The all-gather's consumer and its copy-out (module roles where the op tree names them, else the first
+    activity waiting for it)."""
+    m = int(roles.module[ag])
+    if m >= 0 and roles.role[ag] == GATHER:
+        mine = np.flatnonzero((roles.module == m) & (sg.step == sg.step[ag]) & (sg.start > sg.start[ag]))
+        use = mine[np.isin(roles.role[mine], (FORWARD, BACKWARD)) & (sg.cat[mine] == CAT_CODES["compute"])]
+        if len(use):
+            c = int(use[np.argmin(sg.start[use])])
+            out = mine[(roles.role[mine] == COPY_OUT) & (sg.start[mine] < sg.start[c])]
+            out = out[np.argsort(sg.start[out])]
+            return c, [int(x) for x in out]
+    return int(waiter[ag]), []
+
+
+def prefetch(sg: SetGraph, inp: ReplayInputs, depth: int, names: np.ndarray,
+             of_kind: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """New prev and order keys (inp's gates, launch offsets and dropped edges changed in place) and notes."""
+    roles = _roles(sg)
+    waiter = np.full(sg.n, -1, dtype=np.int64)
+    waits = np.flatnonzero(sg.dep >= 0)
+    waiter[sg.dep[waits][::-1]] = waits[::-1]  # the first activity that waits for each one
+    plan = _Plan(sg, inp)
+    ags = np.flatnonzero((sg.coll >= 0) & of_kind)
+    moved = by_ops = kept = 0
+    for r in sg.ranks:
+        mine = ags[sg.rank_of[ags] == r]
+        mine = mine[np.lexsort((sg.start[mine], sg.step[mine]))]
+        tail = -1  # the rank's copy-in stream
+        for step in np.unique(sg.step[mine]).tolist():
+            seq = [(int(a), *_consumer(sg, roles, waiter, int(a))) for a in mine[sg.step[mine] == step]]
+            seq = [s for s in seq if s[1] >= 0]
+            groups = [_copy_in(sg, names, ag) for ag, _, _ in seq]
+            gates = [seq[k - depth][1] if k >= depth else (int(sg.prev[g[0]]) if g else -1)
+                     for k, g in enumerate(groups)]
+            # an all-gather moves where it has a copy-in and its gate comes before its consumer; one that stays
+            # (its consumer is not known past the waits, e.g. a root module's) is issued before those that move
+            go = [bool(g) and (gate < 0 or sg.order_key[gate] < sg.order_key[c])
+                  for g, gate, (_, c, _) in zip(groups, gates, seq, strict=True)]
+            first, lifted_to = next((seq[k][0] for k in range(len(seq)) if go[k]), -1), -1
+            for k, (ag, cons, outs) in enumerate(seq):
+                if not go[k]:  # behind a moved one on its stream it would wait past its own consumer: issue it first
+                    if first >= 0 and lifted_to >= sg.order_key[cons] and sg.prev[ag] >= 0:
+                        plan.unlink([ag])
+                        plan.insert_before([ag], first)
+                        kept += 1
+                    continue
+                group, gate = groups[k], gates[k]
+                before = plan.unlink(group)
+                plan.append(group, tail)
+                tail = group[-1]
+                if outs and plan.prev[cons] != outs[-1]:
+                    plan.unlink(outs)
+                    plan.insert_before(outs, cons)
+                    by_ops += 1
+                if k < depth:
+                    gate = before
+                inp.dep2[group[0]] = gate
+                if gate >= 0:
+                    lifted_to = max(lifted_to, int(plan.key[gate]))
+                    lifted = plan.key[gate] + 1 + np.arange(len(group) + 1)
+                    plan.key[[*group, ag]] = np.maximum(plan.key[[*group, ag]], lifted)
+                    if sg.seg[gate] == sg.seg[ag] and sg.seg[ag] >= 0:
+                        inp.off[[*group, ag]] = np.minimum(inp.off[[*group, ag]], inp.off[gate])
+                plan.moved[[*group, ag]] = True
+                moved += 1
+    dropped = _drop_backward_edges(plan, inp)
+    if not moved:
+        return plan.prev, plan.key, ["prefetch: no all-gather waits for a copy-in and has a consumer that waits for "
+                                     "it (recorded stream waits, FSDP module ranges): nothing moved"]
+    note = f"prefetch: {moved} all-gathers issued ahead of their consumers with their copy-in on a stream of its own"
+    if kept:
+        note += f"; {kept} that stay issued before them"
+    if by_ops:
+        note += (f"; {by_ops} copy-outs moved next to the compute the CPU op tree says reads them (FSDP module "
+                 "ranges)")
+    if dropped:
+        note += f"; {dropped} waits that would point back in the replay's order dropped"
+    notes = [note]
+    return plan.prev, plan.key, notes
+
+
+def _drop_backward_edges(plan: _Plan, inp: ReplayInputs) -> int:
+    """Order keys that keep the replay's one pass topological on the moved graph: each activity after its
+    stream predecessor, the sources of its waits, every member of a collective it follows, and the sync that
+    opens its host segment (Kahn's order, the measured keys as priority). Waits left in a cycle are dropped."""
+    sg, key0 = plan.sg, plan.key
+    n = sg.n
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for arr in (plan.prev, inp.dep, inp.dep2):
+        has = np.flatnonzero(arr >= 0)
+        for t, src in zip(has.tolist(), arr[has].tolist(), strict=True):
+            if sg.coll[src] >= 0:  # a member's end is known when its whole collective has arrived
+                c = int(sg.coll[src])
+                preds[t].extend(sg.coll_nodes[sg.coll_ptr[c]:sg.coll_ptr[c + 1]].tolist())
+            else:
+                preds[t].append(src)
+    floor = key0.copy()
+    if len(sg.seg_opened_by) and len(sg.sync_end):
+        opener = np.where(sg.seg >= 0, sg.seg_opened_by[np.maximum(sg.seg, 0)], -1)
+        floor = np.where(opener >= 0, sg.sync_end[np.maximum(opener, 0)] + 1, key0)
+    succ: list[list[int]] = [[] for _ in range(n)]
+    left = np.zeros(n, dtype=np.int64)
+    for t, ps in enumerate(preds):
+        ps[:] = sorted(set(ps) - {t})
+        left[t] = len(ps)
+        for q in ps:
+            succ[q].append(t)
+    key = np.maximum(key0, floor).tolist()
+    k0 = key0.tolist()
+    heap = [(k0[i], i) for i in np.flatnonzero(left == 0).tolist()]
+    heapq.heapify(heap)
+    done = np.zeros(n, dtype=bool)
+    while heap:
+        _, i = heapq.heappop(heap)
+        done[i] = True
+        for t in succ[i]:
+            key[t] = max(key[t], key[i] + 1)
+            left[t] -= 1
+            if left[t] == 0:
+                heapq.heappush(heap, (k0[t], t))
+    plan.key[:] = key
+    dropped = 0
+    if not done.all():  # a cycle: the waits into what was never reached go
+        for arr in (inp.dep, inp.dep2):
+            bad = np.flatnonzero((arr >= 0) & ~done)
+            bad = bad[plan.key[arr[bad]] >= plan.key[bad]]
+            arr[bad] = -1
+            dropped += len(bad)
+    return dropped
