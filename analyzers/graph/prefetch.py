@@ -54,15 +54,17 @@ def _roles(sg: SetGraph) -> _Roles:
     return _Roles(np.concatenate(role), np.concatenate(module))
 
 
-def _copy_in(sg: SetGraph, names: np.ndarray, ag: int) -> list[int]:
-    """The run of one kernel on another stream that the all-gather waits for, first to last."""
+def _copy_in(sg: SetGraph, names: np.ndarray, ag: int, module: np.ndarray) -> list[int]:
+    """The run of one kernel on another stream that the all-gather waits for, first to last (one module's, where
+    the op tree names modules: the copy-ins of a front-loaded step run back to back)."""
     d = int(sg.dep[ag])
     if d < 0 or sg.cat[d] == CAT_CODES["comm"]:
         return []
     group = [d]
     p = int(sg.prev[d])
     # a copy-in may itself wait for an earlier all-gather (FSDP2 keeps two in flight): that wait moves with it
-    while p >= 0 and names[p] == names[d] and (sg.dep[p] < 0 or sg.cat[sg.dep[p]] == CAT_CODES["comm"]):
+    while p >= 0 and names[p] == names[d] and module[p] == module[d] and (
+            sg.dep[p] < 0 or sg.cat[sg.dep[p]] == CAT_CODES["comm"]):
         group.append(p)
         p = int(sg.prev[p])
     return group[::-1]
@@ -98,6 +100,26 @@ class _Plan:
         self.prev[node], self.nxt[group[-1]] = group[-1], node
         self.key[group] = self.key[node]
         self.moved[group] = True
+
+    def reorder(self, ags: list[int]) -> int:
+        """Put these activities of one stream in this order, where the first of them sat; how many moved."""
+        if len(ags) < 2 or len({int(self.sg.rank_of[a]) for a in ags}) > 1:
+            return 0
+        measured = sorted(ags, key=lambda a: int(self.key[a]))
+        if measured == ags or any(self.prev[a] < 0 and a != measured[0] for a in ags):
+            return 0
+        anchor = int(self.prev[measured[0]])
+        for a in ags:
+            self.unlink([a])
+        after = int(self.nxt[anchor]) if anchor >= 0 else -1
+        chain = [anchor, *ags]
+        for p, a in zip(chain[:-1], chain[1:], strict=True):
+            self.prev[a] = p
+            if p >= 0:
+                self.nxt[p] = a
+        if after >= 0:
+            self.prev[after], self.nxt[ags[-1]] = ags[-1], after
+        return sum(a != b for a, b in zip(ags, measured, strict=True))
 
     def append(self, group: list[int], after: int) -> None:
         self.prev[group[0]] = after
@@ -137,22 +159,25 @@ def prefetch(sg: SetGraph, inp: ReplayInputs, depth: int, names: np.ndarray,
         for step in np.unique(sg.step[mine]).tolist():
             seq = [(int(a), *_consumer(sg, roles, waiter, int(a))) for a in mine[sg.step[mine] == step]]
             seq = [s for s in seq if s[1] >= 0]
-            groups = [_copy_in(sg, names, ag) for ag, _, _ in seq]
+            # the prefetching program issues the all-gathers in the order their consumers run
+            seq.sort(key=lambda x: int(sg.order_key[x[1]]))
+            measured_pos = {a: i for i, a in enumerate(sorted((x[0] for x in seq), key=lambda a: int(sg.order_key[a])))}
+            kept += plan.reorder([x[0] for x in seq])
+            groups = [_copy_in(sg, names, ag, roles.module) for ag, _, _ in seq]
             gates = [seq[k - depth][1] if k >= depth else (int(sg.prev[g[0]]) if g else -1)
                      for k, g in enumerate(groups)]
-            # an all-gather moves where it has a copy-in and its gate comes before its consumer; one that stays
-            # (its consumer is not known past the waits, e.g. a root module's) is issued before those that move
+            # an all-gather moves where it has a copy-in and its gate comes before its consumer
             go = [bool(g) and (gate < 0 or sg.order_key[gate] < sg.order_key[c])
                   for g, gate, (_, c, _) in zip(groups, gates, seq, strict=True)]
-            first, lifted_to = next((seq[k][0] for k in range(len(seq)) if go[k]), -1), -1
             for k, (ag, cons, outs) in enumerate(seq):
-                if not go[k]:  # behind a moved one on its stream it would wait past its own consumer: issue it first
-                    if first >= 0 and lifted_to >= sg.order_key[cons] and sg.prev[ag] >= 0:
-                        plan.unlink([ag])
-                        plan.insert_before([ag], first)
-                        kept += 1
+                if not go[k]:
                     continue
                 group, gate = groups[k], gates[k]
+                for x in group:  # a wait on the all-gather d before (in flight) keeps its distance in the new order
+                    w = int(inp.dep[x])
+                    if w >= 0 and w in measured_pos:
+                        back = measured_pos[ag] - measured_pos[w]
+                        inp.dep[x] = seq[k - back][0] if 0 < back <= k else -1
                 before = plan.unlink(group)
                 plan.append(group, tail)
                 tail = group[-1]
@@ -164,7 +189,6 @@ def prefetch(sg: SetGraph, inp: ReplayInputs, depth: int, names: np.ndarray,
                     gate = before
                 inp.dep2[group[0]] = gate
                 if gate >= 0:
-                    lifted_to = max(lifted_to, int(plan.key[gate]))
                     lifted = plan.key[gate] + 1 + np.arange(len(group) + 1)
                     plan.key[[*group, ag]] = np.maximum(plan.key[[*group, ag]], lifted)
                     if sg.seg[gate] == sg.seg[ag] and sg.seg[ag] >= 0:
@@ -177,7 +201,7 @@ def prefetch(sg: SetGraph, inp: ReplayInputs, depth: int, names: np.ndarray,
                                      "it (recorded stream waits, FSDP module ranges): nothing moved"]
     note = f"prefetch: {moved} all-gathers issued ahead of their consumers with their copy-in on a stream of its own"
     if kept:
-        note += f"; {kept} that stay issued before them"
+        note += f"; {kept} issued in a new order on their stream (their consumers' order)"
     if by_ops:
         note += (f"; {by_ops} copy-outs moved next to the compute the CPU op tree says reads them (FSDP module "
                  "ranges)")
