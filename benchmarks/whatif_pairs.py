@@ -46,10 +46,7 @@ PAIRS = [
      f"{ADDS} (the sleep sets which stream's producer runs first; peer-wait is what an agreed order buys at best)"),
     ("ag-gemm-race/tuned-no-gate", "comm-contention", "ag-gemm/tuned", "a gate kernel the local GEMM waits for",
      f"{ADDS} (the gate makes the comm stream's barrier start before the GEMM; no fix reorders the GPU's dispatch)"),
-    ("fsdp/front-loaded", "prefetch", "fsdp/zero2", "all-gathers issued one block ahead, not all up front",
-     "cannot be predicted yet: prefetch moves each copy-out next to the block the CPU op tree says reads it and "
-     "issues the all-gathers in their consumers' order, but the moved copy-in stream still closes a cycle in that "
-     "run, and the waits in it are dropped"),
+    ("fsdp/front-loaded", "prefetch", "fsdp/zero2", "all-gathers issued one block ahead, not all up front", None),
     ("fsdp/zero2-no-prefetch", "prefetch", "fsdp/zero2", "all-gathers prefetched one block ahead", None),
     ("fsdp/zero3-no-prefetch", "prefetch", "fsdp/zero3", "all-gathers prefetched one block ahead", None),
     ("gemm-rs/ring-uncoalesced", "coalesce", "gemm-rs/ring", "send and receive coalesced (batch_isend_irecv)", None),

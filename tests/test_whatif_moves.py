@@ -98,6 +98,12 @@ def test_moves_on_the_repository_traces():
     run = analyze(load_traces([ROOT / "sample_traces/fsdp/zero2-no-prefetch"])).graph_run
     res = whatif(run, [parse_fix("prefetch")])
     assert any(n.startswith("prefetch: 54 all-gathers") for n in res["notes"])
+    # front-loaded: the op tree ties each block's copy-out and compute to its all-gather; the moves close no cycle
+    front = analyze(load_traces([ROOT / "sample_traces/fsdp/front-loaded"])).graph_run
+    res = whatif(front, [parse_fix("prefetch")])
+    note = next(n for n in res["notes"] if n.startswith("prefetch:"))
+    assert "48 copy-outs moved" in note and "dropped" not in note
+    assert res["predicted_step_ns"] < res["replayed_step_ns"]
     ring = analyze(load_traces([ROOT / "sample_traces/gemm-rs/ring-uncoalesced"])).graph_run
     res = whatif(ring, [parse_fix("coalesce")])
     assert any(n.startswith("coalesce: 6 point-to-point exchanges") for n in res["notes"])

@@ -7,7 +7,8 @@
   transfers after the join of its own collective (both directions of a link run at once).
 
 What moves is read off the graph: which kernels consume a collective's output and which produce its input come
-from the recorded stream waits (deps.py); where a trace has none, nothing moves and a note says so.
+from the CPU op tree's FSDP module ranges (graph.dataflow) where the trace has them, else from the recorded stream
+waits (deps.py); where a trace has neither, nothing moves and a note says so.
 """
 
 from __future__ import annotations

@@ -1,23 +1,26 @@
 """The `prefetch[=N]` fix: each all-gather whose output compute consumes is issued N consumers ahead.
 
-Per rank and step, in measured order, for each all-gather (or broadcast) that has a consumer:
+Per rank and step, for each all-gather (or broadcast) with a consumer, in the order the consumers run:
 
-- its *consumer* is the first compute of its module after it where the CPU op tree names the module
-  (graph.dataflow: FSDP's ``all_gather (M)`` and ``pre_forward (M)`` ranges), else the first activity that
-  waits for it (a recorded stream wait); its *copy-out* (the module's ``all_gather_copy_out`` activities) moves on
-  the compute stream to just before the consumer, where it sat anywhere else (front-loaded: at the front);
-- its *copy-in* (the run of one kernel on the compute stream that it waits for: FSDP's foreach copy) leaves
-  the compute stream for a copy-in stream of the rank (the copy-ins keep their order there), the compute
-  stream's next activity follows what ran before it;
-- the copy-in waits for the consumer of the all-gather N before it in the step (the first N of a step: for
-  what ran before it on the compute stream, the previous step's last update of the shards), and the host
-  issues the copy-in and the all-gather when it issued that consumer (their launch offsets, in one segment).
+- where the CPU op tree names modules (graph.dataflow: FSDP's ``all_gather (M)``, ``all_gather_copy_out (M)``
+  and ``pre_forward (M)`` ranges): its copy-in is M's activities in its all_gather range (one run of one
+  stream), its consumer M's first compute after it, its copy-out M's copy-out activities, which move on the
+  compute stream to just before the consumer where they sat elsewhere (front-loaded: at the front); a
+  copy-out waits for its own module's all-gather and an all-gather for its own copy-in, whatever the
+  inferred wait source was. Elsewhere: the copy-in is the run of one kernel on another stream that the
+  all-gather waits for, the consumer the first activity that waits for it;
+- the copy-in leaves the compute stream for a copy-in stream of the rank (in the consumers' order), the
+  compute stream's next activity follows what ran before it; the copy-in waits for the consumer of the
+  all-gather N before it (the first N of a step: for what ran before it on the compute stream, past the
+  work that moves), and a copy-in's wait for the all-gather d before it (FSDP2 keeps two in flight) keeps
+  that distance in the new order; the host issues the copy-in and the all-gather when it issued that
+  consumer (their launch offsets, in one host segment);
+- the all-gathers run on their stream in their consumers' order (a front-loaded step issued the root
+  module's last, though the forward reads it first).
 
-The all-gather stays on its stream, after the one before it, and its copy-out still waits for it; an
-all-gather that does not move (no copy-in, or its consumer is not known past the waits: a root module's) and
-would sit behind moved ones on its stream past its own consumer is issued before them. The moved graph gets new
-ordering keys (Kahn's order over its edges, the measured keys as priority) so that the replay's one pass stays
-topological; where the moves close a cycle, the waits in it are dropped and counted in the note.
+The moved graph gets new ordering keys (Kahn's order over its edges, the measured keys as priority) so that
+the replay's one pass stays topological; where the moves close a cycle, the waits in it are dropped and
+counted in the note.
 """
 
 from __future__ import annotations
@@ -54,20 +57,52 @@ def _roles(sg: SetGraph) -> _Roles:
     return _Roles(np.concatenate(role), np.concatenate(module))
 
 
-def _copy_in(sg: SetGraph, names: np.ndarray, ag: int, module: np.ndarray) -> list[int]:
-    """The run of one kernel on another stream that the all-gather waits for, first to last (one module's, where
-    the op tree names modules: the copy-ins of a front-loaded step run back to back)."""
+def _copy_in(sg: SetGraph, names: np.ndarray, ag: int, roles: _Roles) -> list[int]:
+    """The copy-in the all-gather reads, first to last: where the op tree names the module, its activities launched
+    in the module's all_gather range on one other stream; else the run of one kernel on another stream that the
+    all-gather waits for (a recorded wait names the last activity launched before it, which need not be the
+    copy-in's own)."""
+    m = int(roles.module[ag])
+    if m >= 0:
+        mine = np.flatnonzero((roles.module == m) & (roles.role == GATHER) & (sg.cat != CAT_CODES["comm"])
+                              & (sg.step == sg.step[ag]))
+        mine = mine[np.argsort(sg.start[mine])]
+        run = [int(x) for x in mine]
+        if run and all(int(sg.prev[b]) == a for a, b in zip(run[:-1], run[1:], strict=True)):  # one run of a stream
+            return run
     d = int(sg.dep[ag])
     if d < 0 or sg.cat[d] == CAT_CODES["comm"]:
         return []
     group = [d]
     p = int(sg.prev[d])
     # a copy-in may itself wait for an earlier all-gather (FSDP2 keeps two in flight): that wait moves with it
-    while p >= 0 and names[p] == names[d] and module[p] == module[d] and (
+    while p >= 0 and names[p] == names[d] and roles.module[p] == roles.module[d] and (
             sg.dep[p] < 0 or sg.cat[sg.dep[p]] == CAT_CODES["comm"]):
         group.append(p)
         p = int(sg.prev[p])
     return group[::-1]
+
+
+def _own_gathers(sg: SetGraph, roles: _Roles, dep: np.ndarray) -> None:
+    """A recorded wait names the latest activity launched before it on another stream; where all-gathers were
+    launched back to back (front-loaded), a module's copy-out seems to wait for a later module's all-gather. Where
+    the op tree names the copy-out's module, it waits for that module's all-gather (the last one before it)."""
+    comm = sg.cat == CAT_CODES["comm"]
+    outs = np.flatnonzero((roles.role == COPY_OUT) & (roles.module >= 0) & (dep >= 0))
+    outs = outs[comm[dep[outs]] & (roles.module[dep[outs]] != roles.module[outs])]
+    ags = np.flatnonzero(comm & (roles.role == GATHER) & (roles.module >= 0))
+    for x in outs.tolist():
+        own = ags[(roles.module[ags] == roles.module[x]) & (sg.step[ags] == sg.step[x]) & (sg.start[ags] < sg.start[x])]
+        if len(own):
+            dep[x] = int(own[np.argmax(sg.start[own])])
+
+
+def _unmoved_before(sg: SetGraph, i: int, moving: set[int], role: np.ndarray) -> int:
+    """What ran before i on its stream, past the work that moves and other all-gathers' copy-ins and copy-outs."""
+    p = int(sg.prev[i])
+    while p in moving or (p >= 0 and role[p] in (GATHER, COPY_OUT)):
+        p = int(sg.prev[p])
+    return p
 
 
 class _Plan:
@@ -147,8 +182,9 @@ def prefetch(sg: SetGraph, inp: ReplayInputs, depth: int, names: np.ndarray,
     """New prev and order keys (inp's gates, launch offsets and dropped edges changed in place) and notes."""
     roles = _roles(sg)
     waiter = np.full(sg.n, -1, dtype=np.int64)
-    waits = np.flatnonzero(sg.dep >= 0)
-    waiter[sg.dep[waits][::-1]] = waits[::-1]  # the first activity that waits for each one
+    _own_gathers(sg, roles, inp.dep)
+    waits = np.flatnonzero(inp.dep >= 0)
+    waiter[inp.dep[waits][::-1]] = waits[::-1]  # the first activity that waits for each one
     plan = _Plan(sg, inp)
     ags = np.flatnonzero((sg.coll >= 0) & of_kind)
     moved = by_ops = kept = 0
@@ -163,8 +199,9 @@ def prefetch(sg: SetGraph, inp: ReplayInputs, depth: int, names: np.ndarray,
             seq.sort(key=lambda x: int(sg.order_key[x[1]]))
             measured_pos = {a: i for i, a in enumerate(sorted((x[0] for x in seq), key=lambda a: int(sg.order_key[a])))}
             kept += plan.reorder([x[0] for x in seq])
-            groups = [_copy_in(sg, names, ag, roles.module) for ag, _, _ in seq]
-            gates = [seq[k - depth][1] if k >= depth else (int(sg.prev[g[0]]) if g else -1)
+            groups = [_copy_in(sg, names, ag, roles) for ag, _, _ in seq]
+            moving = {x for g in groups for x in g} | {x for _, _, outs in seq for x in outs}
+            gates = [seq[k - depth][1] if k >= depth else (_unmoved_before(sg, g[0], moving, roles.role) if g else -1)
                      for k, g in enumerate(groups)]
             # an all-gather moves where it has a copy-in and its gate comes before its consumer
             go = [bool(g) and (gate < 0 or sg.order_key[gate] < sg.order_key[c])
@@ -178,15 +215,15 @@ def prefetch(sg: SetGraph, inp: ReplayInputs, depth: int, names: np.ndarray,
                     if w >= 0 and w in measured_pos:
                         back = measured_pos[ag] - measured_pos[w]
                         inp.dep[x] = seq[k - back][0] if 0 < back <= k else -1
-                before = plan.unlink(group)
+                plan.unlink(group)
+                if roles.module[ag] >= 0 and int(inp.dep[ag]) not in group:  # the op tree names its copy-in:
+                    inp.dep[ag] = group[-1]  # the recorded wait's source was only the last launched before it
                 plan.append(group, tail)
                 tail = group[-1]
                 if outs and plan.prev[cons] != outs[-1]:
                     plan.unlink(outs)
                     plan.insert_before(outs, cons)
                     by_ops += 1
-                if k < depth:
-                    gate = before
                 inp.dep2[group[0]] = gate
                 if gate >= 0:
                     lifted = plan.key[gate] + 1 + np.arange(len(group) + 1)
