@@ -130,3 +130,16 @@ def test_module_roles_from_fsdp_ranges():
     assert role.tolist() == [GATHER, COPY_OUT, FORWARD, FORWARD, NONE, NONE, NONE, NONE]
     assert module.tolist() == [0, 0, 0, 0, -1, -1, -1, -1]
     assert module_roles(ops.iloc[:0], names, launch, ltid)[2] == []
+
+
+def test_comm_first_dispatches_the_communication_before_the_gemm():
+    # a GEMM (100 µs, stream 0) fills the GPU; a communication kernel (20 µs, stream 1) launched with it could
+    # start only in the GEMM's tail (an inferred edge: 10 µs before its end). Dispatched first, it runs beside
+    # the GEMM from 0: the step ends with the GEMM at 100 instead of 110
+    g = _graph(0, [0, 90], [100, 110], stream=[0, 1], dep=[-1, 0], cat=[C, M], step=[1, 1])
+    g.dep_lat[1] = -10 * US
+    run = _run([g])
+    assert run.replayed["dur_ns"].tolist() == [110 * US]
+    res = whatif(run, [parse_fix("comm-first")])
+    assert res["predicted_step_ns"] == 100 * US
+    assert any(n.startswith("comm-first: 1 communication kernels dispatched") for n in res["notes"])

@@ -1,6 +1,7 @@
 """Fixes that move work: each one a new graph (the same activities, other edges and joins) plus inputs.
 
 - ``prefetch[=N]``: all-gathers issued N consumers ahead (graph.prefetch).
+- ``comm-first``: communication dispatched before the GPU-filling compute it waited behind (a gate kernel).
 - ``coalesce``: the send and receive of one ring step run as one kernel (``batch_isend_irecv``): on each rank,
   consecutive point-to-point kernels of one stream pair up (first with second, third with fourth); the
   second of each pair takes no time, its join is dissolved, and the first carries the longer of the two
@@ -19,11 +20,12 @@ import numpy as np
 
 from analyzers.graph.contention import contended_replay
 from analyzers.graph.fixes import Fix, ReplayInputs, apply_fixes
-from analyzers.graph.prefetch import PREFETCH_KINDS, prefetch
+from analyzers.graph.prefetch import PREFETCH_KINDS, _drop_backward_edges, _Plan, prefetch
+from analyzers.graph.rank_graph import CAT_CODES
 from analyzers.graph.replay import Replay, loop_order
 from analyzers.graph.set_graph import SetGraph
 
-MOVES = ("prefetch", "coalesce")
+MOVES = ("prefetch", "coalesce", "comm-first")
 P2P_KINDS = ("SendRecv", "Send", "Recv", "sendrecv")
 SHARED_CACHES = ("_contention", "_step_groups", "_series_edges", "_residency")
 
@@ -89,6 +91,39 @@ def _coalesce(sg: SetGraph, inp: ReplayInputs, names: np.ndarray) -> tuple[SetGr
     return _copy(sg, coll=coll, coll_ptr=ptr, coll_nodes=cnodes), notes
 
 
+def _comm_first(sg: SetGraph, inp: ReplayInputs) -> tuple[SetGraph, list[str]]:
+    """Communication dispatched before the GPU-filling compute it waited behind (a gate kernel the compute waits for).
+
+    A communication kernel whose start only an inferred edge explains (deps.py: it started when a compute kernel
+    of another stream released SMs) waits instead for what that compute kernel waited for on its stream (it is
+    ready when the compute kernel would be) and comes before it in the replay's order (SM residency then never
+    holds it back behind it); the compute kernel waits for what ran before the communication on its stream, as
+    it would for a small gate kernel there."""
+    comm, comp = sg.cat == CAT_CODES["comm"], sg.cat == CAT_CODES["compute"]
+    cand = np.flatnonzero(comm & (inp.dep >= 0) & (sg.dep_lat != 0))
+    held = inp.dep[cand]
+    ok = comp[held] & (sg.rank_of[held] == sg.rank_of[cand]) & (sg.start[held] < sg.start[cand])
+    cand, held = cand[ok], held[ok]
+    plan = _Plan(sg, inp)
+    dep_lat = sg.dep_lat.copy()
+    gated = 0
+    for c, h in zip(cand.tolist(), held.tolist(), strict=True):
+        inp.dep[c] = int(sg.prev[h])  # ready when the compute kernel would have been: dispatched just before it
+        dep_lat[c] = int(sg.turnaround[h])
+        plan.key[c] = min(int(plan.key[c]), int(plan.key[h]) - 1)
+        p = int(sg.prev[c])
+        if p >= 0 and inp.dep2[h] < 0:
+            inp.dep2[h] = p
+            gated += 1
+    dropped = _drop_backward_edges(plan, inp)
+    note = (f"comm-first: {len(cand)} communication kernels dispatched before the compute kernel they waited behind"
+            f" ({gated} of those compute kernels wait for the communication stream)" if len(cand) else
+            "comm-first: no communication kernel waited for a compute kernel to free the GPU: nothing moved")
+    if dropped:
+        note += f"; {dropped} waits that would point back in the replay's order dropped"
+    return _copy(sg, order_key=plan.key, dep_lat=dep_lat), [note]
+
+
 def apply_moves(sg: SetGraph, fixes: list[Fix]) -> Moved:
     """The moved graph and its inputs: the other fixes applied first (on the unmoved graph), then the moves."""
     inp = apply_fixes(sg, [f for f in fixes if f.name not in MOVES])
@@ -100,6 +135,8 @@ def apply_moves(sg: SetGraph, fixes: list[Fix]) -> Moved:
             out = _copy(out, prev=prev, order_key=key)
         elif fix.name == "coalesce":
             out, more = _coalesce(out, inp, names)
+        elif fix.name == "comm-first":
+            out, more = _comm_first(out, inp)
         else:
             continue
         notes += more
