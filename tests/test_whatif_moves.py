@@ -143,3 +143,32 @@ def test_comm_first_dispatches_the_communication_before_the_gemm():
     res = whatif(run, [parse_fix("comm-first")])
     assert res["predicted_step_ns"] == 100 * US
     assert any(n.startswith("comm-first: 1 communication kernels dispatched") for n in res["notes"])
+
+
+def test_agreed_order_puts_every_rank_in_the_leaders_stream_order():
+    # each rank runs GEMMs A (stream 0) and B (stream 1) one at a time, then C (stream 0) after collective X, which
+    # follows A on stream 0; Y follows B on stream 1. Rank 0 runs A first, rank 1 B first: X waits for rank 1's A
+    # (arrival 200), C runs 210-260 on both. In rank 0's order X arrives at 100 on both, C runs after B: 200-250
+    c, m = C, M
+    g0 = _graph(0, [0, 100, 100, 200, 210], [100, 200, 210, 210, 260], stream=[0, 1, 0, 1, 0], prev=[-1, -1, 0, 1, 2],
+                cat=[c, c, m, m, c], step=[1] * 5)
+    g1 = _graph(1, [100, 0, 200, 100, 210], [200, 100, 210, 210, 260], stream=[0, 1, 0, 1, 0], prev=[-1, -1, 0, 1, 2],
+                cat=[c, c, m, m, c], step=[1] * 5)
+    members = pd.DataFrame({"coll_id": [0, 0, 1, 1], "rank": [0, 1, 0, 1], "row": [2, 2, 3, 3]})
+    run = _run([g0, g1], members)
+    assert run.replayed["dur_ns"].tolist() == [260 * US, 260 * US]
+    res = whatif(run, [parse_fix("agreed-order")])
+    assert {p["rank"]: p["predicted_step_ns"] for p in res["per_rank"]} == {0: 250 * US, 1: 250 * US}
+    assert any(n.startswith("agreed-order: 1 rank-steps run") for n in res["notes"])
+
+
+@pytest.mark.parametrize("fix", ["prefetch", "coalesce", "comm-first", "agreed-order"])
+def test_a_move_that_moves_nothing_replays_the_unfixed_graph(fix):
+    """ag-gemm sync-in-loop has no all-gather with a copy-in, no point-to-point pair, no communication held in a
+    GEMM's tail and one order of streams on both ranks: the moved graph's replay is the unfixed one, step by step."""
+    from analyzers.io.load import load_traces
+    from analyzers.report import analyze
+
+    run = analyze(load_traces([ROOT / "sample_traces/ag-gemm/sync-in-loop"])).graph_run
+    res = whatif(run, [parse_fix(fix)])
+    assert [s["predicted_ns"] for s in res["per_step"]] == [s["replayed_ns"] for s in res["per_step"]]

@@ -33,6 +33,8 @@ FIXES: dict[str, str] = {
     "prefetch": "prefetch[=N]: each all-gather that compute waits for is issued N consumers ahead, its copy-in on "
                 "a stream of its own (graph.moves)",
     "coalesce": "the send and receive of one ring step run as one kernel, as batch_isend_irecv does (graph.moves)",
+    "agreed-order": "every rank runs its GPU-filling compute kernels, stream by stream, in the leader's order "
+                    "(graph.agreed_order)",
     "comm-first": "communication that waited for a GPU-filling compute kernel to free SMs is dispatched before it, "
                   "as behind a gate kernel the compute waits for (graph.moves)",
 }

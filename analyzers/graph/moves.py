@@ -2,6 +2,7 @@
 
 - ``prefetch[=N]``: all-gathers issued N consumers ahead (graph.prefetch).
 - ``comm-first``: communication dispatched before the GPU-filling compute it waited behind (a gate kernel).
+- ``agreed-order``: every rank runs its compute kernels in the leader's order of streams (graph.agreed_order).
 - ``coalesce``: the send and receive of one ring step run as one kernel (``batch_isend_irecv``): on each rank,
   consecutive point-to-point kernels of one stream pair up (first with second, third with fourth); the
   second of each pair takes no time, its join is dissolved, and the first carries the longer of the two
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from analyzers.graph.agreed_order import agreed_order
 from analyzers.graph.contention import contended_replay
 from analyzers.graph.fixes import Fix, ReplayInputs, apply_fixes
 from analyzers.graph.prefetch import PREFETCH_KINDS, _drop_backward_edges, _Plan, prefetch
@@ -25,7 +27,7 @@ from analyzers.graph.rank_graph import CAT_CODES
 from analyzers.graph.replay import Replay, loop_order
 from analyzers.graph.set_graph import SetGraph
 
-MOVES = ("prefetch", "coalesce", "comm-first")
+MOVES = ("prefetch", "coalesce", "comm-first", "agreed-order")
 P2P_KINDS = ("SendRecv", "Send", "Recv", "sendrecv")
 SHARED_CACHES = ("_contention", "_step_groups", "_series_edges", "_residency")
 
@@ -137,6 +139,9 @@ def apply_moves(sg: SetGraph, fixes: list[Fix]) -> Moved:
             out, more = _coalesce(out, inp, names)
         elif fix.name == "comm-first":
             out, more = _comm_first(out, inp)
+        elif fix.name == "agreed-order":
+            key, more = agreed_order(out, inp)
+            out = _copy(out, order_key=key)
         else:
             continue
         notes += more
