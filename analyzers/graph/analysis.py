@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzers.graph.attribution import charge
+from analyzers.graph.attribution import charge, release_removals
 from analyzers.graph.contention import contended_replay, estimate
 from analyzers.graph.critical import ATTRIBUTION, mean_parts, walk
 from analyzers.graph.fixes import FIX_OF_FINDING, Fix, ReplayInputs, apply_fixes
@@ -175,6 +175,7 @@ def critical_path_section(run: GraphRun) -> dict[str, Any]:
                             "shares": {k: (v / step_ns if step_ns else None) for k, v in total.items()}}
         own = sorted({i - run.sg.base[r] for i in crit if int(run.sg.rank_of[i]) == r})
         nodes[str(r)] = own[:MAX_LISTED_NODES]
+    release_removals(run)  # the attribution's replays are not kept past the walk
     for _, row in job.iterrows():
         r, s = int(row["rank"]), int(row["step"])
         res = walked[(r, s)]

@@ -96,6 +96,11 @@ def _removed(run: GraphRun, part: str) -> _Removed:
     return cache[part]
 
 
+def release_removals(run: GraphRun) -> None:
+    """Drop the removals' replays (a few arrays per activity each) once every step is charged."""
+    run.__dict__.pop("_removals", None)
+
+
 def _spread(amount: int, growth: dict[str, int]) -> dict[str, int]:
     """amount split over the parts that grew, in proportion to their growth, at most each one's growth."""
     total = sum(growth.values())
