@@ -21,7 +21,7 @@ import re
 import numpy as np
 
 from analyzers.graph.fixes import ReplayInputs, _serial_compute_ranks
-from analyzers.graph.prefetch import _drop_backward_edges, _Plan
+from analyzers.graph.prefetch import StreamPlan, topological_keys
 from analyzers.graph.rank_graph import CAT_CODES
 from analyzers.graph.set_graph import SetGraph
 
@@ -48,7 +48,7 @@ def agreed_order(sg: SetGraph, inp: ReplayInputs) -> tuple[np.ndarray, list[str]
     stream = _stream_numbers(sg)
     comp = (sg.cat == CAT_CODES["compute"]) & np.isin(sg.rank_of, serial) & (sg.step >= 0)
     leader = serial[0]
-    plan = _Plan(sg, inp)
+    plan = StreamPlan(sg, inp)
     moved = kept = 0
     for step in np.unique(sg.step[comp]).tolist():
         lead = np.flatnonzero(comp & (sg.rank_of == leader) & (sg.step == step))
@@ -70,7 +70,7 @@ def agreed_order(sg: SetGraph, inp: ReplayInputs) -> tuple[np.ndarray, list[str]
                 inp.dep2[b] = a if stream[a] != stream[b] else -1
             inp.dep2[new[0]] = -1 if inp.dep2[new[0]] in set(new) else inp.dep2[new[0]]
             moved += 1
-    dropped = _drop_backward_edges(plan, inp)
+    dropped = topological_keys(plan, inp)
     note = (f"agreed-order: {moved} rank-steps run their compute kernels in rank {leader}'s order of streams"
             if moved else "agreed-order: every rank already runs its compute kernels in the leader's order")
     if kept:

@@ -22,7 +22,7 @@ import numpy as np
 from analyzers.graph.agreed_order import agreed_order
 from analyzers.graph.contention import contended_replay
 from analyzers.graph.fixes import Fix, ReplayInputs, apply_fixes
-from analyzers.graph.prefetch import PREFETCH_KINDS, _drop_backward_edges, _Plan, prefetch
+from analyzers.graph.prefetch import PREFETCH_KINDS, StreamPlan, prefetch, topological_keys
 from analyzers.graph.rank_graph import CAT_CODES
 from analyzers.graph.replay import Replay, loop_order
 from analyzers.graph.set_graph import SetGraph
@@ -106,7 +106,7 @@ def _comm_first(sg: SetGraph, inp: ReplayInputs) -> tuple[SetGraph, list[str]]:
     held = inp.dep[cand]
     ok = comp[held] & (sg.rank_of[held] == sg.rank_of[cand]) & (sg.start[held] < sg.start[cand])
     cand, held = cand[ok], held[ok]
-    plan = _Plan(sg, inp)
+    plan = StreamPlan(sg, inp)
     dep_lat = sg.dep_lat.copy()
     gated = 0
     for c, h in zip(cand.tolist(), held.tolist(), strict=True):
@@ -117,7 +117,7 @@ def _comm_first(sg: SetGraph, inp: ReplayInputs) -> tuple[SetGraph, list[str]]:
         if p >= 0 and inp.dep2[h] < 0:
             inp.dep2[h] = p
             gated += 1
-    dropped = _drop_backward_edges(plan, inp)
+    dropped = topological_keys(plan, inp)
     note = (f"comm-first: {len(cand)} communication kernels dispatched before the compute kernel they waited behind"
             f" ({gated} of those compute kernels wait for the communication stream)" if len(cand) else
             "comm-first: no communication kernel waited for a compute kernel to free the GPU: nothing moved")

@@ -105,7 +105,7 @@ def _unmoved_before(sg: SetGraph, i: int, moving: set[int], role: np.ndarray) ->
     return p
 
 
-class _Plan:
+class StreamPlan:
     """The new stream order, gates and keys, built one all-gather at a time."""
 
     def __init__(self, sg: SetGraph, inp: ReplayInputs) -> None:
@@ -185,7 +185,7 @@ def prefetch(sg: SetGraph, inp: ReplayInputs, depth: int, names: np.ndarray,
     _own_gathers(sg, roles, inp.dep)
     waits = np.flatnonzero(inp.dep >= 0)
     waiter[inp.dep[waits][::-1]] = waits[::-1]  # the first activity that waits for each one
-    plan = _Plan(sg, inp)
+    plan = StreamPlan(sg, inp)
     ags = np.flatnonzero((sg.coll >= 0) & of_kind)
     moved = by_ops = kept = 0
     for r in sg.ranks:
@@ -232,7 +232,7 @@ def prefetch(sg: SetGraph, inp: ReplayInputs, depth: int, names: np.ndarray,
                         inp.off[[*group, ag]] = np.minimum(inp.off[[*group, ag]], inp.off[gate])
                 plan.moved[[*group, ag]] = True
                 moved += 1
-    dropped = _drop_backward_edges(plan, inp)
+    dropped = topological_keys(plan, inp)
     if not moved:
         return plan.prev, plan.key, ["prefetch: no all-gather waits for a copy-in and has a consumer that waits for "
                                      "it (recorded stream waits, FSDP module ranges): nothing moved"]
@@ -248,7 +248,7 @@ def prefetch(sg: SetGraph, inp: ReplayInputs, depth: int, names: np.ndarray,
     return plan.prev, plan.key, notes
 
 
-def _drop_backward_edges(plan: _Plan, inp: ReplayInputs) -> int:
+def topological_keys(plan: StreamPlan, inp: ReplayInputs) -> int:
     """Order keys that keep the replay's one pass topological on the moved graph: each activity after its
     stream predecessor, the sources of its waits, every member of a collective it follows, and the sync that
     opens its host segment (Kahn's order, the measured keys as priority). Waits left in a cycle are dropped."""
