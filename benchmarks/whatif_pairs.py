@@ -28,12 +28,12 @@ sys.path.insert(0, str(ROOT))
 from analyzers.graph.analysis import whatif  # noqa: E402
 from analyzers.graph.contention import F_ALONE, contended_replay, overlap_shares  # noqa: E402
 from analyzers.graph.fixes import apply_fixes, baseline_inputs, parse_fix  # noqa: E402
+from analyzers.graph.moves import MOVES, apply_moves  # noqa: E402
 from analyzers.graph.rank_graph import CAT_CODES  # noqa: E402
 from analyzers.graph.steps import job_steps, median_ns, rank_steps  # noqa: E402
 from analyzers.io.load import load_traces  # noqa: E402
 from analyzers.report import analyze  # noqa: E402
 
-ADDS = "cannot be predicted: the fix adds a kernel"
 # (unfixed set, fix or None, fixed set, what differs, None when predictable else why not)
 PAIRS = [
     ("ag-gemm/host-sync", "host-syncs", "ag-gemm/sync-before-loop", "a stream.synchronize() per step removed", None),
@@ -41,19 +41,13 @@ PAIRS = [
      None),
     ("ag-gemm-nsys/sync-in-loop", "serialized-streams", "ag-gemm-nsys/sync-before-loop",
      "fork waits hoisted out of the loop (nsys)", None),
-    ("symm-mem/two-stream", "peer-wait", "symm-mem/two-stream-sleep", "a sleep kernel on the main stream first",
-     f"{ADDS} (the sleep sets which stream's producer runs first; peer-wait is what an agreed order buys at best)"),
-    ("ag-gemm-race/tuned-no-gate", "comm-contention", "ag-gemm/tuned", "a gate kernel the local GEMM waits for",
-     f"{ADDS} (the gate makes the comm stream's barrier start before the GEMM; no fix reorders the GPU's dispatch)"),
-    ("fsdp/front-loaded", "serialized-streams", "fsdp/zero2", "all-gathers issued one block ahead, not all up front",
-     "cannot be predicted: the fix moves each all-gather next to the block that uses it (the graph does not "
-     "know which kernels use which all-gather)"),
-    ("fsdp/zero2-no-prefetch", None, "fsdp/zero2", "all-gathers prefetched on their own stream",
-     "cannot be predicted: the fix moves the all-gathers from the compute stream to another and issues them earlier"),
-    ("fsdp/zero3-no-prefetch", None, "fsdp/zero3", "all-gathers prefetched on their own stream",
-     "cannot be predicted: the fix moves the all-gathers from the compute stream to another and issues them earlier"),
-    ("gemm-rs/ring-uncoalesced", None, "gemm-rs/ring", "send and receive coalesced (batch_isend_irecv)",
-     "cannot be predicted: the fix merges each send and receive kernel pair into one kernel"),
+    ("symm-mem/two-stream", "agreed-order", "symm-mem/two-stream-sleep", "a sleep kernel on the main stream first",
+     None),
+    ("ag-gemm-race/tuned-no-gate", "comm-first", "ag-gemm/tuned", "a gate kernel the local GEMM waits for", None),
+    ("fsdp/front-loaded", "prefetch", "fsdp/zero2", "all-gathers issued one block ahead, not all up front", None),
+    ("fsdp/zero2-no-prefetch", "prefetch", "fsdp/zero2", "all-gathers prefetched one block ahead", None),
+    ("fsdp/zero3-no-prefetch", "prefetch", "fsdp/zero3", "all-gathers prefetched one block ahead", None),
+    ("gemm-rs/ring-uncoalesced", "coalesce", "gemm-rs/ring", "send and receive coalesced (batch_isend_irecv)", None),
 ]
 
 
@@ -94,6 +88,25 @@ def _speeds(a, b) -> dict[int, float]:
     return {r: db[r] / da[r] for r in sorted(set(da) & set(db)) if da[r] > 0}
 
 
+def _host_span(rep) -> dict[int, float]:
+    """Per rank: the median over steps of the host's time from a step's first launch to its last (the CPU's own
+    speed in that run, which the replay keeps as measured)."""
+    sg = rep.graph_run.sg
+    out = {}
+    for r in sg.ranks:
+        m = (sg.rank_of == r) & (sg.seg >= 0) & (sg.step >= 0)
+        t, st = sg.seg_base[sg.seg[m]] + sg.off[m], sg.step[m]
+        spans = [float(t[st == s].max() - t[st == s].min()) for s in np.unique(st).tolist()]
+        if spans:
+            out[r] = float(np.median(spans))
+    return out
+
+
+def _host_drift(a, b) -> str:
+    ha, hb = _host_span(a), _host_span(b)
+    return ", ".join(f"r{r} {100 * (hb[r] / ha[r] - 1):+.1f} %" for r in sorted(set(ha) & set(hb)) if ha[r]) or "—"
+
+
 def _drift(speeds: dict[int, float]) -> str:
     return ", ".join(f"r{r} {100 * (v - 1):+.1f} %" for r, v in speeds.items()) or "—"
 
@@ -103,12 +116,14 @@ def _at_fixed_speed(rep, fix: str, speeds: dict[int, float]) -> int | None:
     the ratio comes from the fixed run, which a prediction cannot see)."""
     run = rep.graph_run
     sg = run.sg
-    inp = apply_fixes(sg, [parse_fix(fix)])
+    fixes = [parse_fix(fix)]
+    moved = apply_moves(sg, fixes) if any(f.name in MOVES for f in fixes) else None
+    inp = moved.inputs if moved else apply_fixes(sg, fixes)
     compute = sg.cat == CAT_CODES["compute"]
     for r, v in speeds.items():
         sel = compute & (sg.rank_of == r)
         inp.dur[sel] = np.round(inp.dur[sel] * v).astype(np.int64)
-    rp = contended_replay(sg, inp, run.order).replay
+    rp = contended_replay(moved.sg if moved else sg, inp, run.order).replay
     return median_ns(job_steps(rank_steps(sg, rp.start, rp.end))["dur_ns"])
 
 
@@ -129,10 +144,11 @@ def main() -> None:
         same = _at_fixed_speed(ra, fix, speeds) if fix and not why_not and speeds else None
         same_s = f"{100 * (same - fixed) / fixed:+.1f} %" if same else "—"
         rows.append((a, fix or "—", b, what, why_not, res["measured_step_ns"], res["replayed_step_ns"], pred, fixed,
-                     err, f"{_drift(speeds)} | {same_s}"))
+                     err, f"{_drift(speeds)} | {same_s} | {_host_drift(ra, rb)}"))
     print("| unfixed set | fix | fixed set | what differs | unfixed measured | replayed | predicted | "
-          "fixed measured | error | busiest GEMM alone, fixed run vs unfixed | error at the fixed run's GPU speed |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "fixed measured | error | busiest GEMM alone, fixed run vs unfixed | error at the fixed run's GPU speed | "
+          "host time per step, fixed run vs unfixed |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for a, fix, b, what, why_not, m, r, p, f, e, drift in rows:
         ps = f"{p / 1e6:.3f} ms" if p is not None else "—"
         es = f"{100 * e:+.1f} %" if e is not None else "—"

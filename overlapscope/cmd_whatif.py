@@ -27,8 +27,8 @@ from .common import (
 from .stack_imports import analysis_stack_imports
 
 FIX_HELP = ("A fix to replay (repeatable; applied together): host-syncs, peer-wait, launch-gaps, comm-contention, "
-            "serialized-streams, no-copies, drop=REGEX (those kernels take no time), comm-speed=F, compute-speed=F "
-            "(F: how many times as fast). "
+            "serialized-streams, no-copies, prefetch[=N], coalesce, comm-first, agreed-order, "
+            "drop=REGEX (those kernels take no time), comm-speed=F, compute-speed=F (F: how many times as fast). "
             "docs/whatif.md says what each one changes in the graph.")
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
-from viz.critical import FIDELITY_HEADER, PART_LABELS, STEP_HEADER, fidelity_line, step_rows
+from viz.critical import FIDELITY_HEADER, PART_LABELS, STEP_HEADER, bound_rows, fidelity_line, step_rows
 from viz.formats import ms, pct
 from viz.scale_tables import MAX_RANK_ROWS, TOP_RANKS
 
@@ -61,7 +61,18 @@ def critical_tables(cp: dict[str, Any]) -> list[Table]:
         ranks.add_column(h, justify="right")
     for row in _rank_rows(cp):
         ranks.add_row(*row)
+    bounds = bound_rows(cp)
+    if bounds:
+        why = Table(title=BOUNDS_TITLE, title_justify="left", show_header=False)
+        why.add_column("", justify="left")
+        for line in bounds:
+            why.add_row(line)
+        return [steps, why, ranks]
     return [steps, ranks]
+
+
+BOUNDS_TITLE = ("what removing each cause would save (a part is charged only that much; the rest of the time the "
+                "path spent there goes where the path moves without it)")
 
 
 def critical_markdown(cp: dict[str, Any]) -> str:
@@ -70,7 +81,10 @@ def critical_markdown(cp: dict[str, Any]) -> str:
                 *("| " + " | ".join(r) + " |" for r in rows)]
 
     lines = ["### critical path", "", fidelity_line(cp), ""]
-    lines += table(STEP_HEADER, step_rows(cp)) + [""] + table(RANK_HEADER, _rank_rows(cp))
+    lines += table(STEP_HEADER, step_rows(cp)) + [""]
+    if bound_rows(cp):
+        lines += [f"{BOUNDS_TITLE}:", "", *(f"- {line}" for line in bound_rows(cp)), ""]
+    lines += table(RANK_HEADER, _rank_rows(cp))
     if _rank_caption(cp):
         lines += ["", _rank_caption(cp)]
     lines += ["", "<details><summary>replay fidelity per step</summary>", ""]

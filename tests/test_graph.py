@@ -58,9 +58,12 @@ def test_launch_bound_chain():
     run = _run([g])
     assert _us(run.base.start) == [5, 55, 105] and _us(run.base.end) == [15, 65, 115]
     cp = critical_path_section(run)
+    walked = cp["steps"][0]["walked"]
+    assert walked["compute"] == 10 * US and walked["launch_gaps"] == 100 * US
+    assert sum(walked.values()) == 110 * US  # the step: 5 .. 115
+    # removing the gaps saves 80 µs: 80 charged to them, the other 20 to the compute the path moves to
     parts = cp["steps"][0]["parts"]
-    assert parts["compute"] == 10 * US and parts["launch_gaps"] == 100 * US
-    assert sum(parts.values()) == 110 * US  # the step: 5 .. 115
+    assert parts["compute"] == 30 * US and parts["launch_gaps"] == 80 * US and sum(parts.values()) == 110 * US
     # launches that cost nothing: the kernels run back to back after one launch latency
     res = whatif(run, [Fix("launch-gaps")])
     assert res["predicted_step_ns"] == 30 * US and res["replayed_step_ns"] == 110 * US
@@ -73,8 +76,13 @@ def test_blocking_sync_and_its_fix():
                seg_opened_by=(-1, 0), syncs=[(0, 10, 0, 3, 98, 108)], sync_after=[(0, 1)], latency=5)
     run = _run([g])
     assert _us(run.base.start) == [5, 115] and _us(run.base.end) == [105, 125]
-    parts = critical_path_section(run)["steps"][0]["parts"]
-    assert parts["compute"] == 110 * US and parts["sync_idle"] == 5 * US and parts["launch_gaps"] == 5 * US
+    step = critical_path_section(run)["steps"][0]
+    walked = step["walked"]
+    assert walked["compute"] == 110 * US and walked["sync_idle"] == 5 * US and walked["launch_gaps"] == 5 * US
+    # launches that cost nothing start B 2 µs sooner: the launch latency's 3 µs stay, counted as other
+    parts = step["parts"]
+    assert parts["launch_gaps"] == 2 * US and parts["other"] == walked["other"] + 3 * US
+    assert [(b["part"], b["saving_ns"], b["left_ns"]) for b in step["bounds"]] == [("launch_gaps", 2 * US, 3 * US)]
     # without the host block, B follows A on the GPU through an event wait: ends at 115
     res = whatif(run, [parse_fix("host-syncs")])
     assert res["predicted_step_ns"] == 110 * US  # 5 .. 115
@@ -88,8 +96,14 @@ def test_late_rank_is_named_with_its_cause():
     run = _run([g0, g1], members)
     assert _us(run.base.end) == [50, 100, 80, 100]
     cp = critical_path_section(run)
+    walked = [s for s in cp["steps"] if s["rank"] == 0] or None
     r0 = cp["per_rank"]["0"]["parts"]
-    assert r0["comm_transfer"] == 20 * US and r0["peer_wait"] == 80 * US and sum(r0.values()) == 100 * US
+    # walked: 80 µs on rank 1's path, 20 µs transfer; rank 0 waiting for nobody ends at 50 + 20 = 70: the wait
+    # costs it 30 µs, the other 50 are its own compute X, where the path moves without the join
+    assert r0["comm_transfer"] == 20 * US and r0["peer_wait"] == 30 * US and r0["compute"] == 50 * US
+    assert sum(r0.values()) == 100 * US
+    if walked:
+        assert walked[0]["walked"]["peer_wait"] == 80 * US
     step = [s for s in cp["steps"]][0]
     assert step["rank"] in (0, 1)
     walked0 = critical_path_section(run)["per_rank"]["1"]["parts"]
@@ -160,7 +174,7 @@ def test_parts_add_up_where_the_host_chain_ends_before_the_step():
     assert steps
     for step in steps:
         assert sum(step["parts"].values()) == step["replayed_ns"], step
-        assert step["parts"]["sync_idle"] > 0.9 * step["replayed_ns"]  # the host waited in syncs
+        assert step["walked"]["sync_idle"] > 0.9 * step["replayed_ns"]  # the host waited in syncs
 
 
 PUBLIC_SETS = [

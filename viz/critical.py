@@ -39,6 +39,30 @@ def step_rows(cp: dict[str, Any]) -> list[list[str]]:
              _late(s)] for s in cp.get("steps", [])]
 
 
+def bound_lines(bounds: list[dict[str, Any]], step_ns: int) -> list[str]:
+    """Each part the attribution charged less than the walk gave it, in words (analyzers.graph.attribution):
+    what removing it saves and what bounds the rest of its time."""
+    def pc(ns: int) -> str:
+        return f"{100 * ns / step_ns:.1f} %" if step_ns else "n/a"
+
+    out = []
+    for b in bounds:
+        moved = {k: v for k, v in b["moved_ns"].items() if pc(v) != pc(0)}
+        rest = ", ".join(f"{PART_LABELS[k]} {pc(v)}" for k, v in sorted(moved.items(), key=lambda kv: -kv[1]))
+        if b["left_ns"]:
+            rest = (rest + ", " if rest else "") + f"other {pc(b['left_ns'])} ({b['left_by']})"
+        out.append(f"{PART_LABELS[b['part']]} {pc(b['walked_ns'])} of the path; removing it ({b['removal']}) "
+                   f"shortens the step by {pc(max(b['saving_ns'], 0))}; the rest is bound by "
+                   f"{rest or 'nothing over 0.1 %'}")
+    return out
+
+
+def bound_rows(cp: dict[str, Any]) -> list[str]:
+    """'step N (rank r): ...' for every step whose attribution moved time off a cause part."""
+    return [f"step {s['step']} (rank {s['rank']}): {line}" for s in cp.get("steps", [])
+            for line in bound_lines(s.get("bounds", []), s["replayed_ns"])]
+
+
 def fidelity_rows(cp: dict[str, Any]) -> list[list[str]]:
     return [[str(s["step"]), ms(s["measured_ns"]), ms(s["replayed_ns"]),
              pct(s["error"]) if s["error"] is not None else "n/a"] for s in cp["fidelity"]["steps"]]

@@ -12,9 +12,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyzers.graph.attribution import charge, release_removals
 from analyzers.graph.contention import contended_replay, estimate
 from analyzers.graph.critical import ATTRIBUTION, mean_parts, walk
 from analyzers.graph.fixes import FIX_OF_FINDING, Fix, ReplayInputs, apply_fixes
+from analyzers.graph.moves import MOVES, moved_replay
 from analyzers.graph.replay import Replay, loop_order
 from analyzers.graph.residency import residency
 from analyzers.graph.set_graph import SetGraph
@@ -39,6 +41,8 @@ class GraphRun:
         self.jobs = (_job(self.measured), _job(self.replayed))
 
     def run(self, fixes: list[Fix]) -> tuple[ReplayInputs, Replay]:
+        if any(f.name in MOVES for f in fixes):  # a new graph: prefetch, coalesce (graph.moves)
+            return moved_replay(self, fixes)
         inp = apply_fixes(self.sg, fixes)
         if _same_inputs(inp, self.unfixed):  # the fix changes nothing in this graph: the replay is the base
             return self.inputs, self.base
@@ -49,6 +53,7 @@ class GraphRun:
 
     def notes(self) -> list[str]:
         out = list(self.sg.notes) + estimate(self.sg).notes + residency(self.sg).notes
+        out += self.__dict__.get("move_notes", [])
         if self.unsettled:
             out.append("contention: a replay stopped at its round limit with durations still moving; its step "
                        "figures are those of the last round")
@@ -146,7 +151,8 @@ def whatif(run: GraphRun, fixes: list[Fix]) -> dict[str, Any]:
 
 def _walk_step(run: GraphRun, rank: int, row: pd.Series) -> dict[str, Any]:
     node = int(row["last_node"])
-    return walk(run.sg, run.base, run.inputs, rank, int(row["t0"]), int(row["t1"]), node, bool(row["ends_at_end"]))
+    res = walk(run.sg, run.base, run.inputs, rank, int(row["t0"]), int(row["t1"]), node, bool(row["ends_at_end"]))
+    return charge(run, rank, row, res)  # each cause charged only as far as removing it shortens the step
 
 
 def critical_path_section(run: GraphRun) -> dict[str, Any]:
@@ -169,11 +175,13 @@ def critical_path_section(run: GraphRun) -> dict[str, Any]:
                             "shares": {k: (v / step_ns if step_ns else None) for k, v in total.items()}}
         own = sorted({i - run.sg.base[r] for i in crit if int(run.sg.rank_of[i]) == r})
         nodes[str(r)] = own[:MAX_LISTED_NODES]
+    release_removals(run)  # the attribution's replays are not kept past the walk
     for _, row in job.iterrows():
         r, s = int(row["rank"]), int(row["step"])
         res = walked[(r, s)]
         steps.append({"step": s, "rank": r, "replayed_ns": int(row["dur_ns"]), "parts": res["parts"],
-                      "peer_wait": res["peer_wait"], "n_activities": len(res["nodes"])})
+                      "peer_wait": res["peer_wait"], "n_activities": len(res["nodes"]),
+                      "walked": res["walked"], "bounds": res["bounds"]})
     return {"fidelity": fidelity(run), "attribution": list(ATTRIBUTION), "steps": steps, "per_rank": per_rank,
             "critical_rows": nodes, "notes": run.notes()}
 

@@ -30,6 +30,13 @@ FIXES: dict[str, str] = {
     "drop": "drop=REGEX: GPU activities whose name matches REGEX take no time (a kernel removed)",
     "comm-speed": "comm-speed=F: communication transfers run F times as fast",
     "compute-speed": "compute-speed=F: compute kernels run F times as fast",
+    "prefetch": "prefetch[=N]: each all-gather that compute waits for is issued N consumers ahead, its copy-in on "
+                "a stream of its own (graph.moves)",
+    "coalesce": "the send and receive of one ring step run as one kernel, as batch_isend_irecv does (graph.moves)",
+    "agreed-order": "every rank runs its GPU-filling compute kernels, stream by stream, in the leader's order "
+                    "(graph.agreed_order)",
+    "comm-first": "communication that waited for a GPU-filling compute kernel to free SMs is dispatched before it, "
+                  "as behind a gate kernel the compute waits for (graph.moves)",
 }
 SCALED = ("comm-speed", "compute-speed")
 
@@ -73,6 +80,12 @@ def parse_fix(text: str) -> Fix:
         if not np.isfinite(factor) or factor <= 0:
             raise BadInputError("--fix", f"{name}={value}: the factor must be a positive number")
         return Fix(name, factor)
+    if name == "prefetch":
+        if not value:
+            return Fix(name, 1.0)
+        if not value.isdigit() or int(value) < 1:
+            raise BadInputError("--fix", f"prefetch={value}: the depth must be a whole number of consumers, 1 or more")
+        return Fix(name, float(int(value)))
     if name == "drop":
         try:
             re.compile(value)

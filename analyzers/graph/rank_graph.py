@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.graph import deps
+from analyzers.graph.dataflow import module_roles
 from analyzers.timeline.iterations import assign_steps, host_steps
 from analyzers.timeline.model import RankTrace, require_host_tables
 from analyzers.timeline.sm_resources import kernel_resources
@@ -66,6 +67,10 @@ class RankGraph:
     # SM residency (graph.residency): per row, its entry in res (-1 unknown); res: distinct entries
     res_id: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     res: np.ndarray = field(default_factory=lambda: np.zeros((0, 10), dtype=np.int64))
+    # data dependencies from the CPU op tree (graph.dataflow): per row, its role and module (-1); module names
+    role: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int8))
+    module: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    modules: list[str] = field(default_factory=list)
 
     @property
     def n(self) -> int:
@@ -196,6 +201,7 @@ def build_rank_graph(trace: RankTrace, syncs: pd.DataFrame, step_pattern: str) -
     s_end = syncs["end_ns"].to_numpy(np.int64) if len(syncs) else np.zeros(0, dtype=np.int64)
     used, name_code = np.unique(gpu["name_id"].to_numpy(np.int64), return_inverse=True)
     res_id, res = kernel_resources(trace)
+    role, module, modules = module_roles(trace.host_ops, trace.names, launch, ltid)
     return RankGraph(
         rank=trace.rank, start=start, end=end, cat=_category_codes(gpu), stream=stream,
         name_id=name_code.astype(np.int64), prev=prev, seg=seg, off=off, dep=dep, dep_lat=dep_lat, step=step,
@@ -205,4 +211,5 @@ def build_rank_graph(trace: RankTrace, syncs: pd.DataFrame, step_pattern: str) -
         sync_end=s_end, sync_after=deps.rows_after_syncs(syncs, device, stream, launch, gpu["stream"].to_numpy()),
         launch_latency_ns=lat_ns, turnaround_ns=turn_ns, names=[str(x) for x in trace.names_of(used)],
         stream_labels=labels,
-        has_steps=bool((step >= 0).any()), notes=notes, res_id=res_id, res=res)
+        has_steps=bool((step >= 0).any()), notes=notes, res_id=res_id, res=res, role=role, module=module,
+        modules=modules)
