@@ -16,8 +16,9 @@ from analyzers.crossrank.stragglers import straggler_view
 from analyzers.findings import FindingParams, cross_rank_findings, detect_findings, detect_rank
 from analyzers.findings.finding import Finding, sort_findings
 from analyzers.findings.view import windows_of
-from analyzers.graph.analysis import GraphRun, critical_path_document, critical_path_section, finding_savings
+from analyzers.graph.analysis import GraphRun, critical_path_document
 from analyzers.graph.fixes import FIX_OF_FINDING
+from analyzers.graph.pricing import section_and_savings
 from analyzers.graph.rank_graph import RankGraph, build_rank_graph
 from analyzers.graph.set_graph import build_set_graph
 from analyzers.graph.subset import SlowestRanks, bounded_rank_graphs, measured_mean_step_ns, subset_note
@@ -319,8 +320,7 @@ def _price(report: AnalysisReport, traces: TraceSet, pre: dict[int, RankResults]
     """The dependency graph's answers: critical path section, and each finding's saving (re-sorted)."""
     run = _graph_run(traces, report.syncs, report.cross_rank, report.clock_offsets_ns, pre, pattern)
     report.graph_run = run
-    report.critical_path = critical_path_section(run)
-    savings = finding_savings(run, report.finding_ids())
+    report.critical_path, savings = section_and_savings(run, report.finding_ids())
     for f in report.findings or []:
         got = savings.get(FIX_OF_FINDING.get(f.id, ""))
         if got is not None:

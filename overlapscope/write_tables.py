@@ -9,6 +9,8 @@ form (one row per rank and item), readable with pandas (`pd.read_parquet`) or Du
   iterations.parquet        one row per (rank, iteration): the per-iteration metrics
   collectives.parquet       one row per matched collective: arrival, skew, late rank, waits
   collective_ranks.parquet  one row per (collective, rank): aligned start/end, wait, transfer, lateness, last
+  collective_activities.parquet  one row per communication activity and rank: bytes, wait, transfer, bandwidth
+                            (the JSON: groups per operation and size, the first rows)
   stragglers.parquet        one row per rank: the straggler view (times last, lateness, what came before)
   syncs.parquet             one row per blocking host sync, with its rank (the JSON: totals, groups, the top syncs)
   critical_rows.parquet     one row per (rank, GPU row) on that rank's replayed critical path (the JSON: counts)
@@ -63,6 +65,8 @@ def table_chunks(report: AnalysisReport) -> dict[str, Iterator[pd.DataFrame]]:
 
         out["collectives"] = iter([cr.collectives[collective_columns(cr.collectives)].reset_index(drop=True)])
         out["collective_ranks"] = _collective_ranks(cr.collectives, cr.members)
+    if report.collectives is not None and report.collectives.n_rows:
+        out["collective_activities"] = iter([report.collectives.rows])
     if report.stragglers and report.stragglers.get("ranks"):
         out["stragglers"] = iter([pd.DataFrame(report.stragglers["ranks"])])
     syncs = [df.assign(rank=r) for r, df in report.syncs.items() if len(df)]

@@ -22,7 +22,8 @@ def test_tables_hold_the_detail_the_document_leaves_out():
     doc = rep.to_dict()
     tabs = report_tables(rep)
     assert set(tabs) == {"ranks", "iterations", "collectives", "collective_ranks", "stragglers", "syncs",
-                         "critical_rows"}
+                         "critical_rows", "collective_activities"}
+    assert len(tabs["collective_activities"]) == doc["collectives"]["n_rows"]
     # per-iteration rows: one per rank and step, the same as the report's
     its = tabs["iterations"]
     assert len(its) == sum(len(m.iterations) for m in rep.ranks)
@@ -54,7 +55,7 @@ def test_cli_writes_readable_parquet(tmp_path):
     doc = json.loads(r.stdout)
     assert sorted(p.name for p in out.iterdir()) == sorted(
         f"{n}.parquet" for n in ("ranks", "iterations", "collectives", "collective_ranks", "stragglers", "syncs",
-                                 "critical_rows"))
+                                 "critical_rows", "collective_activities"))
     ranks = pd.read_parquet(out / "ranks.parquet")
     assert ranks["overlap_ratio"].tolist() == [x["overlap_ratio"] for x in doc["ranks"]]
     assert len(pd.read_parquet(out / "collectives.parquet")) == doc["cross_rank"]["n_matched"]

@@ -8,6 +8,7 @@ the ranks' GPU rows one rank after the other (``base[r] + row``).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,9 +60,16 @@ class SetGraph:
         return len(self.start)
 
     def node_label(self, i: int) -> str:
-        r = int(self.rank_of[i])
-        g = self.graphs[r]
-        return g.names[int(g.name_id[i - self.base[r]])]
+        """Node i's activity name. The critical path asks for it at every node it walks: a look-up in lists
+        made on the first call (each rank's first node, its graph), not numpy scalar reads."""
+        lookup = self.__dict__.get("_labels")
+        if lookup is None:
+            lookup = self._labels = (self.ranks, [self.base[r] for r in self.ranks],
+                                     [self.graphs[r] for r in self.ranks])
+        ranks, firsts, graphs = lookup
+        k = bisect_right(firsts, i) - 1
+        g = graphs[k]
+        return g.names[g.name_id[i - firsts[k]]]
 
 
 def _cat(parts: list[np.ndarray], dtype=np.int64) -> np.ndarray:
