@@ -15,7 +15,9 @@ Each round, per set, one after the other, each as a whole process:
            over ranks / workers (they run beside the parse, one per worker)
   HTA      TraceAnalysis(trace_dir=SET).get_comm_comp_overlap()
   whatif   `overlapscope whatif SET --fix host-syncs -f json`, from the parse cache (filled once before the
-           rounds, in a cache folder of its own) and again with a second fix (--fix host-syncs --fix peer-wait)
+           rounds, in a cache folder of its own; the report cache emptied before it), again with a second fix
+           (--fix host-syncs --fix peer-wait, the report cache emptied), and the first question once more: a
+           report-cache hit
 Printed per run: the figures and the 1-minute load average at its end (other jobs on a shared machine);
 then the ranges and the ratios (HTA / cold, pair by pair; graph share; whatif / cold).
 
@@ -134,11 +136,14 @@ def main() -> None:
                 load_cold = load()
                 hta = None if a.no_hta else run([py, "-c", HTA_SNIPPET, str(folder)])
                 load_hta = load()
-                wi1 = run([py, "-m", "overlapscope", "whatif", str(folder), "--fix", "host-syncs", "-f", "json"], cenv)
-                wi2 = run([py, "-m", "overlapscope", "whatif", str(folder), "--fix", "host-syncs", "--fix", "peer-wait",
-                           "-f", "json"], cenv)
+                ask = [py, "-m", "overlapscope", "whatif", str(folder), "--fix", "host-syncs", "-f", "json"]
+                shutil.rmtree(cache / "reports", ignore_errors=True)
+                wi1 = run(ask, cenv)
+                shutil.rmtree(cache / "reports", ignore_errors=True)
+                wi2 = run(ask + ["--fix", "peer-wait"], cenv)
+                hit = run(ask, cenv)
                 rows.append({"cold": cold, "graph": graph, "caller_graph": t["caller_graph_s"],
-                             "worker_graph": t["worker_graph_s"], "hta": hta, "wi1": wi1, "wi2": wi2,
+                             "worker_graph": t["worker_graph_s"], "hta": hta, "wi1": wi1, "wi2": wi2, "hit": hit,
                              "load": (load_cold, load_hta, load())})
                 r = rows[-1]
                 print(f"round {i + 1}: cold {cold:.2f} s (graph stage {graph:.2f} s = {graph / cold:.0%}: caller "
@@ -146,7 +151,8 @@ def main() -> None:
                       f"{t['workers']} workers), load {load_cold:.1f}"
                       + ("" if hta is None else f" | HTA {hta:.2f} s, load {load_hta:.1f}, HTA / cold "
                                                 f"{hta / cold:.1f}x")
-                      + f" | whatif {wi1:.2f} s ({wi1 / cold:.2f}x cold), +1 fix {wi2:.2f} s, load {r['load'][2]:.1f}",
+                      + f" | whatif {wi1:.2f} s ({wi1 / cold:.2f}x cold), +1 fix {wi2:.2f} s, repeated {hit:.2f} s, "
+                        f"load {r['load'][2]:.1f}",
                       flush=True)
             graphs = [r["graph"] for r in rows]
             print(f"- cold analyze {spread([r['cold'] for r in rows])} s; graph stage {spread(graphs)} s, "
@@ -156,7 +162,8 @@ def main() -> None:
                       f"{spread([r['hta'] / r['cold'] for r in rows], '{:.1f}')}x")
             print(f"- whatif from the parse cache {spread([r['wi1'] for r in rows])} s = "
                   f"{spread([r['wi1'] / r['cold'] for r in rows])}x cold; one more fix "
-                  f"{spread([r['wi2'] - r['wi1'] for r in rows], '{:+.2f}')} s")
+                  f"{spread([r['wi2'] - r['wi1'] for r in rows], '{:+.2f}')} s; repeated (report cache) "
+                  f"{spread([r['hit'] for r in rows])} s")
             print(f"- load average over the runs {spread([x for r in rows for x in r['load']], '{:.1f}')}", flush=True)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
