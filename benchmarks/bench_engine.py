@@ -15,9 +15,9 @@ Each round, per set, one after the other, each as a whole process:
            over ranks / workers (they run beside the parse, one per worker)
   HTA      TraceAnalysis(trace_dir=SET).get_comm_comp_overlap()
   whatif   `overlapscope whatif SET --fix host-syncs -f json`, from the parse cache (filled once before the
-           rounds, in a cache folder of its own; the report cache emptied before it), again with a second fix
-           (--fix host-syncs --fix peer-wait, the report cache emptied), and the first question once more: a
-           report-cache hit
+           rounds, in a cache folder of its own; the report cache emptied before it), the same question once
+           more (a report-cache hit), and with a second fix (--fix host-syncs --fix peer-wait, the report cache
+           emptied)
 Printed per run: the figures and the 1-minute load average at its end (other jobs on a shared machine);
 then the ranges and the ratios (HTA / cold, pair by pair; graph share; whatif / cold).
 
@@ -139,9 +139,9 @@ def main() -> None:
                 ask = [py, "-m", "overlapscope", "whatif", str(folder), "--fix", "host-syncs", "-f", "json"]
                 shutil.rmtree(cache / "reports", ignore_errors=True)
                 wi1 = run(ask, cenv)
+                hit = run(ask, cenv)
                 shutil.rmtree(cache / "reports", ignore_errors=True)
                 wi2 = run(ask + ["--fix", "peer-wait"], cenv)
-                hit = run(ask, cenv)
                 rows.append({"cold": cold, "graph": graph, "caller_graph": t["caller_graph_s"],
                              "worker_graph": t["worker_graph_s"], "hta": hta, "wi1": wi1, "wi2": wi2, "hit": hit,
                              "load": (load_cold, load_hta, load())})
