@@ -21,7 +21,11 @@ Each round, per set, one after the other, each as a whole process:
 Printed per run: the figures and the 1-minute load average at its end (other jobs on a shared machine);
 then the ranges and the ratios (HTA / cold, pair by pair; graph share; whatif / cold).
 
-usage: python benchmarks/bench_engine.py [--sets 2,8] [--rounds 3] [--no-hta]
+With --baseline DIR (a checkout of another commit, e.g. `git archive COMMIT | tar -x -C DIR`), each round
+also runs that code's cold analyze through the same timer, right after this one's: their ratio is taken
+round by round, as the load drifts.
+
+usage: python benchmarks/bench_engine.py [--sets 2,8] [--rounds 3] [--no-hta] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -111,6 +115,7 @@ def main() -> None:
     ap.add_argument("--sets", default="2,8")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-hta", action="store_true", help="leave HTA out (the ratio is then not measured)")
+    ap.add_argument("--baseline", type=Path, help="another checkout whose cold analyze runs in each round too")
     a = ap.parse_args()
     sets = build_sets(a.sets.split(","))
     py = sys.executable
@@ -142,7 +147,17 @@ def main() -> None:
                 hit = run(ask, cenv)
                 shutil.rmtree(cache / "reports", ignore_errors=True)
                 wi2 = run(ask + ["--fix", "peer-wait"], cenv)
-                rows.append({"cold": cold, "graph": graph, "caller_graph": t["caller_graph_s"],
+                base = None
+                if a.baseline is not None:
+                    timing = Path(tempfile.mkstemp(suffix=".json")[1])
+                    base = run([py, str(ROOT / "benchmarks" / "graph_timing.py"), str(timing), "analyze", str(folder),
+                                "-f", "json", "--no-cache"], {"PYTHONPATH": str(a.baseline.resolve())})
+                    tb = json.loads(timing.read_text())
+                    timing.unlink()
+                    base_graph = tb["caller_graph_s"] + tb["worker_graph_s"] / max(tb["workers"], 1)
+                    print(f"  baseline cold {base:.2f} s (graph stage {base_graph:.2f} s = {base_graph / base:.0%}), "
+                          f"load {load():.1f}", flush=True)
+                rows.append({"base": base, "cold": cold, "graph": graph, "caller_graph": t["caller_graph_s"],
                              "worker_graph": t["worker_graph_s"], "hta": hta, "wi1": wi1, "wi2": wi2, "hit": hit,
                              "load": (load_cold, load_hta, load())})
                 r = rows[-1]
@@ -157,6 +172,11 @@ def main() -> None:
             graphs = [r["graph"] for r in rows]
             print(f"- cold analyze {spread([r['cold'] for r in rows])} s; graph stage {spread(graphs)} s, "
                   f"share {spread([r['graph'] / r['cold'] for r in rows], '{:.0%}')}")
+            if a.baseline is not None:
+                print(f"- baseline cold analyze {spread([r['base'] for r in rows])} s; baseline / this, per round "
+                      f"{spread([r['base'] / r['cold'] for r in rows])}"
+                      + ("" if a.no_hta else
+                         f"; HTA / baseline {spread([r['hta'] / r['base'] for r in rows], '{:.1f}')}x"))
             if not a.no_hta:
                 print(f"- HTA {spread([r['hta'] for r in rows])} s; HTA / cold per round "
                       f"{spread([r['hta'] / r['cold'] for r in rows], '{:.1f}')}x")
