@@ -8,7 +8,6 @@ the ranks' GPU rows one rank after the other (``base[r] + row``).
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,16 +59,13 @@ class SetGraph:
         return len(self.start)
 
     def node_label(self, i: int) -> str:
-        """Node i's activity name. The critical path asks for it at every node it walks: a look-up in lists
-        made on the first call (each rank's first node, its graph), not numpy scalar reads."""
-        lookup = self.__dict__.get("_labels")
-        if lookup is None:
-            lookup = self._labels = (self.ranks, [self.base[r] for r in self.ranks],
-                                     [self.graphs[r] for r in self.ranks])
-        ranks, firsts, graphs = lookup
-        k = bisect_right(firsts, i) - 1
-        g = graphs[k]
-        return g.names[g.name_id[i - firsts[k]]]
+        """Node i's activity name. The critical path asks for it at every node it walks: one list of every
+        node's name (references to each rank's names), made on the first call."""
+        labels = self.__dict__.get("_labels")
+        if labels is None:
+            labels = self._labels = [self.graphs[r].names[j] for r in self.ranks
+                                     for j in self.graphs[r].name_id.tolist()]
+        return labels[i]
 
 
 def _cat(parts: list[np.ndarray], dtype=np.int64) -> np.ndarray:
