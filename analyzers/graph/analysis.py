@@ -19,7 +19,6 @@ from analyzers.graph.replay import Replay, loop_order
 from analyzers.graph.residency import residency
 from analyzers.graph.set_graph import SetGraph
 from analyzers.graph.steps import job_steps, median_ns, rank_steps
-from analyzers.graph.walk_view import walk_views
 
 FIDELITY_TARGET = 0.03  # median over steps of |replayed - measured| / measured
 
@@ -144,12 +143,9 @@ def whatif(run: GraphRun, fixes: list[Fix]) -> dict[str, Any]:
     }
 
 
-def _walk_step(run: GraphRun, rank: int, row: pd.Series, views: tuple | None = None) -> dict[str, Any]:
-    """The walk of one rank's step; views: walk_views of the run's graph, replay and inputs (the same
-    walk, read from lists), made once for every step walked."""
-    sg, rp, inp = views or (run.sg, run.base, run.inputs)
+def _walk_step(run: GraphRun, rank: int, row: pd.Series) -> dict[str, Any]:
     node = int(row["last_node"])
-    return walk(sg, rp, inp, rank, int(row["t0"]), int(row["t1"]), node, bool(row["ends_at_end"]))
+    return walk(run.sg, run.base, run.inputs, rank, int(row["t0"]), int(row["t1"]), node, bool(row["ends_at_end"]))
 
 
 def critical_path_section(run: GraphRun) -> dict[str, Any]:
@@ -158,12 +154,11 @@ def critical_path_section(run: GraphRun) -> dict[str, Any]:
     job = run.jobs[1]
     steps, per_rank, nodes = [], {}, {}
     walked: dict[tuple[int, int], dict[str, Any]] = {}
-    views = walk_views(run.sg, run.base, run.inputs)
     for r in run.sg.ranks:
         mine = rep[rep["rank"] == r]
         parts, crit = [], []
         for _, row in mine.iterrows():
-            res = _walk_step(run, r, row, views)
+            res = _walk_step(run, r, row)
             walked[(r, int(row["step"]))] = res
             parts.append(res["parts"])
             crit.extend(res["nodes"])
