@@ -138,6 +138,7 @@ def main() -> None:
                 t = json.loads(timing.read_text())
                 timing.unlink()
                 graph = t["caller_graph_s"] + t["worker_graph_s"] / max(t["workers"], 1)
+                cpu_share = (t["caller_graph_cpu_s"] + t["worker_graph_cpu_s"]) / t["tree_cpu_s"]
                 load_cold = load()
                 hta = None if a.no_hta else run([py, "-c", HTA_SNIPPET, str(folder)])
                 load_hta = load()
@@ -155,15 +156,18 @@ def main() -> None:
                     tb = json.loads(timing.read_text())
                     timing.unlink()
                     base_graph = tb["caller_graph_s"] + tb["worker_graph_s"] / max(tb["workers"], 1)
-                    print(f"  baseline cold {base:.2f} s (graph stage {base_graph:.2f} s = {base_graph / base:.0%}), "
-                          f"load {load():.1f}", flush=True)
-                rows.append({"base": base, "cold": cold, "graph": graph, "caller_graph": t["caller_graph_s"],
+                    base_cpu = (tb["caller_graph_cpu_s"] + tb["worker_graph_cpu_s"]) / tb["tree_cpu_s"]
+                    print(f"  baseline cold {base:.2f} s (graph stage {base_graph:.2f} s = {base_graph / base:.0%}; "
+                          f"CPU: graph {base_cpu:.0%} of {tb['tree_cpu_s']:.2f} s), load {load():.1f}", flush=True)
+                rows.append({"cpu_share": cpu_share, "base": base, "cold": cold, "graph": graph,
+                             "caller_graph": t["caller_graph_s"],
                              "worker_graph": t["worker_graph_s"], "hta": hta, "wi1": wi1, "wi2": wi2, "hit": hit,
                              "load": (load_cold, load_hta, load())})
                 r = rows[-1]
                 print(f"round {i + 1}: cold {cold:.2f} s (graph stage {graph:.2f} s = {graph / cold:.0%}: caller "
                       f"{t['caller_graph_s']:.2f} s, per-rank builds {t['worker_graph_s']:.2f} s over "
-                      f"{t['workers']} workers), load {load_cold:.1f}"
+                      f"{t['workers']} workers; CPU: graph {cpu_share:.0%} of the tree's "
+                      f"{t['tree_cpu_s']:.2f} s), load {load_cold:.1f}"
                       + ("" if hta is None else f" | HTA {hta:.2f} s, load {load_hta:.1f}, HTA / cold "
                                                 f"{hta / cold:.1f}x")
                       + f" | whatif {wi1:.2f} s ({wi1 / cold:.2f}x cold), +1 fix {wi2:.2f} s, repeated {hit:.2f} s, "
@@ -171,7 +175,8 @@ def main() -> None:
                       flush=True)
             graphs = [r["graph"] for r in rows]
             print(f"- cold analyze {spread([r['cold'] for r in rows])} s; graph stage {spread(graphs)} s, "
-                  f"share {spread([r['graph'] / r['cold'] for r in rows], '{:.0%}')}")
+                  f"share {spread([r['graph'] / r['cold'] for r in rows], '{:.0%}')} of the wall time, "
+                  f"{spread([r['cpu_share'] for r in rows], '{:.0%}')} of the CPU time")
             if a.baseline is not None:
                 print(f"- baseline cold analyze {spread([r['base'] for r in rows])} s; baseline / this, per round "
                       f"{spread([r['base'] / r['cold'] for r in rows])}"
