@@ -5,7 +5,10 @@ and nothing of each other, and by then the per-rank workers have finished: the c
 free. Where the machine has two cores or more and can fork, the fixes' replays run in one forked
 process (it inherits the GraphRun: nothing is pickled to it, a few figures per fix come back) while
 the caller walks the critical path; the figures are those of the serial order (the same code on the
-same inputs), and a failed child is redone here. Elsewhere both run here, one after the other.
+same inputs), and a failed child is redone here. Elsewhere both run here, one after the other; so
+they do while another thread runs in this process (a progress display, a Dask client's loop): a
+fork copies only the forking thread, and a lock another thread held at that moment stays held in
+the child.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -43,7 +47,8 @@ def section_and_savings(run: GraphRun, finding_ids: list[str], parallel: bool | 
     global _RUN
     fixes = {FIX_OF_FINDING[f] for f in finding_ids if f in FIX_OF_FINDING}
     if parallel is None:
-        parallel = bool(fixes) and _cores() > 1 and sys.platform.startswith("linux")
+        parallel = (bool(fixes) and _cores() > 1 and sys.platform.startswith("linux")
+                    and threading.active_count() == 1)
     if not parallel:
         return critical_path_section(run), finding_savings(run, finding_ids)
     _RUN = run
