@@ -16,13 +16,14 @@ from analyzers.crossrank.stragglers import straggler_view
 from analyzers.findings import FindingParams, cross_rank_findings, detect_findings, detect_rank
 from analyzers.findings.finding import Finding, sort_findings
 from analyzers.findings.view import windows_of
-from analyzers.graph.analysis import GraphRun, critical_path_section, finding_savings
+from analyzers.graph.analysis import GraphRun, critical_path_document
 from analyzers.graph.fixes import FIX_OF_FINDING
+from analyzers.graph.pricing import section_and_savings
 from analyzers.graph.rank_graph import RankGraph, build_rank_graph
 from analyzers.graph.set_graph import build_set_graph
 from analyzers.graph.subset import SlowestRanks, bounded_rank_graphs, measured_mean_step_ns, subset_note
 from analyzers.io.parallel import PER_RANK_KEY
-from analyzers.io.plain import rows, to_plain
+from analyzers.io.plain import to_plain
 from analyzers.overlap.metrics import AnalysisOptions, RankMetrics, rank_metrics
 from analyzers.syncs.blocking import (
     SyncParams,
@@ -30,6 +31,7 @@ from analyzers.syncs.blocking import (
     sync_totals_beyond_span,
     syncs_not_judged,
 )
+from analyzers.syncs.summary import syncs_document
 from analyzers.timeline.iterations import check_step_selection, select_step_rows
 from analyzers.timeline.model import GPU_STRING_COLUMNS, RankTrace, TraceSet, without_host_tables
 from analyzers.timeline.packed import packed
@@ -82,8 +84,8 @@ class AnalysisReport:
         to_dict, without the decode and re-encode that cleaning costs (0.04 s for 8 ranks).
 
         Compact: what grows with ranks x collectives or ranks x iterations (per-rank columns of the
-        collectives, per-iteration rows) is left to the Parquet tables (overlapscope/write_tables.py),
-        so 1024 ranks stay a document of a few MB."""
+        collectives, per-iteration rows, every blocking sync, the critical path's activities) is left to the
+        Parquet tables (overlapscope/write_tables.py), so 1024 ranks stay a document of a few MB."""
         return {
             "label": self.label,
             "format": self.fmt,
@@ -94,14 +96,10 @@ class AnalysisReport:
             "ranks": [m.to_dict(iterations=False) for m in self.ranks],
             "cross_rank": self.cross_rank.document() if self.cross_rank is not None else None,
             "stragglers": self.stragglers,
-            "syncs": {
-                "n": int(sum(len(df) for df in self.syncs.values())),
-                "host_blocked_ns": self.blocking_sync_ns(),
-                "per_rank": {str(r): rows(df) for r, df in self.syncs.items()},
-            } if self.diagnosed else None,
+            "syncs": syncs_document(self.syncs) if self.diagnosed else None,
             "findings": [f.to_dict() for f in self.findings] if self.findings is not None else None,
             "collectives": self.collectives.document() if self.collectives is not None else None,
-            "critical_path": self.critical_path,
+            "critical_path": critical_path_document(self.critical_path),
             **self.extra,
         }
 
@@ -322,8 +320,7 @@ def _price(report: AnalysisReport, traces: TraceSet, pre: dict[int, RankResults]
     """The dependency graph's answers: critical path section, and each finding's saving (re-sorted)."""
     run = _graph_run(traces, report.syncs, report.cross_rank, report.clock_offsets_ns, pre, pattern)
     report.graph_run = run
-    report.critical_path = critical_path_section(run)
-    savings = finding_savings(run, report.finding_ids())
+    report.critical_path, savings = section_and_savings(run, report.finding_ids())
     for f in report.findings or []:
         got = savings.get(FIX_OF_FINDING.get(f.id, ""))
         if got is not None:

@@ -15,15 +15,16 @@ worker (pool children, or the dask worker processes), the JSON document's size a
 With --ranks 8,1024 the caller's growth per rank is the difference of the two peaks over the ranks added.
 
 usage: python benchmarks/bench_many_ranks.py [--ranks 8,1024] [--modes pool,dask] [--dask-workers 2] [--clean]
+       [--source RANK.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import os
 import platform
-import re
 import shutil
 import socket
 import subprocess
@@ -37,24 +38,26 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data"
 SOURCE = ROOT / "tests" / "data" / "public" / "hta" / "df_index_resolver.json.gz"
-DIST = re.compile(rb'"distributedInfo":\s*\{[^}]*\},?\s*')
 
 
-def build_set(n: int) -> Path:
+def build_set(n: int, source: Path = SOURCE) -> Path:
     """n hard links rank{r}.json of the source rank without its distributedInfo."""
-    folder = DATA / f"many-{n}"
+    tag = "" if source == SOURCE else source.name.split(".")[0] + "-" + source.parent.name + "-"
+    folder = DATA / f"many-{tag}{n}"
     if (folder / ".complete").exists():
         return folder
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    base = DATA / "many-base.json"
+    base = DATA / f"many-{tag}base.json"
     if not base.exists():
-        raw = gzip.decompress(SOURCE.read_bytes())
+        raw = source.read_bytes()
+        raw = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
         cut = raw.index(b'"traceEvents"')
-        head, k = DIST.subn(b"", raw[:cut], count=1)
-        if k != 1:
+        head = json.loads(raw[:cut] + b'"traceEvents": []}')  # the fields before the events (nested ones too)
+        if head.pop("distributedInfo", None) is None:
             raise SystemExit("source trace has no distributedInfo to remove")
-        base.write_bytes(head + raw[cut:])
+        del head["traceEvents"]
+        base.write_bytes(json.dumps(head)[:-1].encode() + (b", " if head else b"") + raw[cut:])
     for r in range(n):
         os.link(base, folder / f"rank{r}.json")
     (folder / ".complete").touch()
@@ -137,6 +140,9 @@ def main() -> None:
     ap.add_argument("--modes", default="pool,dask", help="pool, dask or both")
     ap.add_argument("--dask-workers", type=int, default=2, help="separate `dask worker` processes")
     ap.add_argument("--clean", action="store_true", help="delete benchmarks/data/many-* afterwards")
+    ap.add_argument("--source", type=Path, default=SOURCE,
+                    help="the rank to copy (.json or .json.gz; default the public 54 MB V100 rank), e.g. a rank "
+                         "of a set made with make_large_trace.py")
     a = ap.parse_args()
     print(f"machine: {platform.machine()}, {len(os.sched_getaffinity(0))} cores, "
           f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM, Python {platform.python_version()}")
@@ -145,7 +151,7 @@ def main() -> None:
     rows = []
     try:
         for n in (int(x) for x in a.ranks.split(",")):
-            folder = build_set(n)
+            folder = build_set(n, a.source)
             for mode in a.modes.split(","):
                 tables = Path(tempfile.mkdtemp(prefix="overlapscope-tables-"))
                 cmd = [sys.executable, "-m", "overlapscope", "analyze", str(folder), "-f", "json", "--no-cache",

@@ -4,13 +4,18 @@ multi-rank public sets (tests/data/public), plus any folders given.
 A change meant to leave results as they are (memory, speed) is checked with it: the baseline
 checkout's JSON and this checkout's JSON must be the same bytes, set by set.
 
-usage: python benchmarks/json_identity.py BASELINE_CHECKOUT [--extra FOLDER ...] [--jobs 2]
+Where a set's bytes differ, the JSON paths that differ are listed (values that only one side has, or that
+differ; lists of another length are one path), up to --paths of them, so that an intended change of the
+document (a section moved to the Parquet tables) is told from a changed figure.
+
+usage: python benchmarks/json_identity.py BASELINE_CHECKOUT [--extra FOLDER ...] [--jobs 2] [--paths 12]
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -36,6 +41,25 @@ def sample_sets() -> list[list[Path]]:
     return out
 
 
+def differences(a: object, b: object, path: str = "") -> list[str]:
+    """The JSON paths at which decoded documents a and b differ (see the module docstring)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in list(a) + [k for k in b if k not in a]:
+            if k not in b:
+                out.append(f"{path}.{k}: baseline only")
+            elif k not in a:
+                out.append(f"{path}.{k}: this checkout only")
+            else:
+                out += differences(a[k], b[k], f"{path}.{k}")
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} -> {len(b)} items"]
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in differences(x, y, f"{path}[{i}]")]
+    return [] if a == b else [f"{path}: {str(a)[:60]} -> {str(b)[:60]}"]
+
+
 def analyze_json(checkout: Path, paths: list[Path], jobs: int) -> tuple[int, bytes, str]:
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     cmd = [sys.executable, "-m", "overlapscope", "analyze", *map(str, paths), "-f", "json", "--no-cache",
@@ -49,6 +73,7 @@ def main() -> None:
     ap.add_argument("baseline", type=Path, help="the other checkout (e.g. a git worktree of main)")
     ap.add_argument("--extra", type=Path, nargs="*", default=[], help="more set folders")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--paths", type=int, default=12, help="differing JSON paths listed per set")
     a = ap.parse_args()
     sets = sample_sets() + PUBLIC_SETS + [[p] for p in a.extra]
     differ = 0
@@ -61,6 +86,12 @@ def main() -> None:
         print(f"{'same' if same else 'DIFFERENT'}  rc {rc0}/{rc1}  {len(mine):>9} bytes  "
               f"{hashlib.sha256(mine).hexdigest()[:12]}  {name}" + ("" if same else f"  [{err0} | {err1}]"),
               flush=True)
+        if not same and rc0 == rc1 == 0:
+            found = differences(json.loads(base), json.loads(mine))
+            for d in found[:a.paths]:
+                print(f"    {d}")
+            if len(found) > a.paths:
+                print(f"    ... {len(found) - a.paths} more")
     print(f"{len(sets) - differ} of {len(sets)} sets byte-identical")
     sys.exit(1 if differ else 0)
 

@@ -4,7 +4,8 @@ Each copy is shifted past the previous one; correlation / External ids and Profi
 numbers are offset so the copies stay distinct. Output is plain JSON (what torch.profiler
 writes), so both overlapscope and HolisticTraceAnalysis read the same bytes.
 
-usage: python benchmarks/make_large_trace.py SRC.json.gz OUT.json --copies N
+usage: python benchmarks/make_large_trace.py SRC.json.gz OUT.json --copies N [--drop-steps]
+  --drop-steps: leave out the ProfilerStep#N ranges (each rank's whole window is then one step)
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from pathlib import Path
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
-def tile(src: Path, out: Path, copies: int) -> int:
+def tile(src: Path, out: Path, copies: int, drop_steps: bool = False) -> int:
     raw = src.read_bytes()
     doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
     events = doc.pop("traceEvents")
+    if drop_steps:
+        events = [e for e in events if not STEP.match(str(e.get("name", "")))]
     timed = [e for e in events if isinstance(e.get("ts"), (int, float))]
     t0 = min(e["ts"] for e in timed)
     t1 = max(e["ts"] + e.get("dur", 0) for e in timed)
@@ -65,8 +68,9 @@ def main() -> None:
     ap.add_argument("src", type=Path)
     ap.add_argument("out", type=Path)
     ap.add_argument("--copies", type=int, default=10)
+    ap.add_argument("--drop-steps", action="store_true", help="leave out the ProfilerStep#N ranges")
     a = ap.parse_args()
-    size = tile(a.src, a.out, a.copies)
+    size = tile(a.src, a.out, a.copies, a.drop_steps)
     print(f"{a.out}: {size / 1e6:.0f} MB from {a.copies} copies of {a.src.name}")
 
 

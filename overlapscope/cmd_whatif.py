@@ -5,10 +5,13 @@ from __future__ import annotations
 import sys
 from typing import Annotated, Any
 
+import msgspec
 import typer
 
+from analyzers.io import report_cache
 from analyzers.timeline.constants import DEFAULT_STEP_PATTERN
 
+from .cmd_analyze import _file_digest
 from .common import (
     CommKernelOpt,
     JobsOpt,
@@ -46,24 +49,36 @@ def whatif_cmd(
     """Predict each step's time with fixes applied, by replaying the trace set's dependency graph.
 
     The measured step, the unmodified replay (its fidelity) and the prediction are medians over
-    steps of the job's step (the slowest rank's).
+    steps of the job's step (the slowest rank's). The answer is kept in the report cache: the same
+    question on unchanged files prints it again without replaying (--no-cache recomputes).
     """
     if format is OutputFormat.csv:
         raise UsageFailure("--format: whatif writes table, json or md")
     with analysis_stack_imports():
-        from analyzers.graph.analysis import whatif
         from analyzers.graph.fixes import parse_fix
-        from analyzers.report import graph_run
     fixes = [parse_fix(f) for f in fix]
-    options = options_from(None, False, step_pattern)
-    traces = load_set(paths, rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache,
-                      options=options, diagnose=True, host_tables=False, graph_only=True)
-    result = whatif(graph_run(traces, options), fixes)
-    result["label"] = traces.label
+    # The report cache answers the same question on unchanged files again (the fixes in their order: a
+    # fix applies to what the ones before it gave).
+    key = None if no_cache else report_cache.ReportKey.of(paths, {
+        "command": "whatif", "fixes": [f.label for f in fixes], "rules": _file_digest(rules),
+        "comm_kernel": comm_kernel or [], "step_pattern": step_pattern})
+    doc = report_cache.get(key) if key is not None else None
+    if doc is None:
+        with analysis_stack_imports():
+            from analyzers.graph.analysis import whatif
+            from analyzers.io.plain import json_bytes
+            from analyzers.report import graph_run
+        options = options_from(None, False, step_pattern)
+        traces = load_set(paths, rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache,
+                          options=options, diagnose=True, host_tables=False, graph_only=True)
+        result = whatif(graph_run(traces, options), fixes)
+        result["label"] = traces.label
+        doc = json_bytes(result)
+        if key is not None:
+            report_cache.put(key, doc)
+    result = msgspec.json.decode(doc)
     if format is OutputFormat.json:
-        from analyzers.io.plain import json_bytes
-
-        write_bytes(json_bytes(result) + b"\n")
+        write_bytes(doc + b"\n")
     elif format is OutputFormat.md:
         sys.stdout.write(to_markdown(result))
     else:

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from viz.formats import UNDEFINED, ms, pct  # noqa: F401  (render.pct is the formatter commands use)
 from viz.scale_tables import straggler_section
-from viz.tables import RANK_COLUMNS, Doc, rank_rows, sync_rows
+from viz.tables import RANK_COLUMNS, Doc, rank_rows, sync_section
 
 from .render_collectives import collectives_markdown, collectives_table
 from .render_critical import critical_markdown, critical_tables
@@ -122,8 +122,8 @@ def _cross_rank_table(doc: Doc, opts: RenderOptions) -> list[RenderableType]:
 
 
 def _syncs_table(doc: Doc, opts: RenderOptions) -> list[RenderableType]:
-    rows = sync_rows(doc)
-    return [syncs_table(rows)] if rows else []
+    syncs = sync_section(doc)
+    return [syncs_table(syncs)] if syncs.get("n") else []
 
 
 def _notes_table(doc: Doc, opts: RenderOptions) -> list[RenderableType]:

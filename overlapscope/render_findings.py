@@ -12,13 +12,13 @@ from typing import Any
 from rich.table import Table
 
 from viz.critical import saving_text
-from viz.tables import Doc, syncs_summary
+from viz.tables import Doc
 
 # Severity order as analyzers.findings.finding.SEVERITY_ORDER has it (importing that package loads the
 # detectors and pandas; tests/test_findings.py checks the two agree).
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
-SYNC_GROUP_LIMIT = 20  # rows of the grouped sync table; the JSON output has every sync
+SYNC_GROUP_LIMIT = 20  # rows of the grouped sync table; `analyze --tables` has every sync
 PER_FINDING_ROWS = 3  # past this many findings of one id (one per rank at scale), the rest in one row
 RANK_TOTALS_LIMIT = 16  # per-rank sync totals in the caption up to this many ranks
 
@@ -96,12 +96,12 @@ def _saves(saving: int | None, fraction: float | None) -> str:
     return f"{_ms(saving)} ms\n{100 * (fraction or 0):.1f}%"
 
 
-def syncs_table(rows: list[Doc], title: str = "blocking host syncs", limit: int = SYNC_GROUP_LIMIT) -> Table:
-    """Blocking syncs per rank, API and caller (the document's sync rows, any ranks)."""
+def syncs_table(syncs: Doc, title: str = "blocking host syncs", limit: int = SYNC_GROUP_LIMIT) -> Table:
+    """Blocking syncs per rank, API and caller (the document's `syncs` section, any ranks)."""
     table = Table(title=title, title_justify="left", header_style="bold")
     for name in ("rank", "api", "caller", "syncs", "host blocked ms", "GPU idle ms", "idle median µs", "steps"):
         table.add_column(name, justify="left" if name in ("api", "caller") else "right")
-    summary = syncs_summary(rows)
+    summary = syncs.get("groups") or []
     if not summary:
         table.add_row("", "none", "", "0", "", "", "", "")
         return table
@@ -109,21 +109,18 @@ def syncs_table(rows: list[Doc], title: str = "blocking host syncs", limit: int 
         median = g["gpu_idle_ns_median"]
         table.add_row(str(g["rank"]), g["api"], str(g["caller"])[:60], str(g["n"]), _ms(g["host_blocked_ns"]),
                       _ms(g["gpu_idle_ns"]), "n/a" if median is None else f"{median / 1e3:.1f}", str(g["steps"]))
-    if len(summary) > limit:
-        table.caption = f"{len(summary) - limit} more groups; --format json lists every sync"
-    totals: dict[Any, list[float]] = {}
-    for row in rows:
-        t = totals.setdefault(row["rank"], [0, 0, 0])
-        t[0] += 1
-        t[1] += row["gpu_idle_ns"] or 0
-        t[2] += row["host_blocked_ns"] or 0
-    listed = sorted(totals.items())
+    n_groups = syncs.get("n_groups", len(summary))
+    if n_groups > min(limit, len(summary)):
+        table.caption = (f"{n_groups - min(limit, len(summary))} more groups; `analyze --tables DIR` lists every "
+                         "sync (syncs.parquet)")
+    listed = sorted((int(r), d) for r, d in (syncs.get("per_rank") or {}).items() if d["n"])
     if len(listed) > RANK_TOTALS_LIMIT:  # the ranks whose syncs idled the GPU most
         table.caption = ((table.caption + "; ") if table.caption else "") + (
             f"{len(listed)} ranks with blocking syncs; the {RANK_TOTALS_LIMIT} with the most GPU idle")
-        listed = sorted(listed, key=lambda kv: -kv[1][1])[:RANK_TOTALS_LIMIT]
+        listed = sorted(listed, key=lambda kv: -kv[1]["gpu_idle_ns"])[:RANK_TOTALS_LIMIT]
     table.caption = ((table.caption + "; ") if table.caption else "") + "; ".join(
-        f"rank {rk}: {n} syncs, host blocked {_ms(host)} ms, GPU idle {_ms(idle)} ms" for rk, (n, idle, host) in listed)
+        f"rank {rk}: {d['n']} syncs, host blocked {_ms(d['host_blocked_ns'])} ms, GPU idle {_ms(d['gpu_idle_ns'])} ms"
+        for rk, d in listed)
     return table
 
 

@@ -9,8 +9,11 @@ form (one row per rank and item), readable with pandas (`pd.read_parquet`) or Du
   iterations.parquet        one row per (rank, iteration): the per-iteration metrics
   collectives.parquet       one row per matched collective: arrival, skew, late rank, waits
   collective_ranks.parquet  one row per (collective, rank): aligned start/end, wait, transfer, lateness, last
+  collective_activities.parquet  one row per communication activity and rank: bytes, wait, transfer, bandwidth
+                            (the JSON: groups per operation and size, the first rows)
   stragglers.parquet        one row per rank: the straggler view (times last, lateness, what came before)
-  syncs.parquet             one row per blocking host sync, with its rank
+  syncs.parquet             one row per blocking host sync, with its rank (the JSON: totals, groups, the top syncs)
+  critical_rows.parquet     one row per (rank, GPU row) on that rank's replayed critical path (the JSON: counts)
 Tables a report does not have (one rank: no collectives) are not written.
 """
 
@@ -62,11 +65,20 @@ def table_chunks(report: AnalysisReport) -> dict[str, Iterator[pd.DataFrame]]:
 
         out["collectives"] = iter([cr.collectives[collective_columns(cr.collectives)].reset_index(drop=True)])
         out["collective_ranks"] = _collective_ranks(cr.collectives, cr.members)
+    if report.collectives is not None and report.collectives.n_rows:
+        out["collective_activities"] = iter([report.collectives.rows])
     if report.stragglers and report.stragglers.get("ranks"):
         out["stragglers"] = iter([pd.DataFrame(report.stragglers["ranks"])])
     syncs = [df.assign(rank=r) for r, df in report.syncs.items() if len(df)]
     if syncs:
         out["syncs"] = iter([_rank_first(pd.concat(syncs, ignore_index=True))])
+    crit = (report.critical_path or {}).get("critical_rows") or {}
+    if crit:
+        import numpy as np
+
+        out["critical_rows"] = iter([pd.DataFrame({
+            "rank": np.repeat(np.asarray([int(r) for r in crit], dtype=np.int64), [len(v) for v in crit.values()]),
+            "row": np.concatenate([np.asarray(v, dtype=np.int64) for v in crit.values()])})])
     return out
 
 

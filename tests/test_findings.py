@@ -472,12 +472,11 @@ def test_findings_render_as_table_and_markdown():
     from rich.console import Console
 
     from analyzers.findings.finding import SEVERITY_ORDER
-    from analyzers.io.plain import records
+    from analyzers.syncs.summary import syncs_document
     from overlapscope.render_findings import (
         SEVERITY_RANK,
         findings_markdown,
         findings_table,
-        syncs_summary,
         syncs_table,
     )
 
@@ -493,10 +492,13 @@ def test_findings_render_as_table_and_markdown():
     assert "host-blocking-sync" in text and "serialized-streams" in text
     md = findings_markdown(fs)
     assert md.count("**Fix:**") == 2 and "- n_syncs: `11`" in md
-    syncs = records(trace_set_syncs(ts))
-    summary = syncs_summary(syncs)
+    syncs = trace_set_syncs(ts)
+    section = syncs_document({int(r): df for r, df in syncs.groupby("rank")})
+    summary = section["groups"]
     assert [[g["rank"], g["api"], g["n"]] for g in summary] == [[0, "cudaStreamSynchronize", 12]]
-    assert syncs_table(syncs).row_count == 1
+    assert section["n"] == 12 == len(syncs) and len(section["rows"]) == 12
+    assert section["host_blocked_ns"] == int(syncs["host_blocked_ns"].sum())
+    assert syncs_table(section).row_count == 1
     assert findings_table([]).row_count == 1 and "No cause" in findings_markdown([])
     priced = [dict(fs[0], saving_ns=547_430, saving_fraction=0.126), dict(fs[1], saving_ns=-2_041_306,
                                                                           saving_fraction=-0.0368)]
@@ -681,7 +683,8 @@ def test_fail_on_gate_catches_the_schedule_that_lost_all_overlap():
     assert hs.returncode == 1
     doc = json.loads(hs.stdout)
     assert {f["id"] for f in doc["findings"]} >= {"host-blocking-sync"}
-    assert doc["syncs"]["n"] == sum(len(v) for v in doc["syncs"]["per_rank"].values()) > 0
+    assert doc["syncs"]["n"] == sum(v["n"] for v in doc["syncs"]["per_rank"].values()) > 0
+    assert doc["syncs"]["n"] == sum(g["n"] for g in doc["syncs"]["groups"])
 
 
 # --- comm-starved-by-compute against a brute-force reference ---------------------------------

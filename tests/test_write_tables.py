@@ -21,7 +21,9 @@ def test_tables_hold_the_detail_the_document_leaves_out():
     rep = analyze(load_traces([SET]))
     doc = rep.to_dict()
     tabs = report_tables(rep)
-    assert set(tabs) == {"ranks", "iterations", "collectives", "collective_ranks", "stragglers", "syncs"}
+    assert set(tabs) == {"ranks", "iterations", "collectives", "collective_ranks", "stragglers", "syncs",
+                         "critical_rows", "collective_activities"}
+    assert len(tabs["collective_activities"]) == doc["collectives"]["n_rows"]
     # per-iteration rows: one per rank and step, the same as the report's
     its = tabs["iterations"]
     assert len(its) == sum(len(m.iterations) for m in rep.ranks)
@@ -39,6 +41,10 @@ def test_tables_hold_the_detail_the_document_leaves_out():
     assert list(tabs["collectives"].columns) == list(doc["cross_rank"]["collectives"][0])
     assert tabs["stragglers"]["n_last"].tolist() == [r["n_last"] for r in doc["stragglers"]["ranks"]]
     assert len(tabs["syncs"]) == doc["syncs"]["n"]
+    # every critical activity of each rank, counted in the document
+    crit = tabs["critical_rows"]
+    assert {str(r): int(n) for r, n in crit.groupby("rank").size().items()} == doc["critical_path"]["critical_rows_n"]
+    assert "critical_rows" not in doc["critical_path"]
 
 
 def test_cli_writes_readable_parquet(tmp_path):
@@ -48,7 +54,8 @@ def test_cli_writes_readable_parquet(tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        f"{n}.parquet" for n in ("ranks", "iterations", "collectives", "collective_ranks", "stragglers", "syncs"))
+        f"{n}.parquet" for n in ("ranks", "iterations", "collectives", "collective_ranks", "stragglers", "syncs",
+                                 "critical_rows", "collective_activities"))
     ranks = pd.read_parquet(out / "ranks.parquet")
     assert ranks["overlap_ratio"].tolist() == [x["overlap_ratio"] for x in doc["ranks"]]
     assert len(pd.read_parquet(out / "collectives.parquet")) == doc["cross_rank"]["n_matched"]

@@ -52,7 +52,7 @@ def critical_overlay(fig: go.Figure, variants: list, trace_sets: list, cps: list
         xs, ys = [], []
         for r_key, rows in cp.get("critical_rows", {}).items():
             t = ts.ranks.get(int(r_key))
-            if t is None or not rows:
+            if t is None or not len(rows):
                 continue
             idx = np.asarray(rows, dtype=np.int64)
             idx = idx[idx < len(t.gpu)]

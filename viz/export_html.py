@@ -42,7 +42,7 @@ from .formats import ms
 from .labels import header
 from .lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
 from .scale_tables import straggler_section
-from .tables import RANK_COLUMNS, rank_rows, sync_rows, syncs_summary
+from .tables import RANK_COLUMNS, rank_rows, sync_section
 from .timeline import SYNC_COLUMNS, TimelineData, lod_for_windows, normalize_syncs, prepare_timeline
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
@@ -211,11 +211,11 @@ def _critical_html(doc: dict, fig) -> str:
 
 
 def _syncs_html(doc: dict) -> str:
-    syncs = sync_rows(doc)
-    if not syncs:
+    syncs = sync_section(doc)
+    if not syncs.get("n"):
         return '<p class="muted">No blocking host syncs.</p>' if doc["findings"] is not None else ""
     rows = [[g["rank"], g["api"], str(g["caller"])[:80], g["n"], ms(g["host_blocked_ns"]), ms(g["gpu_idle_ns"]),
-             g["steps"]] for g in syncs_summary(syncs)[:30]]
+             g["steps"]] for g in syncs["groups"][:30]]
     return html_table([header(k) for k in ("rank", "api", "caller")] + ["syncs"]
                       + [header(k) for k in ("host_blocked_ns", "gpu_idle_ns")] + ["steps"], rows,
                       text_cols=(1, 2))

@@ -8,7 +8,6 @@ without loading the analysis stack.
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from .formats import UNDEFINED, ms, pct
@@ -62,31 +61,8 @@ def _rows(ranks: list[Doc]) -> list[list[str]]:
     return rows
 
 
-def sync_rows(doc: Doc) -> list[Doc]:
-    """Every blocking sync of the document, rank after rank (its ``syncs.per_rank`` rows)."""
-    syncs = doc.get("syncs") or {}
-    return [row for rows in (syncs.get("per_rank") or {}).values() for row in rows]
-
-
-def _who(row: Doc) -> str:
-    """What a sync is filed under: the sync-implying op, else its caller, annotation or frame."""
-    for key in ("sync_op", "caller", "annotation", "frame"):
-        if row.get(key):
-            return row[key]
-    return "-"
-
-
-def syncs_summary(rows: list[Doc]) -> list[Doc]:
-    """Blocking syncs grouped by rank, API and caller (in order of appearance): count, host blocked and
-    GPU idle (ns), the GPU idle median and the steps they fell in; by rank, most GPU idle first."""
-    groups: dict[tuple[Any, str, str], list[Doc]] = {}
-    for row in rows:
-        groups.setdefault((row["rank"], row["api"], _who(row)), []).append(row)
-    out = []
-    for (rank, api, who), members in groups.items():
-        idle = [m["gpu_idle_ns"] for m in members if m["gpu_idle_ns"] is not None]
-        out.append({"rank": rank, "api": api, "caller": who, "n": len(members),
-                    "host_blocked_ns": sum(m["host_blocked_ns"] or 0 for m in members),
-                    "gpu_idle_ns": sum(idle), "gpu_idle_ns_median": statistics.median(idle) if idle else None,
-                    "steps": len({m["step"] for m in members if m["step"] is not None and m["step"] >= 0})})
-    return sorted(out, key=lambda g: (g["rank"], -g["gpu_idle_ns"]))
+def sync_section(doc: Doc) -> Doc:
+    """The document's blocking syncs (analyzers.syncs.summary.syncs_document): totals per rank, the groups
+    by rank, API and caller (most GPU idle first within a rank, capped, with n_groups), the top syncs;
+    empty where the document has none."""
+    return doc.get("syncs") or {}

@@ -44,8 +44,8 @@ class CollectiveParams:
     # A collective is "overlapped" when compute ran beside at least this share of its transfer time
     # (half: most of its bandwidth was measured while sharing the GPU).
     overlapped_min_share: float = 0.5
-    # JSON lists at most this many rows (every row counts in the groups).
-    max_listed: int = 1000
+    # JSON lists at most this many rows (every row counts in the groups; `analyze --tables` has them all).
+    max_listed: int = 100
 
 
 # Operation of a communication kernel whose name carries no NCCL collective: first match wins.

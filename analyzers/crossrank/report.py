@@ -6,6 +6,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from analyzers.io.plain import rows, to_plain
@@ -72,8 +73,8 @@ class CrossRankParams:
     # Iteration windows (ProfilerStep#N): order mismatches count only before a dependency in
     # the same iteration.
     step_pattern: str = DEFAULT_STEP_PATTERN
-    # Lists in to_dict (unmatched, inconsistent, mismatches) are cut to this many entries;
-    # their counts are always complete.
+    # Lists in to_dict (collectives: the longest peer waits; unmatched, inconsistent, mismatches) are cut to
+    # this many entries; their counts are always complete.
     max_listed: int = 200
 
 
@@ -144,7 +145,7 @@ class CrossRankReport:
             "reference_rank": self.reference_rank,
             "clock": self.clock.to_dict() if self.clock else None,
             "n_matched": self.n_matched,
-            "collectives": rows(self.collectives[collective_columns(self.collectives)]),
+            "collectives": rows(listed_collectives(self.collectives, cap)),  # n_matched counts them all
             "n_unmatched": int(sum(u.get("count", 1) for u in self.unmatched)),
             "unmatched": self.unmatched[:cap],
             "n_inconsistent": int(sum(u.get("count", 1) for u in self.inconsistent)),
@@ -161,6 +162,17 @@ class CrossRankReport:
 
 
 # --------------------------------------------------------------------------- helpers
+
+def listed_collectives(colls: pd.DataFrame, cap: int) -> pd.DataFrame:
+    """The matched collectives the document lists: the cap with the longest peer wait (ties: the earlier), in
+    their order, without per-rank columns; every one is a row of `analyze --tables` (collectives.parquet)."""
+    cols = colls[collective_columns(colls)]
+    if len(cols) <= cap or "max_wait_ns" not in cols:
+        return cols
+    wait = pd.to_numeric(cols["max_wait_ns"], errors="coerce").to_numpy(np.float64)
+    top = np.argsort(-np.nan_to_num(wait, nan=-np.inf), kind="stable")[:cap]
+    return cols.iloc[np.sort(top)]
+
 
 _PER_RANK_COLUMN = re.compile(r"_r\d+$")
 

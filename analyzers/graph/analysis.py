@@ -23,7 +23,6 @@ from analyzers.graph.set_graph import SetGraph
 from analyzers.graph.steps import job_steps, median_ns, rank_steps
 
 FIDELITY_TARGET = 0.03  # median over steps of |replayed - measured| / measured
-MAX_LISTED_NODES = 20_000  # critical activities listed per rank in the JSON (the app highlights them)
 
 
 class GraphRun:
@@ -173,8 +172,8 @@ def critical_path_section(run: GraphRun) -> dict[str, Any]:
         step_ns = int(round(float(mine["dur_ns"].mean()))) if len(mine) else 0
         per_rank[str(r)] = {"mean_step_ns": step_ns, "parts": total,
                             "shares": {k: (v / step_ns if step_ns else None) for k, v in total.items()}}
-        own = sorted({i - run.sg.base[r] for i in crit if int(run.sg.rank_of[i]) == r})
-        nodes[str(r)] = own[:MAX_LISTED_NODES]
+        c = np.asarray(crit, dtype=np.int64)
+        nodes[str(r)] = np.unique(c[run.sg.rank_of[c] == r] - run.sg.base[r]) if len(c) else c
     release_removals(run)  # the attribution's replays are not kept past the walk
     for _, row in job.iterrows():
         r, s = int(row["rank"]), int(row["step"])
@@ -184,6 +183,16 @@ def critical_path_section(run: GraphRun) -> dict[str, Any]:
                       "walked": res["walked"], "bounds": res["bounds"]})
     return {"fidelity": fidelity(run), "attribution": list(ATTRIBUTION), "steps": steps, "per_rank": per_rank,
             "critical_rows": nodes, "notes": run.notes()}
+
+
+def critical_path_document(section: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The section as the JSON document keeps it: each rank's critical activities (GPU rows, an array each:
+    thousands a rank) counted in `critical_rows_n`, listed in `analyze --tables` (critical_rows.parquet)."""
+    if section is None:
+        return None
+    out = {k: v for k, v in section.items() if k != "critical_rows"}
+    out["critical_rows_n"] = {r: len(v) for r, v in section.get("critical_rows", {}).items()}
+    return out
 
 
 def finding_savings(run: GraphRun, finding_ids: list[str]) -> dict[str, dict[str, Any]]:

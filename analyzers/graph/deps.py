@@ -112,24 +112,36 @@ def _wait_calls(trace: RankTrace, stream_of: dict[tuple[int, int], int]) -> tupl
     if se.empty or trace.runtime.empty:
         return none
     names = trace.names_of(se["name_id"].to_numpy())
-    w = se[names == WAIT_EVENT]
-    if w.empty:
+    picked = np.flatnonzero(names == WAIT_EVENT)
+    if not len(picked):
         return none
+    w = {col: se[col].to_numpy(np.int64)[picked] for col in ("correlation", "device", "stream")}
     rt = trace.runtime
     rc = rt["correlation"].to_numpy(np.int64)
     o = np.argsort(rc, kind="stable")
     rc_s, rs = rc[o], rt["start_ns"].to_numpy(np.int64)[o]
-    c = w["correlation"].to_numpy(np.int64)
+    c = w["correlation"]
     pos = np.clip(np.searchsorted(rc_s, c), 0, len(rc_s) - 1)
     hit = rc_s[pos] == c
     # a stream id found on one device only is that stream, whatever device the record names (nsys
     # exports may number the devices of sync records differently from those of kernels)
     ids = [s for _, s in stream_of]
     only = {s: c for (_, s), c in stream_of.items() if ids.count(s) == 1}
-    code = np.asarray([stream_of.get((int(d), int(s)), only.get(int(s), -1)) for d, s in
-                       zip(w["device"].to_numpy(), w["stream"].to_numpy(), strict=True)], dtype=np.int64)
+    code = _lookup(stream_of, w["device"], w["stream"])
+    if only:
+        by_id = pd.Index(list(only)).get_indexer(w["stream"])
+        alt = np.asarray(list(only.values()), dtype=np.int64)[np.maximum(by_id, 0)]
+        code = np.where((code < 0) & (by_id >= 0), alt, code)
     ok = hit & (code >= 0)
     return code[ok], rs[pos[ok]]
+
+
+def _lookup(codes: dict[tuple[int, int], int], device: np.ndarray, stream: np.ndarray) -> np.ndarray:
+    """codes[(device, stream)] per pair, -1 where absent (one vectorized look-up, not one per record)."""
+    if not codes or not len(device):
+        return np.full(len(device), -1, dtype=np.int64)
+    pos = pd.MultiIndex.from_tuples(list(codes)).get_indexer(pd.MultiIndex.from_arrays([device, stream]))
+    return np.where(pos >= 0, np.asarray(list(codes.values()), dtype=np.int64)[np.maximum(pos, 0)], -1)
 
 
 def event_waits(trace: RankTrace, start: np.ndarray, end: np.ndarray, device: np.ndarray, stream: np.ndarray,

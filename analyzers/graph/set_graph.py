@@ -59,9 +59,13 @@ class SetGraph:
         return len(self.start)
 
     def node_label(self, i: int) -> str:
-        r = int(self.rank_of[i])
-        g = self.graphs[r]
-        return g.names[int(g.name_id[i - self.base[r]])]
+        """Node i's activity name. The critical path asks for it at every node it walks: one list of every
+        node's name (references to each rank's names), made on the first call."""
+        labels = self.__dict__.get("_labels")
+        if labels is None:
+            labels = self._labels = [self.graphs[r].names[j] for r in self.ranks
+                                     for j in self.graphs[r].name_id.tolist()]
+        return labels[i]
 
 
 def _cat(parts: list[np.ndarray], dtype=np.int64) -> np.ndarray:

@@ -1,0 +1,198 @@
+"""The graph engine on a 2-core machine: cold `analyze` against HolisticTraceAnalysis, the graph stage's
+share of it, and `whatif` from the parse cache, all in one run.
+
+The sets are those of the engine issue: a real 2 x H200 trace (sample_traces/ag-gemm/host-sync, a GEMM
+with all-gathers and a host sync in every iteration) tiled 400 times in time with make_large_trace.py,
+its ProfilerStep ranges left out (each rank's whole window is then one step): 56 MB, 9,600 kernels and
+3,600 blocking syncs a rank. `2` is the two ranks; `8` is eight ranks, rank r a hard link of rank r % 2
+with its distributedInfo removed (the rank comes from the file name). They go under
+benchmarks/data/engine/ (git-ignored).
+
+Each round, per set, one after the other, each as a whole process:
+  cold     `overlapscope analyze SET -f json --no-cache` through graph_timing.py (the command unchanged,
+           its graph stages timed): wall time, and the graph stage's wall time = the caller's
+           (set graph, replays, critical path, every finding's price) + the per-rank graph builds summed
+           over ranks / workers (they run beside the parse, one per worker)
+  HTA      TraceAnalysis(trace_dir=SET).get_comm_comp_overlap()
+  whatif   `overlapscope whatif SET --fix host-syncs -f json`, from the parse cache (filled once before the
+           rounds, in a cache folder of its own; the report cache emptied before it), the same question once
+           more (a report-cache hit), and with a second fix (--fix host-syncs --fix peer-wait, the report cache
+           emptied)
+Printed per run: the figures and the 1-minute load average at its end (other jobs on a shared machine);
+then the ranges and the ratios (HTA / cold, pair by pair; graph share; whatif / cold).
+
+With --baseline DIR (a checkout of another commit, e.g. `git archive COMMIT | tar -x -C DIR`), each round
+also runs that code's cold analyze through the same timer, right after this one's: their ratio is taken
+round by round, as the load drifts.
+
+usage: python benchmarks/bench_engine.py [--sets 2,8] [--rounds 3] [--no-hta] [--baseline DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "benchmarks" / "data" / "engine"
+SOURCE = ROOT / "sample_traces" / "ag-gemm" / "host-sync"
+COPIES = 400
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+HTA_SNIPPET = (
+    "import logging,sys; logging.disable(logging.WARNING);"
+    "from hta.trace_analysis import TraceAnalysis;"
+    "print(TraceAnalysis(trace_dir=sys.argv[1]).get_comm_comp_overlap(visualize=False).to_string())"
+)
+
+
+def build_sets(names: list[str]) -> dict[str, Path]:
+    """The tiled ranks, then the sets (module docstring)."""
+    from make_large_trace import tile
+
+    tiled = DATA / "tiled"
+    for r in (0, 1):
+        if not (tiled / f"rank{r}.json").exists():
+            tile(SOURCE / f"rank{r}.json.gz", tiled / f"rank{r}.json", COPIES, drop_steps=True)
+    out = {}
+    for name in names:
+        n = int(name)
+        folder = DATA / f"set-{n}"
+        if not (folder / ".complete").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            for r in range(n):
+                src = tiled / f"rank{r % 2}.json" if n == 2 else _anonymous(tiled / f"rank{r % 2}.json")
+                os.link(src, folder / f"rank{r}.json")
+            (folder / ".complete").touch()
+        out[name] = folder
+    return out
+
+
+def _anonymous(path: Path) -> Path:
+    """path without its distributedInfo (the rank then comes from the file name), made once."""
+    out = path.with_name(path.stem + "-anon.json")
+    if not out.exists():
+        raw = path.read_bytes()
+        cut = raw.index(b'"traceEvents"')
+        head = json.loads(raw[:cut] + b'"traceEvents": []}')
+        head.pop("distributedInfo", None)
+        del head["traceEvents"]
+        out.write_bytes(json.dumps(head)[:-1].encode() + (b", " if head else b"") + raw[cut:])
+    return out
+
+
+def run(cmd: list[str], env: dict[str, str] | None = None) -> float:
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})},
+                       check=False)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr.decode(errors='replace')[-500:]}")
+    return wall
+
+
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+def spread(xs: list[float], fmt: str = "{:.2f}") -> str:
+    return fmt.format(min(xs)) + ("" if len(xs) < 2 else "–" + fmt.format(max(xs)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sets", default="2,8")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-hta", action="store_true", help="leave HTA out (the ratio is then not measured)")
+    ap.add_argument("--baseline", type=Path, help="another checkout whose cold analyze runs in each round too")
+    a = ap.parse_args()
+    sets = build_sets(a.sets.split(","))
+    py = sys.executable
+    env = {"PYTHONPATH": str(ROOT)}
+    print(f"machine: {platform.machine()}, {len(os.sched_getaffinity(0))} cores, "
+          f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM, Python {platform.python_version()}; "
+          f"load average at start {load():.1f}", flush=True)
+    cache = Path(tempfile.mkdtemp(prefix="overlapscope-engine-cache-"))
+    cenv = {**env, "OVERLAPSCOPE_CACHE_DIR": str(cache)}
+    try:
+        for name, folder in sets.items():
+            size = sum(p.stat().st_size for p in folder.glob("*.json")) / 1e6
+            print(f"\n## set {name}: {folder.relative_to(ROOT)} ({name} ranks, {size:.0f} MB)", flush=True)
+            run([py, "-m", "overlapscope", "analyze", str(folder), "-f", "json"], cenv)  # fills the parse cache
+            rows = []
+            for i in range(a.rounds):
+                timing = Path(tempfile.mkstemp(suffix=".json")[1])
+                cold = run([py, str(ROOT / "benchmarks" / "graph_timing.py"), str(timing), "analyze", str(folder),
+                            "-f", "json", "--no-cache"], env)
+                t = json.loads(timing.read_text())
+                timing.unlink()
+                graph = t["caller_graph_s"] + t["worker_graph_s"] / max(t["workers"], 1)
+                cpu_share = (t["caller_graph_cpu_s"] + t["worker_graph_cpu_s"]) / t["tree_cpu_s"]
+                load_cold = load()
+                hta = None if a.no_hta else run([py, "-c", HTA_SNIPPET, str(folder)])
+                load_hta = load()
+                ask = [py, "-m", "overlapscope", "whatif", str(folder), "--fix", "host-syncs", "-f", "json"]
+                shutil.rmtree(cache / "reports", ignore_errors=True)
+                wi1 = run(ask, cenv)
+                hit = run(ask, cenv)
+                shutil.rmtree(cache / "reports", ignore_errors=True)
+                wi2 = run(ask + ["--fix", "peer-wait"], cenv)
+                base = None
+                if a.baseline is not None:
+                    timing = Path(tempfile.mkstemp(suffix=".json")[1])
+                    base = run([py, str(ROOT / "benchmarks" / "graph_timing.py"), str(timing), "analyze", str(folder),
+                                "-f", "json", "--no-cache"], {"PYTHONPATH": str(a.baseline.resolve())})
+                    tb = json.loads(timing.read_text())
+                    timing.unlink()
+                    base_graph = tb["caller_graph_s"] + tb["worker_graph_s"] / max(tb["workers"], 1)
+                    base_cpu = (tb["caller_graph_cpu_s"] + tb["worker_graph_cpu_s"]) / tb["tree_cpu_s"]
+                    print(f"  baseline cold {base:.2f} s (graph stage {base_graph:.2f} s = {base_graph / base:.0%}; "
+                          f"CPU: graph {base_cpu:.0%} of {tb['tree_cpu_s']:.2f} s), load {load():.1f}", flush=True)
+                rows.append({"cpu_share": cpu_share, "base": base, "cold": cold, "graph": graph,
+                             "caller_graph": t["caller_graph_s"],
+                             "worker_graph": t["worker_graph_s"], "hta": hta, "wi1": wi1, "wi2": wi2, "hit": hit,
+                             "load": (load_cold, load_hta, load())})
+                r = rows[-1]
+                print(f"round {i + 1}: cold {cold:.2f} s (graph stage {graph:.2f} s = {graph / cold:.0%}: caller "
+                      f"{t['caller_graph_s']:.2f} s, per-rank builds {t['worker_graph_s']:.2f} s over "
+                      f"{t['workers']} workers; CPU: graph {cpu_share:.0%} of the tree's "
+                      f"{t['tree_cpu_s']:.2f} s), load {load_cold:.1f}"
+                      + ("" if hta is None else f" | HTA {hta:.2f} s, load {load_hta:.1f}, HTA / cold "
+                                                f"{hta / cold:.1f}x")
+                      + f" | whatif {wi1:.2f} s ({wi1 / cold:.2f}x cold), +1 fix {wi2:.2f} s, repeated {hit:.2f} s, "
+                        f"load {r['load'][2]:.1f}",
+                      flush=True)
+            graphs = [r["graph"] for r in rows]
+            print(f"- cold analyze {spread([r['cold'] for r in rows])} s; graph stage {spread(graphs)} s, "
+                  f"share {spread([r['graph'] / r['cold'] for r in rows], '{:.0%}')} of the wall time, "
+                  f"{spread([r['cpu_share'] for r in rows], '{:.0%}')} of the CPU time")
+            if a.baseline is not None:
+                print(f"- baseline cold analyze {spread([r['base'] for r in rows])} s; baseline / this, per round "
+                      f"{spread([r['base'] / r['cold'] for r in rows])}"
+                      + ("" if a.no_hta else
+                         f"; HTA / baseline {spread([r['hta'] / r['base'] for r in rows], '{:.1f}')}x"))
+            if not a.no_hta:
+                print(f"- HTA {spread([r['hta'] for r in rows])} s; HTA / cold per round "
+                      f"{spread([r['hta'] / r['cold'] for r in rows], '{:.1f}')}x")
+            print(f"- whatif from the parse cache {spread([r['wi1'] for r in rows])} s = "
+                  f"{spread([r['wi1'] / r['cold'] for r in rows])}x cold; one more fix "
+                  f"{spread([r['wi2'] - r['wi1'] for r in rows], '{:+.2f}')} s; repeated (report cache) "
+                  f"{spread([r['hit'] for r in rows])} s")
+            print(f"- load average over the runs {spread([x for r in rows for x in r['load']], '{:.1f}')}", flush=True)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
