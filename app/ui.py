@@ -139,6 +139,22 @@ def _full_report(fp: data.Fingerprint, label: str) -> AnalysisReport:
     return replace(rep, cross_rank=replace(rep.cross_rank, aligned=_aligned_set(fp, label)))
 
 
+@st.cache_resource(max_entries=32, show_spinner="Pricing every fix together…")
+def _fix_all(fp: data.Fingerprint, label: str) -> dict[str, Any] | None:
+    """The replay with every finding's fix at once (as `overlapscope whatif --fix A --fix B ...`); None when
+    no finding names a fix or the run has no graph."""
+    from analyzers.graph.analysis import whatif
+    from analyzers.graph.fixes import FIX_OF_FINDING, Fix
+
+    rep = _report(fp, label)
+    fixes = sorted({FIX_OF_FINDING[f.id] for f in rep.findings or [] if f.id in FIX_OF_FINDING})
+    if rep.graph_run is None or not fixes:
+        return None
+    out = whatif(rep.graph_run, [Fix(f) for f in fixes])
+    return {k: out[k] for k in ("fixes", "measured_step_ns", "replayed_step_ns", "predicted_step_ns", "saving_ns",
+                                "saving_fraction")}
+
+
 @st.cache_resource(max_entries=16, show_spinner="Comparing…")
 def _diff(fp_a: data.Fingerprint, label_a: str, fp_b: data.Fingerprint, label_b: str,
           names: tuple[str, str]) -> Any:
@@ -179,6 +195,15 @@ class Loaded:
 
     def full_report(self) -> AnalysisReport:
         return _full_report(self.fp, self.label)
+
+    def fix_all(self) -> dict[str, Any] | None:
+        return _fix_all(self.fp, self.label)
+
+    def decision(self) -> Any:
+        """The run's line of the decision table (viz/decision.py)."""
+        from viz.decision import decide
+
+        return decide(self.label, self.report(), self.source.manifest(), self.fix_all())
 
     def window_metrics(self, rank: int, lo: int, hi: int) -> OverlapMetrics:
         return OverlapMetrics(**_window_metrics(self.fp, self.label, rank, int(lo), int(hi)))
