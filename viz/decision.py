@@ -158,9 +158,9 @@ def decision_rows(decisions: Sequence[RunDecision]) -> list[list[str]]:
     rows = []
     for i, d in enumerate(ranked(decisions), start=1):
         best = d.best
-        rows.append([str(i), d.label, _ms(best.median_ns) if best else "n/a", best.source if best else "none",
+        rows.append([str(i), d.label, _ms(best.median_ns) if best else "n/a", best.source if best else "—",
                      d.runner.text() if d.runner else "not recorded", d.traced.text() if d.traced else "no steps",
-                     d.top_finding or "none", price_text(d.top_saving_ns, d.top_saving_fraction) if d.top_finding
+                     d.top_finding or "no finding", price_text(d.top_saving_ns, d.top_saving_fraction) if d.top_finding
                      else "—", fix_all_text(d.fix_all)])
     return rows
 

@@ -86,7 +86,11 @@ _ALL = [
     _m("n", "iterations", "count"),
     # totals from other analyses
     _m("peer_wait_ns", "peer wait", help="collective kernel time spent waiting for the last rank", better=-1),
-    _m("blocking_sync_ns", "blocking-sync time", help="host time blocked waiting for the GPU", better=-1),
+    _m("blocking_sync_ns", "blocking-sync time (GPU idled)", better=-1,
+       help="host time blocked in syncs that left the GPU idle; a sync that caused no GPU idle (a run's closing "
+            "cudaDeviceSynchronize) is harmless and left out"),
+    _m("sync_gpu_idle_ns", "GPU idle caused by syncs", better=-1,
+       help="GPU time with nothing queued because the host was blocked in a sync"),
     # identifiers and names
     _m("rank", "rank", "id"),
     _m("rank_a", "rank A", "id"),
@@ -109,6 +113,8 @@ _ALL = [
     _m("blocked_ns", "host blocked", help="how long the host waited", better=-1),
     _m("host_blocked_ns", "host blocked", help="how long the host waited", better=-1),
     _m("gpu_idle_ns", "GPU idle caused", help="GPU time with nothing queued because of the sync", better=-1),
+    _m("sync_effect", "effect", "text", "whether the GPU went idle after the sync; one that caused no GPU idle "
+       "(a run's closing cudaDeviceSynchronize) is harmless"),
     # cross-rank (analyzers.crossrank)
     _m("coll_id", "collective", "id"),
     _m("coll_name", "collective", "text"),

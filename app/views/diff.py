@@ -50,7 +50,7 @@ names = (run_a.label, run_b.label) if run_a.label != run_b.label else ("A", "B")
 d = ui.diff(run_a, run_b, names)
 
 tone = diff_tone(d.identical, list(d.iterations.values()), d.aggregate)
-{"better": st.success, "worse": st.error, "same": st.info}[tone](plain(f"Verdict: {d.verdict}"))
+{"better": st.success, "worse": st.warning, "same": st.info}[tone](plain(f"Verdict: {d.verdict}"))
 best = best_comparison(run_a.decision(), run_b.decision())
 if best:
     st.caption(plain(best))
