@@ -323,7 +323,8 @@ def focus_timeline(source_key: str, lo_ns: int, hi_ns: int) -> None:
     st.session_state[K_FOCUS] = {"source": source_key, "lo": int(lo_ns), "hi": int(hi_ns)}
     if source_key not in st.session_state.get(K_SELECTED, []):
         st.session_state[K_SELECTED] = [source_key, *st.session_state.get(K_SELECTED, [])]
-    st.switch_page(PAGE_FILES["timeline"])
+    labels = [sources()[k].label for k in st.session_state.get(K_SELECTED, []) if k in sources()]
+    st.switch_page(PAGE_FILES["timeline"], query_params={"runs": ",".join(labels)} if labels else None)
 
 
 def timeline_button(label: str, source_key: str, lo_ns: int | None, hi_ns: int | None, key: str,
