@@ -256,7 +256,7 @@ def test_timeline_figure_two_variants_share_x(sample_sets) -> None:
     colours = {t.line.color for t in lines} | {t.fillcolor for t in gl if t.fill == "toself"}
     assert {"#1f77b4", "#ff7f0e"} <= colours  # compute and communication
     assert "#2ca02c" in colours and "#d62728" in colours  # overlap and exposed-comm bands
-    markers = [t for t in gl if t.mode == "markers"]
+    markers = [t for t in gl if t.mode == "markers" and t.name != "hover"]  # the sync markers
     merged = sum(float(c[2]) for t in markers for c in t.customdata)  # a marker stands for the syncs at its pixel
     assert markers and merged == len(datas[1].syncs)  # host syncs of the nsys run
     ticks = list(fig.layout.yaxis.ticktext) + list(fig.layout.yaxis2.ticktext)

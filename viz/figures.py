@@ -25,6 +25,7 @@ from plotly.subplots import make_subplots
 from analyzers.report import AnalysisReport
 
 from . import labels
+from .hover import hover_trace
 from .mix import mix_polygons, needs_mix, pixel_mix
 from .sync_markers import sync_traces
 from .timeline import CODE, CODES, N_CODES, LaneSegments
@@ -228,6 +229,8 @@ def timeline_figure(
                     customdata=custom, text=text, hovertemplate=hover + "<extra></extra>",
                     name=LABELS[code], legendgroup=code, showlegend=show,
                 ), row=row, col=1)
+        if (hover := hover_trace(v, width_px, top)) is not None:  # a tooltip at every bin of every lane
+            fig.add_trace(hover, row=row, col=1)
         # host sync markers: where the host blocked, with what it cost (harmless ones apart)
         sy = data.syncs
         if len(sy):
