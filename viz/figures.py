@@ -24,8 +24,8 @@ from plotly.subplots import make_subplots
 
 from analyzers.report import AnalysisReport
 
-from . import labels
 from .hover import hover_trace
+from .iterations_figure import iteration_figure  # noqa: F401 - the figures' one import place
 from .mix import mix_polygons, needs_mix, pixel_mix
 from .sync_markers import sync_traces
 from .timeline import CODE, CODES, N_CODES, LaneSegments
@@ -94,29 +94,6 @@ def overview_bars(reports: Sequence[tuple[str, AnalysisReport]]) -> go.Figure:
         legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
         margin=dict(l=10, r=10, t=40, b=40),
     )
-    return fig
-
-
-def iteration_figure(reports: Sequence[tuple[str, AnalysisReport]]) -> go.Figure:
-    """Overlap ratio per iteration, one line per (variant, rank): a bad step stands out."""
-    fig = go.Figure()
-    for label, rep in reports:
-        for m in rep.ranks:
-            it = m.iterations
-            if it.empty:
-                continue
-            name = f"{label} · rank {m.rank}" if len(reports) > 1 else f"rank {m.rank}"
-            fig.add_trace(go.Scatter(
-                x=it["step"].to_numpy(), y=it["overlap_ratio"].astype(float).to_numpy() * 100, mode="lines+markers",
-                name=name, customdata=_ms(it["exposed_comm_ns"].to_numpy()),
-                hovertemplate=name + "<br>step %{x}: overlap %{y:.1f} %<br>exposed comm %{customdata:.3f} ms"
-                                     "<extra></extra>",
-            ))
-    steps = sorted({int(s) for _, rep in reports for m in rep.ranks for s in m.iterations.get("step", [])})
-    ticks = dict(tickmode="array", tickvals=steps) if len(steps) <= 30 else dict(tickformat="d")
-    fig.update_layout(template=TEMPLATE, height=300, xaxis=dict(title="step", **ticks),
-                      yaxis_title=f"{labels.label('overlap_ratio')}, %",
-                      yaxis=dict(range=[0, 105]), margin=dict(l=10, r=10, t=30, b=40))
     return fig
 
 
@@ -365,12 +342,24 @@ def skew_heatmap(collectives: pd.DataFrame, ranks: Sequence[int], max_collective
     mat = arrival_lateness(colls, ranks)
     names = colls["coll_name"].astype(str).to_numpy() if "coll_name" in colls else np.full(len(colls), "")
     labels = [f"#{int(c)} {n}" for c, n in zip(colls["coll_id"].to_numpy(), names, strict=True)]
-    fig = go.Figure(go.Heatmap(
-        z=_ms(mat.to_numpy(dtype=float)), x=labels, y=[f"rank {r}" for r in mat.index],
-        colorscale="Reds", zmin=0, colorbar=dict(title="late (ms)"),
-        hovertemplate="%{y}<br>%{x}<br>started %{z:.4f} ms after the first rank<extra></extra>",
-    ))
-    fig.update_layout(template=TEMPLATE, height=160 + 36 * len(mat), xaxis=dict(title="collective", type="category"),
+    # Red where the skew made a peer wait (the table's max wait > 0), grey where it cost nothing: the colour's
+    # emphasis says what the table says, so a large skew that nobody waited for is never the darkest column.
+    z = _ms(mat.to_numpy(dtype=float))
+    cost = (colls["max_wait_ns"].fillna(0).to_numpy(dtype=float) > 0 if "max_wait_ns" in colls
+            else np.ones(len(colls), dtype=bool))
+    zmax = float(np.nanmax(z)) if np.isfinite(z).any() else 1.0
+    fig = go.Figure()
+    for keep, scale, title, what in ((cost, "Reds", "late, peers waited (ms)", "peers waited for it"),
+                                     (~cost, "Greys", "late, no wait (ms)", "no peer waited (max wait 0)")):
+        if not keep.any():
+            continue
+        fig.add_trace(go.Heatmap(
+            z=z[:, keep], x=[lb for lb, k in zip(labels, keep, strict=True) if k], y=[f"rank {r}" for r in mat.index],
+            colorscale=scale, zmin=0, zmax=zmax if scale == "Reds" else zmax * 3,  # grey stays light
+            colorbar=dict(title=title, x=1.0 if scale == "Reds" else 1.12), showscale=True,
+            hovertemplate="%{y}<br>%{x}<br>started %{z:.4f} ms after the first rank; " + what + "<extra></extra>"))
+    fig.update_layout(template=TEMPLATE, height=160 + 36 * len(mat),
+                      xaxis=dict(title="collective", type="category", categoryorder="array", categoryarray=labels),
                       yaxis=dict(autorange="reversed"),
                       margin=dict(l=10, r=10, t=30, b=40))
     return fig

@@ -200,8 +200,8 @@ def metric(key: str) -> Metric:
     words = key.removesuffix("_ns").replace("_ns_", " ").replace("_", " ").strip()
     if key.endswith("_ns") or "_ns_" in key:
         return Metric(key, words, "time")
-    if key.endswith(("ratio", "fraction", "share")):
-        return Metric(key, words, "ratio")
+    if key.endswith(("ratio", "fraction", "share")) or "_share_" in key or key.startswith(("share_", "fraction_")):
+        return Metric(key, words, "ratio")  # share_of_span: a ratio, in percent
     if key.startswith("n_"):
         return Metric(key, words.removeprefix("n ") + " (count)", "count")
     return Metric(key, words, "text")
@@ -266,7 +266,7 @@ def delta(kind: str, v: Any) -> str:
     if missing(v):
         return UNDEFINED
     if v == 0:
-        return "0"
+        return {"ratio": "0.0 pt", "time": "0.000 ms", "gbps": "0.0 GB/s", "bytes": "0.00 MiB"}.get(kind, "no change")
     if kind == "ratio":
         return f"{100 * v:+.1f} pt"
     if kind == "time":
@@ -279,10 +279,12 @@ def delta(kind: str, v: Any) -> str:
 
 
 def relative(v: Any) -> str:
-    """A relative change as a signed percentage (n/a where A was 0)."""
+    """A relative change as a signed percentage (n/a where A was 0); past +900 % as a multiple of A (×315)."""
     if missing(v):
         return UNDEFINED
-    return "0" if v == 0 else f"{100 * v:+.1f}%"
+    if v > 9:
+        return f"×{1 + v:,.0f}"
+    return "0.0%" if v == 0 else f"{100 * v:+.1f}%"
 
 
 def show(key: str, v: Any) -> str:
