@@ -82,6 +82,8 @@ def entries(d: dict[str, Any], prefix: str = "") -> list[list[str]]:
             rows += entries(v, name)
         elif isinstance(v, (list, tuple)):
             rows.append([name, ", ".join(str(x) for x in v[:20]) + (f", … ({len(v)} in all)" if len(v) > 20 else "")])
+        elif v == -1 and not isinstance(v, bool):  # the runners' "none" (fail_rank -1: no rank fails)
+            rows.append([name, labels.ABSENT])
         else:
             rows.append([name, labels.show(str(k), v) if not str(k).isdigit() else str(v)])
     return rows
