@@ -23,6 +23,20 @@ from .conftest import ROOT
 from .test_app_browser import ERROR_SELECTORS, free_port, launch_browser
 
 VARIANTS = ("baseline", "sync-in-loop", "sync-before-loop", "host-sync", "tuned")
+# Where kernels are: the hover layer's own points (each a bin some kernel covers), 5 per lane on 2 lanes, spread
+# out, as fractions of the plot area.
+SPOTS_JS = """() => {
+  const gd = document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot');
+  const h = gd._fullData.find(t => t.name === 'hover');
+  const xs = Array.from(h.x), ys = Array.from(h.y), out = [];
+  for (const ln of [...new Set(ys)].slice(0, 2)) {
+    const mine = xs.filter((x, i) => ys[i] === ln);
+    for (const q of [0.1, 0.3, 0.5, 0.7, 0.9]) out.push([mine[Math.floor(q * (mine.length - 1))], ln]);
+  }
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  return out.map(([x, y]) => [(x - xa.range[0]) / (xa.range[1] - xa.range[0]),
+                              (ya.range[1] - y) / (ya.range[1] - ya.range[0])]);
+}"""
 
 
 @pytest.fixture()
@@ -67,7 +81,9 @@ def test_first_screen_is_the_decision_and_the_view_is_in_the_url(five: str) -> N
             assert box is not None and box["y"] + box["height"] < 900, "the decision is on the first screen"
             table = page.locator('[data-testid="stDataFrame"]').first
             assert table.bounding_box()["y"] < 900 * 1.5
-            chips = page.locator('[data-testid="stSidebar"] [data-baseweb="tag"]')
+            chips = page.locator('[data-testid="stSidebar"] [data-testid="stMultiSelectTagsContainer"] [data-tag]')
+            chips.first.wait_for(timeout=120_000)
+            page.wait_for_timeout(500)
             assert chips.count() == len(VARIANTS), "every run given is selected"
             page.wait_for_function("() => location.search.includes('runs=')", timeout=60_000)
             assert all(v in page.url for v in VARIANTS)
@@ -83,27 +99,24 @@ def test_timeline_tooltip_wherever_the_mouse_rests(five: str) -> None:
     with sync_playwright() as p:
         browser = launch_browser(p)
         try:
-            page = browser.new_page(viewport={"width": 1500, "height": 1000})
-            page.goto(five + "/timeline?runs=ag-gemm/tuned&step=whole", wait_until="domcontentloaded")
-            page.locator('[data-testid="stPlotlyChart"] .nsewdrag').first.wait_for(timeout=300_000)
-            page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
-                                   timeout=300_000)
-            page.wait_for_timeout(1500)
-            area = page.locator('[data-testid="stPlotlyChart"] .nsewdrag').first.bounding_box()
-            lanes = page.evaluate("() => { const gd = document.querySelector('[data-testid=\"stPlotlyChart\"] "
-                                  ".js-plotly-plot'); const h = gd._fullData.find(t => t.name === 'hover');"
-                                  " return [...new Set(Array.from(h.y))]; }")
-            assert lanes, "the hover layer is in the figure"
-            y_axis = page.evaluate("() => { const ax = document.querySelector('[data-testid=\"stPlotlyChart\"] "
-                                   ".js-plotly-plot')._fullLayout.yaxis; return [ax.range[0], ax.range[1]]; }")
-            hits, tries = 0, 0
-            for lane in lanes[:2]:
-                frac_y = (y_axis[1] - lane) / (y_axis[1] - y_axis[0])
-                for fx in (0.15, 0.35, 0.5, 0.65, 0.85):
-                    page.mouse.move(area["x"] + area["width"] * fx, area["y"] + area["height"] * frac_y)
+            # the whole trace, then a 0.1 ms window of one step (the zoom a box selection makes)
+            for query in ("runs=ag-gemm/tuned&step=whole", "runs=ag-gemm/tuned&step=1&window=1.0~1.1"):
+                page = browser.new_page(viewport={"width": 1500, "height": 1000})
+                page.goto(five + "/timeline?" + query, wait_until="domcontentloaded")
+                page.locator('[data-testid="stPlotlyChart"] .nsewdrag').first.wait_for(timeout=300_000)
+                page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
+                                       timeout=300_000)
+                page.wait_for_timeout(1500)
+                area = page.locator('[data-testid="stPlotlyChart"] .nsewdrag').first.bounding_box()
+                spots = page.evaluate(SPOTS_JS)
+                assert len(spots) >= 5, "the hover layer is in the figure"
+                hits, tries = 0, 0
+                for fx, fy in spots:
+                    page.mouse.move(area["x"] + area["width"] * fx, area["y"] + area["height"] * fy)
                     page.wait_for_timeout(250)
                     tries += 1
                     hits += page.locator(".hoverlayer .hovertext").count() > 0
-            assert hits == tries, f"a tooltip at {hits} of {tries} places along the kernel lanes"
+                assert hits == tries, f"a tooltip at {hits} of {tries} places on the kernel lanes"
+                page.close()
         finally:
             browser.close()
