@@ -148,8 +148,10 @@ def _fix_all(fp: data.Fingerprint, label: str) -> dict[str, Any] | None:
 
     rep = _report(fp, label)
     fixes = sorted({FIX_OF_FINDING[f.id] for f in rep.findings or [] if f.id in FIX_OF_FINDING})
-    if rep.graph_run is None or not fixes:
+    if not fixes:
         return None
+    if rep.graph_run is None:  # the findings name fixes, but there is no graph to replay them on
+        return {"fixes": fixes, "unavailable": "not replayed: no dependency graph for this run"}
     out = whatif(rep.graph_run, [Fix(f) for f in fixes])
     return {k: out[k] for k in ("fixes", "measured_step_ns", "replayed_step_ns", "predicted_step_ns", "saving_ns",
                                 "saving_fraction")}

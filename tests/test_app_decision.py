@@ -155,3 +155,16 @@ def test_diff_box_follows_the_verdict_and_reads_forward(bundled: Path, a: str, b
         assert "->" not in text and " in ag-gemm/tuned vs " in text
     best = [_unescape(c.value) for c in at.caption if c.value.startswith("By best timing")]
     assert best and best[0].endswith("ag-gemm/tuned is " + best[0].rsplit(" is ", 1)[1])
+
+
+def test_fix_all_and_price_in_words_by_hand() -> None:
+    from viz.decision import fix_all_text, price_text
+
+    assert fix_all_text({"replayed_step_ns": 4_344_000, "predicted_step_ns": 3_800_000, "saving_fraction": 0.125}) \
+        == "4.344 → 3.800 ms per step (−12.5%)"
+    assert fix_all_text({"replayed_step_ns": 3_264_000, "predicted_step_ns": 3_264_000, "saving_fraction": 0.0}) \
+        == "3.264 ms per step (no change)"
+    assert fix_all_text(None) == "no fix to replay"
+    assert fix_all_text({"unavailable": "not replayed: no dependency graph for this run"}).startswith("not replayed")
+    assert price_text(547_430, 0.126) == "saves 0.547 ms per step (12.6%)"
+    assert price_text(0, 0.0) == "saves nothing per step" and price_text(None, None) == "not priced"

@@ -142,6 +142,8 @@ def fix_all_text(fix_all: dict[str, Any] | None) -> str:
     """'4.343 → 3.801 ms per step (−12.5 %)', or why there is no prediction."""
     if not fix_all:
         return "no fix to replay"
+    if fix_all.get("unavailable"):
+        return str(fix_all["unavailable"])
     pred, base = fix_all.get("predicted_step_ns"), fix_all.get("replayed_step_ns")
     if pred is None or base is None:
         return "not predicted"
