@@ -14,6 +14,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -94,32 +95,40 @@ def app_cmd(
 
 
 STOPPED = (0, -signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM)  # stopped on request
+GRACE_S = 10.0  # how long the server may take to stop before its group is killed
 FORWARDED = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 
 def serve(cmd: list[str], env: dict[str, str]) -> int:
     """Run the server as the leader of its own process group and stop that group as one: a signal that stops
-    this command (Ctrl-C, SIGTERM from a supervisor, SIGHUP) goes to the server and its parse workers, and
-    whatever of the group outlives the server is ended with it, so no server is left on the port."""
+    this command (Ctrl-C, SIGTERM from a supervisor, SIGHUP) goes to the server and its parse workers, a group
+    still there GRACE_S later is killed, and whatever of the group outlives the server is ended with it, so no
+    server is left on the port."""
     group = hasattr(os, "killpg")
     proc = subprocess.Popen(cmd, env=env, start_new_session=group)
+    stop_asked: list[float] = []
 
     def forward(signum: int, _frame: object) -> None:
+        stop_asked.append(time.monotonic())
         _signal_group(proc, signum, group)
 
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
     try:
         while True:
             try:
-                rc = proc.wait()
+                rc = proc.wait(timeout=0.5)
                 break
+            except subprocess.TimeoutExpired:  # a server that ignores the stop for GRACE_S is killed
+                if stop_asked and time.monotonic() - stop_asked[0] > GRACE_S:
+                    _signal_group(proc, getattr(signal, "SIGKILL", signal.SIGTERM), group)
             except KeyboardInterrupt:  # where the handler could not be set (Windows): stop the server too
+                stop_asked.append(time.monotonic())
                 _signal_group(proc, signal.SIGINT, group)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         _signal_group(proc, signal.SIGTERM, group)  # workers the server left behind
-    return rc
+    return 0 if stop_asked and rc < 0 else rc  # stopped on request, however it ended
 
 
 def _signal_group(proc: subprocess.Popen, signum: int, group: bool) -> None:
