@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
-from viz.decision import DECISION_HEADER, decision_rows, headline, peer_wait_text
+from viz.decision import DECISION_HEADER, decision_rows, headline, peer_wait_text, ranked
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]#|<>~$:])")
 
@@ -27,8 +27,6 @@ def plain(text: str) -> str:
 
 def draw(runs: Sequence) -> list:
     """The decision table of these runs (ui.Loaded); returns their RunDecision lines, fastest first."""
-    from viz.decision import ranked
-
     decisions = [r.decision() for r in runs]
     st.subheader("Which run is fastest, why, and what fixing it buys")
     st.success(plain(headline(decisions)))

@@ -151,7 +151,7 @@ def fix_all_text(fix_all: dict[str, Any] | None) -> str:
     return f"{_ms(base)} → {_ms(pred)} ms per step (−{pct(frac)})" if frac else f"{_ms(pred)} ms per step (no change)"
 
 
-DECISION_HEADER = ["rank", "run", "best timing (ms)", "source", "runner timing", "traced step",
+DECISION_HEADER = ["place", "run", "best timing (ms)", "source", "runner timing", "traced step",
                    "top finding", "its price", "fix all (replayed step)"]
 
 
