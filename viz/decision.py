@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .formats import ms as _ms  # a time as every table writes it: 3.208 (ms)
 from .formats import pct
 
 RUNNER = "runner's CUDA-event timing"
@@ -52,10 +53,6 @@ class RunDecision:
     @property
     def best(self) -> Timing | None:
         return self.runner or self.traced
-
-
-def _ms(ns: float | None) -> str:
-    return "n/a" if ns is None else f"{ns / 1e6:,.3f}"
 
 
 def runner_timing(manifest: dict[str, Any] | None) -> Timing | None:
