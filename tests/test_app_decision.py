@@ -168,3 +168,27 @@ def test_fix_all_and_price_in_words_by_hand() -> None:
     assert fix_all_text({"unavailable": "not replayed: no dependency graph for this run"}).startswith("not replayed")
     assert price_text(547_430, 0.126) == "saves 0.547 ms per step (12.6%)"
     assert price_text(0, 0.0) == "saves nothing per step" and price_text(None, None) == "not priced"
+
+
+def test_peer_wait_line_by_hand() -> None:
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from viz.decision import peer_wait_text
+
+    parts = {"compute": 1_000_000, "peer_wait": 3_000_000}
+    steps = [{"step": 1, "rank": 1, "peer_wait": [{"late_rank": 0, "ns": 2_900_000, "cause": "compute: gemm"}]},
+             {"step": 2, "rank": 1, "peer_wait": [{"late_rank": 1, "ns": 1, "cause": "self"}]}]
+    it = pd.DataFrame({"idle_ns": [400_000, 600_000]})
+    rep = SimpleNamespace(
+        critical_path={"per_rank": {"0": {"mean_step_ns": 5_000_000, "parts": {"peer_wait": 100}},
+                                    "1": {"mean_step_ns": 4_000_000, "parts": parts}}, "steps": steps},
+        ranks=[SimpleNamespace(rank=1, iterations=it)])
+    text = peer_wait_text(rep)
+    # rank 1: 3 of 4 ms waiting (75.0%) for rank 0 (never for itself); its idle per step: median 0.5 ms
+    assert text.startswith("Peer wait is 75.0% of rank 1's step (3.000 of 4.000 ms): its collectives wait for "
+                           "rank 0 (busy with compute: gemm).")
+    assert "rank 1's GPU idle per step is 0.500 ms" in text
+    rep.critical_path["per_rank"]["1"]["parts"] = {"peer_wait": 300_000}  # under 10 % of the step: no line
+    assert peer_wait_text(rep) is None

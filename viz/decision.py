@@ -200,7 +200,8 @@ def peer_wait_text(report: Any) -> str | None:
     steps = cp.get("steps") or []
     for s in [s for s in steps if str(s.get("rank")) == rank] or steps:  # the steps this rank was slowest in
         for p in s.get("peer_wait") or []:
-            late.setdefault(int(p["late_rank"]), []).append(str(p["cause"]))
+            if str(p["late_rank"]) != rank:  # another rank's step: its late peer may be this rank itself
+                late.setdefault(int(p["late_rank"]), []).append(str(p["cause"]))
     who = "; ".join(f"rank {r} (busy with {max(set(c), key=c.count)})" for r, c in sorted(late.items())) or "a peer"
     idle = [float(m.iterations["idle_ns"].median()) for m in report.ranks
             if str(m.rank) == rank and m.iterations is not None and not m.iterations.empty]

@@ -31,7 +31,8 @@ def _waiting() -> go.Figure:
 
 
 st.title("Overview")
-decision_box = st.container()  # filled once the whole analysis is there: the first chart comes before it
+decision_box = st.empty()  # the decision, once the whole analysis is there: the first chart comes before it
+decision_box.caption("Ranking the runs by their best timing and pricing their fixes…")
 head, first_chart = st.container(), st.empty()
 first_chart.plotly_chart(_waiting(), theme=None, key="overview_waiting")
 sidebar.draw_unless_loaded(ui.selected())
@@ -73,7 +74,7 @@ with first_chart.container():
 sidebar.draw()  # unless drawn before the load
 
 reports = [(r.label, r.report()) for r in runs]  # the whole analysis: cross-rank stage, findings, critical path
-with decision_box:
+with decision_box.container():
     decision.draw(runs)
 
 rows = []
