@@ -72,8 +72,7 @@ def runner_timing(manifest: dict[str, Any] | None) -> Timing | None:
             samples = [float(x) for x in t.get("samples") or [] if isinstance(x, (int, float))]
     if len(samples) >= 4:
         lo, hi = np.percentile(samples, [25, 75])
-        return Timing(value * 1e6, lo * 1e6, hi * 1e6, RUNNER,
-                      f"interquartile range of {len(samples)} timed iterations")
+        return Timing(value * 1e6, lo * 1e6, hi * 1e6, RUNNER, f"{len(samples)} timed iterations, interquartile")
     return Timing(value * 1e6, value * 1e6, value * 1e6, RUNNER, "no per-iteration samples recorded:")
 
 
@@ -91,7 +90,7 @@ def traced_timing(report: Any) -> Timing | None:
         return None
     v = np.asarray(list(per_step.values()))
     return Timing(float(np.median(v)), float(v.min()), float(v.max()), TRACED,
-                  f"min–max of {len(v)} profiled step{'s' if len(v) != 1 else ''}")
+                  f"{len(v)} profiled step{'s' if len(v) != 1 else ''}, min–max")
 
 
 def disagreement(runner: Timing | None, traced: Timing | None) -> str | None:
@@ -148,8 +147,8 @@ def fix_all_text(fix_all: dict[str, Any] | None) -> str:
     return f"{_ms(base)} → {_ms(pred)} ms per step (−{pct(frac)})" if frac else f"{_ms(pred)} ms per step (no change)"
 
 
-DECISION_HEADER = ["place", "run", "best timing (ms)", "source", "runner timing", "traced step",
-                   "top finding", "its price", "fix all (replayed step)"]
+DECISION_HEADER = ["place", "run", "best timing (ms)", "source", "fix all (replayed step)", "top finding",
+                   "its price", "runner timing", "traced step"]  # what to do first; the evidence after it
 
 
 def decision_rows(decisions: Sequence[RunDecision]) -> list[list[str]]:
@@ -158,9 +157,9 @@ def decision_rows(decisions: Sequence[RunDecision]) -> list[list[str]]:
     for i, d in enumerate(ranked(decisions), start=1):
         best = d.best
         rows.append([str(i), d.label, _ms(best.median_ns) if best else "n/a", best.source if best else "—",
-                     d.runner.text() if d.runner else "not recorded", d.traced.text() if d.traced else "no steps",
-                     d.top_finding or "no finding", price_text(d.top_saving_ns, d.top_saving_fraction) if d.top_finding
-                     else "—", fix_all_text(d.fix_all)])
+                     fix_all_text(d.fix_all), d.top_finding or "no finding",
+                     price_text(d.top_saving_ns, d.top_saving_fraction) if d.top_finding else "—",
+                     d.runner.text() if d.runner else "not recorded", d.traced.text() if d.traced else "no steps"])
     return rows
 
 
