@@ -79,8 +79,9 @@ def test_first_screen_is_the_decision_and_the_view_is_in_the_url(five: str) -> N
             headline.wait_for(timeout=300_000)
             box = headline.bounding_box()
             assert box is not None and box["y"] + box["height"] < 900, "the decision is on the first screen"
-            table = page.locator('[data-testid="stDataFrame"]').first
-            assert table.bounding_box()["y"] < 900 * 1.5
+            # the ranking table right under the headline (it mounts a moment after it)
+            page.wait_for_function("h => [...document.querySelectorAll('[data-testid=\"stDataFrame\"]')]"
+                                   ".some(e => e.getBoundingClientRect().top < h)", arg=900 * 1.5, timeout=60_000)
             chips = page.locator('[data-testid="stSidebar"] [data-testid="stMultiSelectTagsContainer"] [data-tag]')
             chips.first.wait_for(timeout=120_000)
             page.wait_for_timeout(500)
