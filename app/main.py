@@ -20,7 +20,7 @@ if _ROOT not in sys.path:
 import streamlit as st  # noqa: E402
 
 from analyzers.errors import BadInputError  # noqa: E402
-from app import sidebar, ui  # noqa: E402
+from app import sidebar, ui, url_state  # noqa: E402
 
 st.set_page_config(page_title="overlapscope", layout="wide", initial_sidebar_state="expanded")
 
@@ -39,6 +39,7 @@ PAGES = [
 
 def _run() -> None:
     ui.begin_run()
+    url_state.publish(runs=url_state.runs_value([s.label for s in ui.selected()]))  # a link to these runs
     page = st.navigation(PAGES, position="sidebar", expanded=True)
     if page is not OVERVIEW or not sidebar.waits_for(ui.selected()):
         sidebar.draw()

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any
 
 from analyzers.errors import BadInputError
@@ -22,8 +23,7 @@ from analyzers.timeline.model import TraceSet
 
 from . import data
 
-DEFAULT_SELECTED = 2  # variants selected at start (the timeline compares them)
-MAX_DEFAULT_SELECTED = 4
+DEFAULT_SELECTED = 2  # sample variants selected at start (the timeline compares them); command-line runs: all
 THREAD = "overlapscope-load"
 
 _pending: dict[tuple[data.Fingerprint, str], Future[TraceSet]] = {}
@@ -38,9 +38,21 @@ def opening_sources(cli: list[str]) -> tuple[dict[str, data.Source], list[str]]:
     sources: dict[str, data.Source] = {}
     for s in cli_sources + data.discover_samples():
         sources.setdefault(s.key, s)
-    if cli_sources:
-        return sources, [s.key for s in cli_sources[:MAX_DEFAULT_SELECTED]]
+    sources = _unique_labels(sources)
+    if cli_sources:  # every run given is selected: none is dropped for want of room
+        return sources, list(dict.fromkeys(s.key for s in cli_sources))
     return sources, data.opening_samples([s for s in sources.values() if s.kind == "sample"], DEFAULT_SELECTED)
+
+
+def _unique_labels(sources: dict[str, data.Source]) -> dict[str, data.Source]:
+    """Two runs with one label (folders of one name under different parents) would share every chart's row and
+    the ?runs= link: the later ones get their kind and a number."""
+    seen: dict[str, int] = {}
+    out = {}
+    for key, src in sources.items():
+        n = seen[src.label] = seen.get(src.label, 0) + 1
+        out[key] = src if n == 1 else replace(src, label=f"{src.label} ({src.kind} {n})")
+    return out
 
 
 def opening_runs(paths: Sequence[str]) -> list[tuple[data.Source, data.Fingerprint]]:

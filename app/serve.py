@@ -31,10 +31,10 @@ THREAD = "overlapscope-warm-up"
 # CPU priorities (nice values, preload.niced) for a browser on the same machine: the first chart waits for
 # the server's start, the browser's page and the per-rank metrics, which share the cores. The first load runs a
 # little lower, so the page the user opens is not held back by it (on 2 cores the value, 0 to 10, changed the
-# first chart less than the run-to-run noise: benchmarks/RESULTS.md). The whole analysis is background work
-# next to the first chart: lower still.
+# first chart less than the run-to-run noise: benchmarks/RESULTS.md). The whole analysis runs at the same
+# priority: the Overview's first screen, the decision (app/decision.py), waits for it.
 PRELOAD_NICE = 5
-BACKGROUND_NICE = 10
+BACKGROUND_NICE = 5
 # Streamlit warns when its caches are declared before the server exists and used outside a page; both are
 # what this module means to do, so those two lines stay out of the server's log.
 QUIET = {"streamlit.runtime.caching.cache_data_api": "No runtime found",

@@ -60,12 +60,31 @@ def show_evidence(evidence: dict[str, Any], key: str) -> None:
                                    "value": [labels.show(k, v) for k, v in scalars.items()]}),
                      hide_index=True, key=f"{key}-scalars")
     for k, v in evidence.items():
-        if isinstance(v, dict):
+        if isinstance(v, dict):  # a table of its entries in words, never a {...} blob
             st.caption(labels.label(k))
-            st.json(v, expanded=False)
+            st.dataframe(pd.DataFrame(entries(v), columns=["item", "value"]), hide_index=True, key=f"{key}-{k}")
         elif isinstance(v, (list, tuple)) and v:
             st.caption(labels.label(k))
             if all(isinstance(x, dict) for x in v):
                 show(readable(list(v)), key=f"{key}-{k}")
             else:
                 st.write(", ".join(map(str, v[:50])) + (f", … ({len(v)} in all)" if len(v) > 50 else ""))
+
+
+def entries(d: dict[str, Any], prefix: str = "") -> list[list[str]]:
+    """A nested dict as (item, value) rows: keys in words ("rank 3" for a rank's number), values as the
+    registry writes them (times in ms, ratios in percent), nested dicts one row per inner entry."""
+    rows: list[list[str]] = []
+    for k, v in d.items():
+        name = f"rank {k}" if str(k).isdigit() else labels.label(str(k))
+        name = f"{prefix} · {name}" if prefix else name
+        if isinstance(v, dict):
+            rows += entries(v, name)
+        elif isinstance(v, (list, tuple)):
+            rows.append([name, ", ".join(str(x) for x in v[:20]) + (f", … ({len(v)} in all)" if len(v) > 20 else "")])
+        elif v == -1 and not isinstance(v, bool):  # the runners' "none" (fail_rank -1: no rank fails)
+            rows.append([name, labels.ABSENT])
+        else:
+            rows.append([name, labels.show(str(k), v) if not str(k).isdigit() else str(v)])
+    return rows
+

@@ -139,6 +139,24 @@ def _full_report(fp: data.Fingerprint, label: str) -> AnalysisReport:
     return replace(rep, cross_rank=replace(rep.cross_rank, aligned=_aligned_set(fp, label)))
 
 
+@st.cache_resource(max_entries=32, show_spinner="Pricing every fix together…")
+def _fix_all(fp: data.Fingerprint, label: str) -> dict[str, Any] | None:
+    """The replay with every finding's fix at once (as `overlapscope whatif --fix A --fix B ...`); None when
+    no finding names a fix or the run has no graph."""
+    from analyzers.graph.analysis import whatif
+    from analyzers.graph.fixes import FIX_OF_FINDING, Fix
+
+    rep = _report(fp, label)
+    fixes = sorted({FIX_OF_FINDING[f.id] for f in rep.findings or [] if f.id in FIX_OF_FINDING})
+    if not fixes:
+        return None
+    if rep.graph_run is None:  # the findings name fixes, but there is no graph to replay them on
+        return {"fixes": fixes, "unavailable": "not replayed: no dependency graph for this run"}
+    out = whatif(rep.graph_run, [Fix(f) for f in fixes])
+    return {k: out[k] for k in ("fixes", "measured_step_ns", "replayed_step_ns", "predicted_step_ns", "saving_ns",
+                                "saving_fraction")}
+
+
 @st.cache_resource(max_entries=16, show_spinner="Comparing…")
 def _diff(fp_a: data.Fingerprint, label_a: str, fp_b: data.Fingerprint, label_b: str,
           names: tuple[str, str]) -> Any:
@@ -179,6 +197,15 @@ class Loaded:
 
     def full_report(self) -> AnalysisReport:
         return _full_report(self.fp, self.label)
+
+    def fix_all(self) -> dict[str, Any] | None:
+        return _fix_all(self.fp, self.label)
+
+    def decision(self) -> Any:
+        """The run's line of the decision table (viz/decision.py)."""
+        from viz.decision import decide
+
+        return decide(self.label, self.report(), self.source.manifest(), self.fix_all())
 
     def window_metrics(self, rank: int, lo: int, hi: int) -> OverlapMetrics:
         return OverlapMetrics(**_window_metrics(self.fp, self.label, rank, int(lo), int(hi)))
@@ -298,7 +325,8 @@ def focus_timeline(source_key: str, lo_ns: int, hi_ns: int) -> None:
     st.session_state[K_FOCUS] = {"source": source_key, "lo": int(lo_ns), "hi": int(hi_ns)}
     if source_key not in st.session_state.get(K_SELECTED, []):
         st.session_state[K_SELECTED] = [source_key, *st.session_state.get(K_SELECTED, [])]
-    st.switch_page(PAGE_FILES["timeline"])
+    labels = [sources()[k].label for k in st.session_state.get(K_SELECTED, []) if k in sources()]
+    st.switch_page(PAGE_FILES["timeline"], query_params={"runs": ",".join(labels)} if labels else None)
 
 
 def timeline_button(label: str, source_key: str, lo_ns: int | None, hi_ns: int | None, key: str,

@@ -1,4 +1,5 @@
-"""`overlapscope app [PATH...]`: start the Streamlit dashboard (app/main.py) in a subprocess.
+"""`overlapscope app [PATH...]`: start the Streamlit dashboard (app/main.py) in a subprocess, stopped as one
+process group.
 
 Streamlit is never imported here: the CLI stays importable without the [app] extra, and
 the dashboard runs in its own process as `python app/serve.py -- PATH...` (`streamlit run app/main.py`
@@ -9,8 +10,10 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -83,9 +86,53 @@ def app_cmd(
         return
     err_console.print(f"overlapscope app: http://{address}:{port}  (Ctrl-C stops it)", markup=False,
                       highlight=False)
-    try:
-        rc = subprocess.call(cmd, env=env)
-    except KeyboardInterrupt:
-        rc = 0
-    if rc not in (0, -2, 130):
+    rc = serve(cmd, env)
+    if rc not in STOPPED:
         raise typer.Exit(rc)
+
+
+STOPPED = (0, -signal.SIGINT, -signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM)  # stopped on request
+GRACE_S = 10.0  # how long the server may take to stop before its group is killed
+FORWARDED = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+def serve(cmd: list[str], env: dict[str, str]) -> int:
+    """Run the server as the leader of its own process group and stop that group as one: a signal that stops
+    this command (Ctrl-C, SIGTERM from a supervisor, SIGHUP) goes to the server and its parse workers, a group
+    still there GRACE_S later is killed, and whatever of the group outlives the server is ended with it, so no
+    server is left on the port."""
+    group = hasattr(os, "killpg")
+    proc = subprocess.Popen(cmd, env=env, start_new_session=group)
+    stop_asked: list[float] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        stop_asked.append(time.monotonic())
+        _signal_group(proc, signum, group)
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    try:
+        while True:
+            try:
+                rc = proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:  # a server that ignores the stop for GRACE_S is killed
+                if stop_asked and time.monotonic() - stop_asked[0] > GRACE_S:
+                    _signal_group(proc, getattr(signal, "SIGKILL", signal.SIGTERM), group)
+            except KeyboardInterrupt:  # where the handler could not be set (Windows): stop the server too
+                stop_asked.append(time.monotonic())
+                _signal_group(proc, signal.SIGINT, group)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _signal_group(proc, signal.SIGTERM, group)  # workers the server left behind
+    return 0 if stop_asked and rc < 0 else rc  # stopped on request, however it ended
+
+
+def _signal_group(proc: subprocess.Popen, signum: int, group: bool) -> None:
+    try:
+        if group:
+            os.killpg(proc.pid, signum)
+        elif proc.poll() is None:
+            proc.send_signal(signum)
+    except (ProcessLookupError, PermissionError):
+        pass  # already gone

@@ -114,7 +114,8 @@ def test_difference_within_the_iteration_spread():
     ib = iteration_stats(analyze(b))
     assert ib["iteration_ns_median"] == 17 * U and ib["spread_ns"] == 4 * U  # quartiles 13U and 21U
     _, _, d = both(a, b)
-    assert d.verdict.startswith("both hide 80.0% of communication; A is 23.5% faster per iteration (1.3 -> 1.7 ms)")
+    assert d.verdict.startswith("both hide 80.0% of communication; "
+                                "A is 23.5% faster per iteration (1.3 ms in A vs 1.7 ms in B)")
     assert d.verdict.endswith("within the iteration spread (±0.4 ms)")
     assert "iteration counts differ: A 4, B 8" in d.notes
 

@@ -35,8 +35,9 @@ MAX_OVERLAY = 5_000  # critical activities drawn per variant (the longest when t
 
 
 def critical_overlay(fig: go.Figure, variants: list, trace_sets: list, cps: list[dict[str, Any] | None]) -> int:
-    """Outline the critical activities on a timeline_figure (viz.figures): a thin dark line on top of
-    each activity's stream lane, per variant row; returns how many were drawn. trace_sets: the sets
+    """Outline the critical activities on a timeline_figure (viz.figures): a thin dark line along the top edge
+    of each activity's stream lane (above its bar, so the bar's colour stays visible), per variant row; returns
+    how many were drawn. trace_sets: the sets
     the timeline was drawn from (same row order as the graph's, aligned clock)."""
     import numpy as np
 
@@ -68,10 +69,10 @@ def critical_overlay(fig: go.Figure, variants: list, trace_sets: list, cps: list
             for a, b, ln in zip(s, e, lane, strict=True):
                 if ln >= 0:
                     xs += [(a - v.origin_ns) / 1e6, (b - v.origin_ns) / 1e6, None]
-                    ys += [top - ln + 0.3, top - ln + 0.3, None]
+                    ys += [top - ln + 0.45, top - ln + 0.45, None]  # above the lane's bar, not over it
         if xs:
             drawn += len(xs) // 3
-            fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line=dict(color="#111111", width=3),
+            fig.add_trace(go.Scattergl(x=xs, y=ys, mode="lines", line=dict(color="#111111", width=2),
                                        name="critical path", legendgroup="critical", showlegend=row == 1,
                                        hoverinfo="skip"), row=row, col=1)
     return drawn

@@ -22,7 +22,8 @@ DIFF_METRICS = (
     "overlap_ratio", "overlap_ratio_rank_mean", "overlap_ratio_rank_median", "hidden_fraction_of_min",
     "iteration_ns_median", "iteration_ns_worst", "spread_ns", "exposed_comm_ns_per_step_median",
     "exposed_comm_ns_median", "exposed_comm_ns", "comm_ns", "compute_ns", "overlap_ns", "compute_compute_overlap_ns",
-    "busy_ns", "span_ns", "idle_ns", "peer_wait_ns", "blocking_sync_ns", "n_comm", "n_compute", "n_gpu",
+    "busy_ns", "span_ns", "idle_ns", "peer_wait_ns", "blocking_sync_ns", "sync_gpu_idle_ns", "n_comm", "n_compute",
+    "n_gpu",
 )
 # metric -> (label, kind, better)
 METRICS: dict[str, tuple[str, str, int]] = {

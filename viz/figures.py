@@ -24,8 +24,10 @@ from plotly.subplots import make_subplots
 
 from analyzers.report import AnalysisReport
 
-from . import labels
+from .hover import hover_trace
+from .iterations_figure import iteration_figure  # noqa: F401 - the figures' one import place
 from .mix import mix_polygons, needs_mix, pixel_mix
+from .sync_markers import sync_traces
 from .timeline import CODE, CODES, N_CODES, LaneSegments
 
 COLORS: dict[str, str] = {
@@ -37,6 +39,7 @@ COLORS: dict[str, str] = {
     "overlap": "#2ca02c",
     "exposed_comm": "#d62728",
     "host_sync": "#e377c2",
+    "harmless_sync": "#c7c7c7",
     "idle": "#e8e8e8",
 }
 LABELS: dict[str, str] = {
@@ -47,7 +50,8 @@ LABELS: dict[str, str] = {
     "other": "other",
     "overlap": "overlap (comm ∩ compute)",
     "exposed_comm": "exposed communication",
-    "host_sync": "blocking host sync",
+    "host_sync": "blocking host sync (GPU idled)",
+    "harmless_sync": "host sync, no GPU idle (harmless)",
 }
 TEMPLATE = "plotly_white"
 NAME_CHARS = 90  # kernel names are long C++ templates; hover shows their head
@@ -93,29 +97,6 @@ def overview_bars(reports: Sequence[tuple[str, AnalysisReport]]) -> go.Figure:
     return fig
 
 
-def iteration_figure(reports: Sequence[tuple[str, AnalysisReport]]) -> go.Figure:
-    """Overlap ratio per iteration, one line per (variant, rank): a bad step stands out."""
-    fig = go.Figure()
-    for label, rep in reports:
-        for m in rep.ranks:
-            it = m.iterations
-            if it.empty:
-                continue
-            name = f"{label} · rank {m.rank}" if len(reports) > 1 else f"rank {m.rank}"
-            fig.add_trace(go.Scatter(
-                x=it["step"].to_numpy(), y=it["overlap_ratio"].astype(float).to_numpy() * 100, mode="lines+markers",
-                name=name, customdata=_ms(it["exposed_comm_ns"].to_numpy()),
-                hovertemplate=name + "<br>step %{x}: overlap %{y:.1f} %<br>exposed comm %{customdata:.3f} ms"
-                                     "<extra></extra>",
-            ))
-    steps = sorted({int(s) for _, rep in reports for m in rep.ranks for s in m.iterations.get("step", [])})
-    ticks = dict(tickmode="array", tickvals=steps) if len(steps) <= 30 else dict(tickformat="d")
-    fig.update_layout(template=TEMPLATE, height=300, xaxis=dict(title="step", **ticks),
-                      yaxis_title=f"{labels.label('overlap_ratio')}, %",
-                      yaxis=dict(range=[0, 105]), margin=dict(l=10, r=10, t=30, b=40))
-    return fig
-
-
 # --------------------------------------------------------------------------- timeline
 
 
@@ -143,7 +124,7 @@ def mix_traces(v: LaneSegments, width_px: int, top: int, legend_done: set[str]) 
 
 
 # Bottom to top within a lane's sub-lanes (communication on top, as segments are drawn).
-MIX_ORDER = ("other", "memset", "copy", "compute", "comm", "exposed_comm", "overlap", "host_sync")
+MIX_ORDER = ("other", "memset", "copy", "compute", "comm", "exposed_comm", "overlap", "harmless_sync", "host_sync")
 
 
 def timeline_figure(
@@ -209,7 +190,7 @@ def timeline_figure(
                 hover = (f"<b>{lane_label}</b><br>{LABELS[code]}<br>%{{x:.4f}} ms"
                          "<br>%{customdata[0]:.0f} merged, busy %{customdata[1]:.4f} ms")
                 text = None
-                if with_names and code not in ("overlap", "exposed_comm", "host_sync"):
+                if with_names and code not in ("overlap", "exposed_comm", "host_sync", "harmless_sync"):
                     ni = data.name_idx[seg.first[a:b]]
                     names = np.asarray(data.name_list, dtype=object)[ni]
                     names = np.where(seg.count[a:b] == 1, names, "")
@@ -221,33 +202,24 @@ def timeline_figure(
                 fig.add_trace(go.Scattergl(
                     x=_interleave(x0, x1, np.nan), y=np.full(3 * (b - a), top - lane, dtype=np.int16),
                     mode="lines",
-                    line=dict(color=COLORS[code], width=line_width),
+                    line=dict(color=COLORS[code], width=line_width * (0.3 if code == "harmless_sync" else 1.0)),
                     customdata=custom, text=text, hovertemplate=hover + "<extra></extra>",
                     name=LABELS[code], legendgroup=code, showlegend=show,
                 ), row=row, col=1)
-        # host sync markers: where the host blocked, with what it cost
+        if (hover := hover_trace(v, width_px, top)) is not None:  # a tooltip at every bin of every lane
+            fig.add_trace(hover, row=row, col=1)
+        # host sync markers: where the host blocked, with what it cost (harmless ones apart)
         sy = data.syncs
         if len(sy):
             inside = sy[(sy["end_ns"] > v.lo_ns) & (sy["start_ns"] < v.hi_ns)]
             if len(inside) > max_sync_markers:
-                inside = inside.nlargest(max_sync_markers, "blocked_ns")
+                inside = inside.nlargest(max_sync_markers, ["gpu_idle_ns", "blocked_ns"])
             if len(inside):
                 lane_of = dict(zip(lanes.loc[lanes["kind"] == "sync", "rank"],
                                    lanes.loc[lanes["kind"] == "sync", "lane"], strict=True))
                 y = top - inside["rank"].map(lane_of).to_numpy(dtype=np.float32)
-                custom = np.stack([_ms(inside["blocked_ns"].to_numpy(dtype=float)),
-                                   _ms(inside["gpu_idle_ns"].to_numpy(dtype=float))], axis=1).astype(np.float32)
-                show = "sync_marker" not in legend_done
-                legend_done.add("sync_marker")
-                fig.add_trace(go.Scattergl(
-                    x=_ms(inside["start_ns"].to_numpy() - v.origin_ns).astype(np.float32), y=y, mode="markers",
-                    marker=dict(symbol="triangle-down", size=11, color=COLORS["host_sync"],
-                                line=dict(color="#333", width=1)),
-                    customdata=custom, text=(inside["name"] + " " + inside["caller"]).to_numpy(dtype=object),
-                    hovertemplate="<b>%{text}</b><br>host blocked %{customdata[0]:.4f} ms"
-                                  "<br>GPU idle caused %{customdata[1]:.4f} ms<extra></extra>",
-                    name="host sync", legendgroup="sync_marker", showlegend=show,
-                ), row=row, col=1)
+                for trace in sync_traces(inside, y, v.origin_ns, v.lo_ns, v.hi_ns, width_px, lane_px, legend_done):
+                    fig.add_trace(trace, row=row, col=1)
         yname = "yaxis" if row == 1 else f"yaxis{row}"
         fig.layout[yname].update(
             tickvals=(top - lanes["lane"]).tolist(), ticktext=lanes["label"].tolist(),
@@ -310,11 +282,14 @@ def sync_figure(syncs: pd.DataFrame, t0_ns: int | None = None) -> go.Figure:
     t0 = int(syncs["start_ns"].min()) if t0_ns is None else int(t0_ns)
     idle = syncs["gpu_idle_ns"].fillna(0).to_numpy(dtype=float)
     size = 6 + 24 * np.sqrt(idle / idle.max()) if idle.max() > 0 else np.full(idle.size, 8.0)
-    for name, g in syncs.groupby("name", sort=True):
+    for (name, harmful), g in syncs.assign(_harmful=idle > 0).groupby(["name", "_harmful"], sort=True):
         idx = g.index.to_numpy()
+        marker = (dict(opacity=0.75, line=dict(width=1, color="#333")) if harmful else  # harmless: open, grey
+                  dict(symbol="circle-open", color=COLORS["harmless_sync"], line=dict(width=1)))
         fig.add_trace(go.Scattergl(
-            x=_ms(g["start_ns"].to_numpy() - t0), y=g["rank"].to_numpy(), mode="markers", name=str(name),
-            marker=dict(size=size[syncs.index.get_indexer(idx)], opacity=0.75, line=dict(width=1, color="#333")),
+            x=_ms(g["start_ns"].to_numpy() - t0), y=g["rank"].to_numpy(), mode="markers",
+            name=str(name) if harmful else f"{name}, no GPU idle (harmless)",
+            marker=dict(size=size[syncs.index.get_indexer(idx)], **marker),
             customdata=np.stack([_ms(g["blocked_ns"].to_numpy(dtype=float)),
                                  _ms(g["gpu_idle_ns"].to_numpy(dtype=float))], axis=1),
             text=g["caller"].to_numpy(dtype=object),
@@ -367,12 +342,24 @@ def skew_heatmap(collectives: pd.DataFrame, ranks: Sequence[int], max_collective
     mat = arrival_lateness(colls, ranks)
     names = colls["coll_name"].astype(str).to_numpy() if "coll_name" in colls else np.full(len(colls), "")
     labels = [f"#{int(c)} {n}" for c, n in zip(colls["coll_id"].to_numpy(), names, strict=True)]
-    fig = go.Figure(go.Heatmap(
-        z=_ms(mat.to_numpy(dtype=float)), x=labels, y=[f"rank {r}" for r in mat.index],
-        colorscale="Reds", zmin=0, colorbar=dict(title="late (ms)"),
-        hovertemplate="%{y}<br>%{x}<br>started %{z:.4f} ms after the first rank<extra></extra>",
-    ))
-    fig.update_layout(template=TEMPLATE, height=160 + 36 * len(mat), xaxis=dict(title="collective", type="category"),
+    # Red where the skew made a peer wait (the table's max wait > 0), grey where it cost nothing: the colour's
+    # emphasis says what the table says, so a large skew that nobody waited for is never the darkest column.
+    z = _ms(mat.to_numpy(dtype=float))
+    cost = (colls["max_wait_ns"].fillna(0).to_numpy(dtype=float) > 0 if "max_wait_ns" in colls
+            else np.ones(len(colls), dtype=bool))
+    zmax = float(np.nanmax(z)) if np.isfinite(z).any() else 1.0
+    fig = go.Figure()
+    for keep, scale, title, what in ((cost, "Reds", "late, peers waited (ms)", "peers waited for it"),
+                                     (~cost, "Greys", "late, no wait (ms)", "no peer waited (max wait 0)")):
+        if not keep.any():
+            continue
+        fig.add_trace(go.Heatmap(
+            z=z[:, keep], x=[lb for lb, k in zip(labels, keep, strict=True) if k], y=[f"rank {r}" for r in mat.index],
+            colorscale=scale, zmin=0, zmax=zmax if scale == "Reds" else zmax * 3,  # grey stays light
+            colorbar=dict(title=title, x=1.0 if scale == "Reds" else 1.12), showscale=True,
+            hovertemplate="%{y}<br>%{x}<br>started %{z:.4f} ms after the first rank; " + what + "<extra></extra>"))
+    fig.update_layout(template=TEMPLATE, height=160 + 36 * len(mat),
+                      xaxis=dict(title="collective", type="category", categoryorder="array", categoryarray=labels),
                       yaxis=dict(autorange="reversed"),
                       margin=dict(l=10, r=10, t=30, b=40))
     return fig

@@ -86,7 +86,11 @@ _ALL = [
     _m("n", "iterations", "count"),
     # totals from other analyses
     _m("peer_wait_ns", "peer wait", help="collective kernel time spent waiting for the last rank", better=-1),
-    _m("blocking_sync_ns", "blocking-sync time", help="host time blocked waiting for the GPU", better=-1),
+    _m("blocking_sync_ns", "blocking-sync time (GPU idled)", better=-1,
+       help="host time blocked in syncs that left the GPU idle; a sync that caused no GPU idle (a run's closing "
+            "cudaDeviceSynchronize) is harmless and left out"),
+    _m("sync_gpu_idle_ns", "GPU idle caused by syncs", better=-1,
+       help="GPU time with nothing queued because the host was blocked in a sync"),
     # identifiers and names
     _m("rank", "rank", "id"),
     _m("rank_a", "rank A", "id"),
@@ -109,6 +113,8 @@ _ALL = [
     _m("blocked_ns", "host blocked", help="how long the host waited", better=-1),
     _m("host_blocked_ns", "host blocked", help="how long the host waited", better=-1),
     _m("gpu_idle_ns", "GPU idle caused", help="GPU time with nothing queued because of the sync", better=-1),
+    _m("sync_effect", "effect", "text", "whether the GPU went idle after the sync; one that caused no GPU idle "
+       "(a run's closing cudaDeviceSynchronize) is harmless"),
     # cross-rank (analyzers.crossrank)
     _m("coll_id", "collective", "id"),
     _m("coll_name", "collective", "text"),
@@ -194,8 +200,8 @@ def metric(key: str) -> Metric:
     words = key.removesuffix("_ns").replace("_ns_", " ").replace("_", " ").strip()
     if key.endswith("_ns") or "_ns_" in key:
         return Metric(key, words, "time")
-    if key.endswith(("ratio", "fraction", "share")):
-        return Metric(key, words, "ratio")
+    if key.endswith(("ratio", "fraction", "share")) or "_share_" in key or key.startswith(("share_", "fraction_")):
+        return Metric(key, words, "ratio")  # share_of_span: a ratio, in percent
     if key.startswith("n_"):
         return Metric(key, words.removeprefix("n ") + " (count)", "count")
     return Metric(key, words, "text")
@@ -260,7 +266,7 @@ def delta(kind: str, v: Any) -> str:
     if missing(v):
         return UNDEFINED
     if v == 0:
-        return "0"
+        return {"ratio": "0.0 pt", "time": "0.000 ms", "gbps": "0.0 GB/s", "bytes": "0.00 MiB"}.get(kind, "no change")
     if kind == "ratio":
         return f"{100 * v:+.1f} pt"
     if kind == "time":
@@ -273,10 +279,12 @@ def delta(kind: str, v: Any) -> str:
 
 
 def relative(v: Any) -> str:
-    """A relative change as a signed percentage (n/a where A was 0)."""
+    """A relative change as a signed percentage (n/a where A was 0); past +900 % as a multiple of A (×315)."""
     if missing(v):
         return UNDEFINED
-    return "0" if v == 0 else f"{100 * v:+.1f}%"
+    if v > 9:
+        return f"×{1 + v:,.0f}"
+    return "0.0%" if v == 0 else f"{100 * v:+.1f}%"
 
 
 def show(key: str, v: Any) -> str:

@@ -19,21 +19,21 @@ def lateness_heatmap(matrix: np.ndarray, first_ids: np.ndarray, ranks: Sequence[
                      ) -> go.Figure:
     """matrix: ranks x columns of lateness (ns), from analyzers.crossrank.stragglers.lateness_matrix.
 
-    z goes out as float32 microseconds (a typed array: 1024 ranks x 200 columns is ~0.8 MB); one
+    z goes out as float32 milliseconds (a typed array: 1024 ranks x 200 columns is ~0.8 MB); one
     Heatmap trace, whatever the rank count, so zoom and hover stay responsive."""
     fig = go.Figure()
     if matrix.size == 0:
         fig.update_layout(template=TEMPLATE, height=200, annotations=[dict(text="no collective with known peers",
                                                                             showarrow=False)])
         return fig
-    z = (matrix / 1e3).astype(np.float32)
+    z = (matrix / 1e6).astype(np.float32)  # ms, as every time the app shows
     per_col = max(1, int(np.ceil(n_collectives / max(1, matrix.shape[1]))))
     fig.add_trace(go.Heatmap(
         z=z, x=np.arange(matrix.shape[1]), y=np.arange(len(ranks)), colorscale="Reds", zmin=0,
-        colorbar=dict(title="late by (µs)"), customdata=np.broadcast_to(np.asarray(first_ids)[None, :], z.shape),
+        colorbar=dict(title="late by (ms)"), customdata=np.broadcast_to(np.asarray(first_ids)[None, :], z.shape),
         text=np.broadcast_to(np.asarray([f"rank {r}" for r in ranks], dtype=object)[:, None], z.shape),
         hovertemplate="%{text}<br>collective #%{customdata}" + (f" (+{per_col - 1} after it)" if per_col > 1 else "")
-                      + "<br>late by %{z:.1f} µs<extra></extra>"))
+                      + "<br>late by %{z:.4f} ms<extra></extra>"))
     step = max(1, len(ranks) // 32)
     fig.update_layout(
         template=TEMPLATE, height=int(min(900, 160 + 6 * len(ranks))), margin=dict(l=10, r=10, t=30, b=40),

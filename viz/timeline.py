@@ -22,8 +22,9 @@ from analyzers.timeline.model import CATEGORIES, TraceSet
 
 from .lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX, Segments, lod_segments, sort_for_lod
 
-# Colour codes: the GPU categories, then the bands and the host syncs.
-CODES = ("other", "memset", "copy", "compute", "comm", "overlap", "exposed_comm", "host_sync")
+# Colour codes: the GPU categories, then the bands and the host syncs (those that left the GPU idle, and the
+# harmless ones that caused no GPU idle, such as a run's closing cudaDeviceSynchronize).
+CODES = ("other", "memset", "copy", "compute", "comm", "overlap", "exposed_comm", "host_sync", "harmless_sync")
 CODE = {name: i for i, name in enumerate(CODES)}
 N_CODES = len(CODES)
 _CATEGORY_TO_CODE = np.array([CODE[c] for c in CATEGORIES], dtype=np.int64)  # categorical code -> CODE
@@ -150,7 +151,8 @@ def prepare_timeline(traces: TraceSet, syncs: pd.DataFrame | None = None, label:
                               "label": f"rank {t.rank} · host syncs"})
             parts_s.append(rs["start_ns"].to_numpy(dtype=np.int64))
             parts_e.append(rs["end_ns"].to_numpy(dtype=np.int64))
-            parts_g.append(np.full(len(rs), sync_lane * N_CODES + CODE["host_sync"], dtype=np.int64))
+            harmful = rs["gpu_idle_ns"].fillna(0).to_numpy() > 0
+            parts_g.append(sync_lane * N_CODES + np.where(harmful, CODE["host_sync"], CODE["harmless_sync"]))
             parts_n.append(np.full(len(rs), -1, dtype=np.int64))
         # stream lanes
         if s.size:

@@ -14,6 +14,11 @@ from analyzers.timeline.model import RankTrace, TraceSet
 
 # --------------------------------------------------------------------------- clock alignment
 
+
+def _ms(ns: float | int | None) -> str:
+    """A clock difference in the words every report uses: ms (n/a when unknown)."""
+    return "n/a" if ns is None else f"{ns / 1e6:.3f} ms"
+
 def _reference_mask(colls: pd.DataFrame, params: CrossRankParams) -> np.ndarray:
     """Collectives whose ends should coincide on all ranks (per collective id)."""
     return _search(colls["coll_name"], params.clock_reference_pattern)
@@ -162,21 +167,21 @@ def align_clocks(traces: TraceSet, m: _Matching, align: bool, params: CrossRankP
         shared, method = False, "session-start"
         est_res, _ = _skew(ends, ranks, estimated)
         reason = ("one host, separate nsys sessions: offsets from the sessions' start times; matched collective "
-                  f"ends leave {_skew(ends, ranks, session)[0]} ns (median) with them and {est_res} ns with their own "
-                  "best offsets")
+                  f"ends leave {_ms(_skew(ends, ranks, session)[0])} (median) with them and {_ms(est_res)} with their "
+                  "own best offsets")
     else:
         overlap = _span_overlap(traces)
         why = "host unknown" if "" in hosts else "one host, but separate profiling sessions"
         if overlap >= params.min_span_overlap and ends_agree:
             shared, method = True, "verified-by-collective-ends"
             reason = (f"{why}; GPU time ranges overlap {overlap:.0%} and matched collective ends differ by "
-                      f"{before_med} ns (median) without any offset")
+                      f"{_ms(before_med)} (median) without any offset")
         else:
             shared, method = False, "matched-collective-ends"
             reason = (f"{why}; GPU time ranges overlap {overlap:.0%}, matched collective ends differ by "
-                      f"{before_med} ns (median) as recorded")
+                      f"{_ms(before_med)} (median) as recorded")
     if shared and not ends_agree and before_med is not None:
-        notes.append(f"the ranks share a clock ({method}) but matched collective ends differ by {before_med} ns "
+        notes.append(f"the ranks share a clock ({method}) but matched collective ends differ by {_ms(before_med)} "
                      "(median): the order-matched collectives may not be the same ones")
     offsets = zero if shared else (session if method == "session-start" else estimated)
     est_med, _ = _skew(ends, ranks, estimated)
@@ -184,12 +189,12 @@ def align_clocks(traces: TraceSet, m: _Matching, align: bool, params: CrossRankP
                                                        and est_med <= params.max_alignment_residual_ns)
     if not trusted:
         notes.append(f"clock offsets not applied: even the best offsets leave matched collective ends "
-                     f"{est_med} ns apart (median), so these collectives do not pin the clocks down")
+                     f"{_ms(est_med)} apart (median), so these collectives do not pin the clocks down")
         offsets, method = zero, "none"
     if not align:
         if not shared and any(estimated.values()):
             notes.append("clocks not aligned (--no-align): the matched collective ends suggest offsets "
-                         + ", ".join(f"rank {r}: {v} ns" for r, v in estimated.items() if r != ref))
+                         + ", ".join(f"rank {r}: {_ms(v)}" for r, v in estimated.items() if r != ref))
         offsets, method = zero, "disabled"
     res_med, res_max = _skew(ends, ranks, offsets)
     return ClockAlignment(

@@ -32,7 +32,14 @@ from analyzers.diff.rank_metrics import (
     pair_ranks,
 )
 from analyzers.diff.result import BLOCKING_SYNC_PATHS, PEER_WAIT_PATHS, TraceDiff
-from analyzers.diff.sections import _section, diff_findings, kernel_deltas, kernel_stats, section_total
+from analyzers.diff.sections import (
+    _section,
+    diff_findings,
+    harmful_syncs,
+    kernel_deltas,
+    kernel_stats,
+    section_total,
+)
 from analyzers.diff.timelines import aligned_timelines, alignment_step
 from analyzers.diff.verdict import structure_notes, verdict
 from analyzers.overlap.metrics import AnalysisOptions
@@ -62,7 +69,11 @@ def diff_reports(a: AnalysisReport, b: AnalysisReport, traces_a: TraceSet, trace
     not_analyzed = []
     for name, keys, metric in (("cross_rank", PEER_WAIT_PATHS, "peer_wait_ns"),
                                ("syncs", BLOCKING_SYNC_PATHS, "blocking_sync_ns")):
-        xa, xb = section_total(_section(a, name), keys), section_total(_section(b, name), keys)
+        sa, sb = _section(a, name), _section(b, name)
+        if name == "syncs":  # only the syncs that left the GPU idle; and the idle they caused, where known
+            sa, sb = harmful_syncs(sa), harmful_syncs(sb)
+            idle = [section_total(x, (("*", "gpu_idle_ns"),)) for x in (sa, sb)]
+        xa, xb = section_total(sa, keys), section_total(sb, keys)
         if xa is None and xb is None:
             not_analyzed.append(metric)
             if metric == "peer_wait_ns" and min(len(a.ranks), len(b.ranks)) < 2:
@@ -70,6 +81,8 @@ def diff_reports(a: AnalysisReport, b: AnalysisReport, traces_a: TraceSet, trace
             continue
         va[metric] = np.nan if xa is None else xa
         vb[metric] = np.nan if xb is None else xb
+        if name == "syncs" and any(x is not None for x in idle):
+            va["sync_gpu_idle_ns"], vb["sync_gpu_idle_ns"] = (np.nan if x is None else x for x in idle)
     va, vb = va.astype(float), vb.astype(float)
     aggregate = _side_by_side(va, vb).reset_index(names="metric")
 

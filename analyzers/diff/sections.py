@@ -164,3 +164,18 @@ def section_total(section: Any, paths: tuple[tuple[str, ...], ...]) -> float | N
         if found is not None:
             return found
     return None
+
+
+def harmful_syncs(section: Any) -> Any:
+    """The blocking syncs that left the GPU idle (gpu_idle_ns > 0), where the section says so: a sync that
+    caused no GPU idle (the closing cudaDeviceSynchronize of a run) cost the schedule nothing, so its host time
+    is not summed as if it had. A section without per-sync idle is returned as it is."""
+    def keep(df: pd.DataFrame) -> pd.DataFrame:
+        return df[df["gpu_idle_ns"].fillna(0) > 0] if "gpu_idle_ns" in df.columns else df
+
+    if isinstance(section, pd.DataFrame):
+        return keep(section)
+    if isinstance(section, dict) and section and all(isinstance(v, pd.DataFrame) for v in section.values()):
+        return {k: keep(v) for k, v in section.items()}
+    return section
+

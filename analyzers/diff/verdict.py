@@ -86,8 +86,10 @@ def verdict(labels: tuple[str, str], agg: pd.DataFrame, ia: dict[str, Any], ib: 
         parts.append((None, "neither hides any communication" if max(oa, ob) == 0
                       else f"both hide {_pct(oa)} of communication"))
     else:
-        parts.append((lb if ob > oa else la, f"hides {100 * abs(ob - oa):.1f} points more communication "
-                                             f"(overlap {_pct(oa)} -> {_pct(ob)})"))
+        # B's gain reads as A -> B; A's as a comparison, never as an arrow that runs backwards from its subject
+        parts.append((lb, f"hides {100 * (ob - oa):.1f} points more communication (overlap {_pct(oa)} -> {_pct(ob)})")
+                     if ob > oa else (la, f"hides {100 * (oa - ob):.1f} points more communication "
+                                          f"(overlap {_pct(oa)} in {la} vs {_pct(ob)} in {lb})"))
     if ia["n"] and ib["n"]:
         ta, tb = ia["iteration_ns_median"], ib["iteration_ns_median"]
         what, spread = "per iteration", ia["spread_ns"] + ib["spread_ns"]
@@ -100,7 +102,8 @@ def verdict(labels: tuple[str, str], agg: pd.DataFrame, ia: dict[str, Any], ib: 
         parts.append((None, f"both take {_ms(ta)} ms {what}"))
     else:
         fast = lb if tb < ta else la
-        clause = f"{100 * abs(tb - ta) / slow:.1f}% faster {what} ({_ms(ta)} -> {_ms(tb)} ms)"
+        clause = (f"{100 * abs(tb - ta) / slow:.1f}% faster {what} " + (f"({_ms(ta)} -> {_ms(tb)} ms)" if tb < ta
+                  else f"({_ms(ta)} ms in {la} vs {_ms(tb)} ms in {lb})"))
         if judge:
             beyond = abs(tb - ta) > spread
             clause += f", {'beyond' if beyond else 'within'} the iteration spread (±{_ms(spread)} ms)"

@@ -17,6 +17,12 @@ from app.tables import readable, show
 from viz.figures import peer_wait_bars, skew_heatmap
 from viz.scale_figures import MANY_RANKS
 
+CLOCK_METHODS = {  # analyzers.crossrank.clock's methods, in words
+    "same-file": "one file, one clock", "same-host": "one host, one clock",
+    "verified-by-collective-ends": "one clock (collective ends agree)", "session-start": "offsets from session starts",
+    "matched-collective-ends": "offsets from matched collective ends",
+}
+
 st.title("Cross-rank")
 runs = ui.load_selected()
 if not runs:
@@ -51,7 +57,7 @@ for run in runs:
     c[1].metric("Waiting for peers (all ranks)", ui.ms(total_wait))
     c[2].metric("Order mismatches", f"{len(rep.mismatches):,}")
     clock = rep.clock
-    c[3].metric("Clock alignment", clock.method if clock else "–",
+    c[3].metric("Clock alignment", CLOCK_METHODS.get(clock.method, clock.method) if clock else "–",
                 help=clock.reason if clock else "no clock alignment (single rank)")
     if clock is not None:
         offs = ", ".join(f"rank {r}: {ui.ms(v)}" for r, v in clock.offsets_ns.items())

@@ -10,9 +10,11 @@ import pandas as pd
 import streamlit as st
 
 from app import ranks, ui
+from app.decision import plain
 from app.downloads import diff_downloads
 from app.tables import readable, show
 from viz import labels
+from viz.decision import best_comparison, diff_tone
 from viz.diff_tables import metric_rows
 from viz.figures import timeline_figure
 from viz.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
@@ -47,7 +49,11 @@ if run_a is None or run_b is None:
 names = (run_a.label, run_b.label) if run_a.label != run_b.label else ("A", "B")
 d = ui.diff(run_a, run_b, names)
 
-(st.info if d.identical else st.success)(d.verdict)
+tone = diff_tone(d.identical, list(d.iterations.values()), d.aggregate)
+{"better": st.success, "worse": st.warning, "same": st.info}[tone](plain(f"Verdict: {d.verdict}"))
+best = best_comparison(run_a.decision(), run_b.decision())
+if best:
+    st.caption(plain(best))
 
 COMPARE_HEADER = ["metric", names[0], names[1], "change", "change (%)"]
 

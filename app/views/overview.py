@@ -14,7 +14,7 @@ from dataclasses import replace
 import plotly.graph_objects as go
 import streamlit as st
 
-from app import ranks, sidebar, ui
+from app import decision, ranks, sidebar, ui
 from app.tables import readable, show, show_evidence
 from viz import labels
 from viz.critical import fidelity_line, saving_text
@@ -32,6 +32,8 @@ def _waiting() -> go.Figure:
 
 
 st.title("Overview")
+decision_box = st.empty()  # the decision, once the whole analysis is there: the first chart comes before it
+decision_box.caption("Ranking the runs by their best timing and pricing their fixes…")
 head, first_chart = st.container(), st.empty()
 first_chart.plotly_chart(_waiting(), theme=None, key="overview_waiting")
 sidebar.draw_unless_loaded(ui.selected())
@@ -73,6 +75,8 @@ with first_chart.container():
 sidebar.draw()  # unless drawn before the load
 
 reports = [(r.label, r.report()) for r in runs]  # the whole analysis: cross-rank stage, findings, critical path
+with decision_box.container():
+    decision.draw(runs)
 
 rows = []
 for label, rep in reports:
@@ -88,19 +92,6 @@ if any(not m.iterations.empty for _, rep in reports for m in rep.ranks):
     few = [(label, replace(rep, ranks=[m for m in rep.ranks if m.rank in set(ranks.chosen_ranks(run))]))
            for (label, rep), run in zip(reports, runs, strict=True)]
     st.plotly_chart(iteration_figure(few), theme=None, key="iteration_fig")
-
-priced = [(label, rep, run) for (label, rep), run in zip(reports, runs, strict=True) if rep.critical_path]
-if priced:
-    st.subheader("What sets the step: critical path per rank")
-    for i, (label, rep, run) in enumerate(priced):
-        cp = rep.critical_path
-        st.markdown(f"**{label}** · {fidelity_line(cp)}")
-        if len(rep.ranks) > MANY_RANKS:  # many ranks: the ones the Timeline draws, not a bar each
-            keep = {str(r) for r in ranks.chosen_ranks(run)} & set(cp.get("per_rank", {}))
-            cp = {**cp, "per_rank": {r: d for r, d in cp["per_rank"].items() if r in keep}}
-            st.caption(f"ranks {', '.join(sorted(keep, key=int)) or 'none'} of {len(rep.ranks)}: the Timeline's "
-                       "ranks among those the replay covers (pick others on the Stragglers page)")
-        st.plotly_chart(attribution_figure(cp), theme=None, key=f"critical_{i}")
 
 st.subheader("Findings")
 for run in runs:
@@ -126,6 +117,19 @@ for run in runs:
                 show_evidence(f.evidence, key=f"ev-{run.source.key}-{i}")
             ui.timeline_button("Show in timeline", run.source.key, f.start_ns, f.end_ns,
                                key=f"finding-{run.source.key}-{i}")
+
+priced = [(label, rep, run) for (label, rep), run in zip(reports, runs, strict=True) if rep.critical_path]
+if priced:
+    st.subheader("What sets the step: critical path per rank")
+    for i, (label, rep, run) in enumerate(priced):
+        cp = rep.critical_path
+        st.markdown(f"**{label}** · {fidelity_line(cp)}")
+        if len(rep.ranks) > MANY_RANKS:  # many ranks: the ones the Timeline draws, not a bar each
+            keep = {str(r) for r in ranks.chosen_ranks(run)} & set(cp.get("per_rank", {}))
+            cp = {**cp, "per_rank": {r: d for r, d in cp["per_rank"].items() if r in keep}}
+            st.caption(f"ranks {', '.join(sorted(keep, key=int)) or 'none'} of {len(rep.ranks)}: the Timeline's "
+                       "ranks among those the replay covers (pick others on the Stragglers page)")
+        st.plotly_chart(attribution_figure(cp), theme=None, key=f"critical_{i}")
 
 notes = sorted({n for _, rep in reports for m in rep.ranks for n in m.notes} | {n for _, rep in reports
                                                                                  for n in rep.notes})

@@ -9,9 +9,11 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import streamlit as st
 
 from app import data, ui
+from app.tables import entries
 from viz import labels
 
 st.title("Run")
@@ -56,8 +58,9 @@ st.markdown("**Reproduce it** (on a host with the GPUs and torch, overlapscope i
 st.code(shlex.join(cmd), language="bash", wrap_lines=True)
 st.caption("Then open the result: `overlapscope app OUTPUT_FOLDER`, or add the folder in the sidebar.")
 with st.expander("Parameters and versions recorded in the manifest"):
-    st.json({k: manifest.get(k) for k in ("params", "dtype", "backend", "versions", "workload", "created",
-                                           "timing_method") if k in manifest})
+    recorded = {k: manifest.get(k) for k in ("params", "dtype", "backend", "versions", "workload", "created",
+                                             "timing_method") if k in manifest}
+    st.dataframe(pd.DataFrame(entries(recorded), columns=["item", "value"]), hide_index=True, key="run_manifest")
     # A recorded command line names the recording machine's paths (and could carry secrets): on request only.
     if "command" in manifest and st.toggle("Show the recorded command line", key="run_show_command"):
         st.code(shlex.join(str(a) for a in manifest["command"]) if isinstance(manifest["command"], list)

@@ -32,7 +32,7 @@ for run in runs:
     c[0].metric("Ranks", f"{len(table):,}")
     c[1].metric("Collectives", f"{view['n_collectives']:,}")
     c[2].metric("Outliers", f"{len(view['outliers'])}", help=f"robust z-score of the median lateness >= "
-                f"{view['params']['min_z']} (and at least {view['params']['min_lateness_ns'] / 1e3:.0f} µs)")
+                f"{view['params']['min_z']} (and at least {view['params']['min_lateness_ns'] / 1e6:.3f} ms)")
     d = view["distribution"]["median_lateness_ns"]
     c[3].metric("Median lateness, p90 rank", ui.ms(d.get("p90")))
     if view["outliers"]:

@@ -6,6 +6,7 @@ median and the fastest), not a lane per rank; the caption counts those of every 
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
 from app import ranks, ui
@@ -36,15 +37,23 @@ for run in runs:
         st.caption("No blocking host syncs: the host never waited for the GPU." if few is None else
                    "None on these ranks.")
         continue
-    c = st.columns(3)
-    c[0].metric("Blocking syncs", f"{len(sy):,}")
-    c[1].metric("Host blocked", ui.ms(float(sy["blocked_ns"].sum())))
+    harmful = sy["gpu_idle_ns"].fillna(0) > 0
+    c = st.columns(4)
+    c[0].metric("Syncs that idled the GPU", f"{int(harmful.sum()):,}",
+                help="blocking host syncs after which the GPU had nothing queued for a while")
+    c[1].metric("Host blocked in them", ui.ms(float(sy.loc[harmful, "blocked_ns"].sum())),
+                help="host time blocked in the syncs that idled the GPU")
     c[2].metric("GPU idle caused", ui.ms(float(sy["gpu_idle_ns"].fillna(0).sum())))
+    c[3].metric("Harmless syncs (no GPU idle)", f"{int((~harmful).sum()):,}",
+                help="the GPU never waited for the host after them (a run's closing cudaDeviceSynchronize); host "
+                     f"time blocked in them: {ui.ms(float(sy.loc[~harmful, 'blocked_ns'].sum()))}, not counted above")
     st.plotly_chart(sync_figure(sy, t0_ns=data.t_min), theme=None, key=f"syncs-fig-{run.source.key}")
     table = sy.assign(start_ns=sy["start_ns"] - data.t_min).sort_values("gpu_idle_ns", ascending=False,
                                                                           na_position="last")
-    shown = [c for c in ("rank", "name", "kind", "caller", "sync_op", "annotation", "step", "start_ns", "blocked_ns",
-                         "gpu_idle_ns") if c in table.columns]
+    table = table.assign(sync_effect=np.where(table["gpu_idle_ns"].fillna(0) > 0, "idled the GPU",
+                                              "harmless (no GPU idle)"))
+    shown = [c for c in ("rank", "name", "kind", "sync_effect", "caller", "sync_op", "annotation", "step", "start_ns",
+                         "blocked_ns", "gpu_idle_ns") if c in table.columns]
     show(readable(table, shown, headers={"start_ns": "start (ms from the trace start)"}),
          key=f"syncs-table-{run.source.key}", on_select="rerun", selection_mode="single-row")
     table = table.assign(start_ns=table["start_ns"] + data.t_min)

@@ -2,14 +2,15 @@
 
 The step selector and the time-window slider pick what is sent to the browser; each change
 re-aggregates (level of detail) so the figure stays under the segment budget however large
-the trace. Box-selecting a range on the chart makes it the new window, at full detail.
+the trace. Box-selecting a range on the chart makes it the new window, at full detail. The step, the window and
+the ranks drawn are in the URL (app/url_state.py), so a link opens this view.
 """
 
 from __future__ import annotations
 
 import streamlit as st
 
-from app import ranks, ui
+from app import ranks, ui, url_state
 from app.downloads import run_downloads
 from app.tables import readable, show
 from viz.critical_figures import critical_overlay
@@ -27,6 +28,10 @@ for r in runs:  # a run of many ranks draws the ranks picked here (default: slow
     if len(all_ranks) <= ranks.MANY_RANKS:
         shown[r.source.key] = None
         continue
+    linked = url_state.parse_ranks(url_state.initial("ranks"), all_ranks)  # ?ranks= of a shared link
+    if linked:
+        ranks.set_ranks(r.source.key, linked)
+        st.session_state[f"tl_ranks:{r.source.key}"] = linked
     picked = st.multiselect(f"Ranks of {r.label} ({len(all_ranks)} ranks)", all_ranks, ranks.chosen_ranks(r),
                             key=f"tl_ranks:{r.source.key}",
                             help="A run of many ranks is drawn for the ranks picked here: by default the slowest "
@@ -41,6 +46,10 @@ steps = sorted({int(s) for d in datas for s in d.steps["step"].tolist()})
 options = [WHOLE, *steps]
 if focus is not None:
     st.session_state["tl_step"] = WHOLE
+linked_step = url_state.initial("step")  # ?step= of a shared link: a step number or "whole"
+if linked_step is not None and focus is None:
+    st.session_state["tl_step"] = WHOLE if linked_step == "whole" else next(
+        (s for s in steps if str(s) == linked_step), st.session_state.get("tl_step"))
 if st.session_state.get("tl_step") not in options:
     st.session_state["tl_step"] = steps[len(steps) // 2] if steps else WHOLE  # a middle step: warmed up
 
@@ -70,6 +79,9 @@ if focus is not None:
     a = min(max((int(focus["lo"]) - t0) / 1e6, 0.0), dur_ms)
     b = min(max((int(focus["hi"]) - t0) / 1e6, a), dur_ms)
     st.session_state[slider_key] = (a, b)
+linked_window = url_state.parse_window(url_state.initial("window"), dur_ms)  # ?window= of a shared link
+if linked_window is not None and focus is None:
+    st.session_state[slider_key] = linked_window
 chart_state = st.session_state.get("tl_chart")
 try:
     boxes = chart_state["selection"]["box"] if chart_state else []
@@ -89,6 +101,9 @@ a_ms, b_ms = cols[1].slider("Time window (ms from the step start)", 0.0, dur_ms,
 if b_ms <= a_ms:
     b_ms = min(a_ms + dur_ms / 2000, dur_ms)
 
+many = next((shown[r.source.key] for r in runs if shown[r.source.key] is not None), None)
+url_state.publish(step="whole" if step == WHOLE else str(step), window=url_state.window_value(a_ms, b_ms),
+                  ranks=",".join(map(str, many)) if many else None)
 windows = [(t0, t0 + int(a_ms * 1e6), t0 + int(b_ms * 1e6)) for t0, _ in bounds]
 segments = lod_for_windows(datas, windows, width_px=width_px, max_segments=max_segments)
 fig = timeline_figure(segments, width_px=width_px, lane_px=lane_px)

@@ -1,0 +1,123 @@
+"""In Chromium, as a new user: five runs on the command line, the decision on the first screen, every run selected,
+the view in the URL, and a tooltip wherever the mouse rests on a kernel lane of the Timeline.
+
+`overlapscope app` on the five ag-gemm sample variants (the runs the dashboard was reviewed on, not the test
+samples the other browser tests use); Debian's chromium through Playwright (tests/test_app_browser.py).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from app import data
+
+from .conftest import ROOT
+from .test_app_browser import ERROR_SELECTORS, free_port, launch_browser
+
+VARIANTS = ("baseline", "sync-in-loop", "sync-before-loop", "host-sync", "tuned")
+# Where kernels are: the hover layer's own points (each a bin some kernel covers), 5 per lane on 2 lanes, spread
+# out, as fractions of the plot area.
+SPOTS_JS = """() => {
+  const gd = document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot');
+  const h = gd._fullData.find(t => t.name === 'hover');
+  const xs = Array.from(h.x), ys = Array.from(h.y), out = [];
+  for (const ln of [...new Set(ys)].slice(0, 2)) {
+    const mine = xs.filter((x, i) => ys[i] === ln);
+    for (const q of [0.1, 0.3, 0.5, 0.7, 0.9]) out.push([mine[Math.floor(q * (mine.length - 1))], ln]);
+  }
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  return out.map(([x, y]) => [(x - xa.range[0]) / (xa.range[1] - xa.range[0]),
+                              (ya.range[1] - y) / (ya.range[1] - ya.range[0])]);
+}"""
+
+
+@pytest.fixture()
+def five(tmp_path: Path):
+    env = dict(os.environ)
+    env.update({data.ENV_RUNS_DIR: str(tmp_path / "runs"), "OVERLAPSCOPE_CACHE_DIR": str(tmp_path / "cache"),
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))})
+    for var in (data.ENV_ALLOWED_ROOTS, data.ENV_APP_PATHS, data.ENV_SAMPLES):
+        env.pop(var, None)
+    port = free_port()
+    paths = [str(ROOT / "sample_traces" / "ag-gemm" / v) for v in VARIANTS]
+    log = (tmp_path / "app.log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "overlapscope", "app", *paths, "--port", str(port)], cwd=ROOT,
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "app.log").read_text()[-2000:]
+            time.sleep(0.3)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+def test_first_screen_is_the_decision_and_the_view_is_in_the_url(five: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = launch_browser(p)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(five + "/", wait_until="domcontentloaded")
+            headline = page.locator('[data-testid="stAlertContentSuccess"]', has_text="Fastest")
+            headline.wait_for(timeout=300_000)
+            box = headline.bounding_box()
+            assert box is not None and box["y"] + box["height"] < 900, "the decision is on the first screen"
+            # the ranking table right under the headline (it mounts a moment after it)
+            page.wait_for_function("h => [...document.querySelectorAll('[data-testid=\"stDataFrame\"]')]"
+                                   ".some(e => e.getBoundingClientRect().top < h)", arg=900 * 1.5, timeout=60_000)
+            chips = page.locator('[data-testid="stSidebar"] [data-testid="stMultiSelectTagsContainer"] [data-tag]')
+            chips.first.wait_for(timeout=120_000)
+            page.wait_for_timeout(500)
+            assert chips.count() == len(VARIANTS), "every run given is selected"
+            page.wait_for_function("() => location.search.includes('runs=')", timeout=60_000)
+            assert all(v in page.url for v in VARIANTS)
+            for sel in ERROR_SELECTORS:
+                assert page.locator(sel).count() == 0, page.locator(sel).first.inner_text()
+        finally:
+            browser.close()
+
+
+def test_timeline_tooltip_wherever_the_mouse_rests(five: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = launch_browser(p)
+        try:
+            # the whole trace, then a 0.1 ms window of one step (the zoom a box selection makes)
+            for query in ("runs=ag-gemm/tuned&step=whole", "runs=ag-gemm/tuned&step=1&window=1.0~1.1"):
+                page = browser.new_page(viewport={"width": 1500, "height": 1000})
+                page.goto(five + "/timeline?" + query, wait_until="domcontentloaded")
+                page.locator('[data-testid="stPlotlyChart"] .nsewdrag').first.wait_for(timeout=300_000)
+                page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
+                                       timeout=300_000)
+                page.wait_for_timeout(1500)
+                area = page.locator('[data-testid="stPlotlyChart"] .nsewdrag').first.bounding_box()
+                spots = page.evaluate(SPOTS_JS)
+                assert len(spots) >= 5, "the hover layer is in the figure"
+                hits, tries = 0, 0
+                for fx, fy in spots:
+                    page.mouse.move(area["x"] + area["width"] * fx, area["y"] + area["height"] * fy)
+                    page.wait_for_timeout(250)
+                    tries += 1
+                    hits += page.locator(".hoverlayer .hovertext").count() > 0
+                assert hits == tries, f"a tooltip at {hits} of {tries} places on the kernel lanes"
+                page.close()
+        finally:
+            browser.close()
