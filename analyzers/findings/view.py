@@ -20,6 +20,7 @@ from analyzers.overlap.rows import category_is
 from analyzers.syncs.blocking import SyncParams
 from analyzers.syncs.lookups import PerName
 from analyzers.timeline import intervals as iv
+from analyzers.timeline.constants import NO_TIME
 from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN, gpu_step_windows, host_steps
 from analyzers.timeline.kernel_names import normalize_kernel_name
 from analyzers.timeline.model import RankTrace
@@ -125,10 +126,10 @@ def windows_of(trace: RankTrace, metrics: RankMetrics | None, step_pattern: str)
 
 
 def _host_range(steps: pd.DataFrame, step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Host start and end of each step (-1 when the trace has no such step range), as a pandas
-    reindex and fillna(-1) give them: through float64 when some step is missing."""
+    """Host start and end of each step (NO_TIME when the trace has no such step range), as a pandas
+    reindex and fillna give them: through float64 when some step is missing."""
     if steps.empty:
-        return np.full(step.size, -1, dtype=np.int64), np.full(step.size, -1, dtype=np.int64)
+        return np.full(step.size, NO_TIME, dtype=np.int64), np.full(step.size, NO_TIME, dtype=np.int64)
     known = steps["step"].to_numpy(np.int64)
     order = np.argsort(known, kind="stable")
     pos = np.clip(np.searchsorted(known[order], step), 0, known.size - 1)
@@ -136,7 +137,7 @@ def _host_range(steps: pd.DataFrame, step: np.ndarray) -> tuple[np.ndarray, np.n
     out = []
     for col in ("host_start_ns", "host_end_ns"):
         v = steps[col].to_numpy(np.int64)[order][pos]
-        out.append(v if found.all() else np.where(found, v.astype(np.float64), -1.0).astype(np.int64))
+        out.append(v if found.all() else np.where(found, v.astype(np.float64), float(NO_TIME)).astype(np.int64))
     return out[0], out[1]
 
 
