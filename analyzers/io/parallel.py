@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzers.errors import BadInputError, WorkerDiedError
+from analyzers.io.nsys_cache import reuse_entries
 from analyzers.io.rank_select import skip_file
 from analyzers.io.trace_bytes import map_files_here
 from analyzers.io.worker_memory import keep_freed_memory, last_file_follows
@@ -66,7 +67,8 @@ def run_rank_stage(path: str, rank: int | None, rules: tuple[Rule, ...], per_ran
     p = Path(path)
     if skip_file(p, only):
         return FileResult(path, [])
-    traces = _load_cached(p, rank, loader) if use_cache else loader(p, rank)
+    with reuse_entries(use_cache):  # --no-cache: no unpacked or exported nsys file reused either
+        traces = _load_cached(p, rank, loader) if use_cache else loader(p, rank)
     if only is not None:
         traces = [t for t in traces if t.rank in only]
     out = FileResult(path, traces)
@@ -84,11 +86,17 @@ def run_rank_stage(path: str, rank: int | None, rules: tuple[Rule, ...], per_ran
 def _load_cached(path: Path, rank: int | None, loader: Loader) -> list[RankTrace]:
     from analyzers.io import parse_cache
 
-    hit = parse_cache.get(path, rank)
+    try:
+        key = parse_cache.FileKey.of(path, rank)
+    except OSError:  # unreadable: the loader names the problem
+        return loader(path, rank)
+    hit, problem = parse_cache.lookup(path, rank, key)
     if hit is not None:
         return hit
     traces = loader(path, rank)
-    parse_cache.put(path, rank, traces)
+    parse_cache.put(path, rank, traces, key)
+    for t in traces if problem else ():  # this run's answer says so; the rewritten entry does not
+        t.notes.append(problem)
     return traces
 
 
