@@ -96,3 +96,73 @@ def test_speed_factors_at_the_bounds_predict_without_wrapping(factor: float):
     else:  # compute free: the step shrinks
         assert predicted < measured
     assert np.iinfo(np.int64).min < predicted < np.iinfo(np.int64).max
+
+
+# --------------------------------------------------------------------------- nsys rows counted or refused
+US = 1000
+
+
+def _overlapping_pair(**comm: object) -> list[dict]:
+    """A GEMM [0, 100) µs and an NCCL kernel [50, 150) µs on another stream (overlap 50 of 100)."""
+    return [{"start": 10_000 * US, "end": 10_100 * US, "name_id": 1},
+            {"start": 10_050 * US, "end": 10_150 * US, "name_id": 2, "stream": 8, **comm}]
+
+
+def _rank0(doc: dict) -> dict:
+    return doc["ranks"][0]
+
+
+def test_kernels_with_a_null_globalpid_are_given_to_their_process_with_a_note(tmp_path: Path):
+    from tests.hostile_corpus import GEMM, NCCL, write_nsys
+
+    rows = [{**k, "pid": None} for k in _overlapping_pair()]
+    path = write_nsys(tmp_path / "rank0.sqlite", rows, {1: GEMM, 2: NCCL})
+    doc = _json("analyze", path)
+    assert _rank0(doc)["compute_ns"] == 100 * US and _rank0(doc)["comm_ns"] == 100 * US
+    notes = " ".join(doc["notes"] + _rank0(doc)["notes"])
+    assert "2 GPU activities have no process id (globalPid NULL): given to process 200" in notes
+
+
+def test_null_globalpid_rows_no_process_can_own_are_counted_not_silently_dropped(tmp_path: Path):
+    from tests.hostile_corpus import GEMM, NCCL, write_nsys
+
+    rows = [*_overlapping_pair(), {"start": 20_000 * US, "end": 28_300 * US, "name_id": 1, "pid": None,
+                                   "launched_by": None}]
+    path = write_nsys(tmp_path / "run.sqlite", [*rows, {**rows[0], "pid": 300}], {1: GEMM, 2: NCCL}, pids=(200, 300))
+    r = cli("analyze", path, "-f", "json", "--no-cache")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    notes = " ".join(doc["notes"] + [n for rk in doc["ranks"] for n in rk["notes"]])
+    assert "1 GPU activities have no process id (globalPid NULL): left out" in notes
+
+
+@pytest.mark.parametrize("start,end", [(2**63 - 1, -5), (2**63 - 1, 2**63 - 1), (-(2**63), 100), (0, 2**63 - 1)])
+def test_a_kernel_at_the_edge_of_int64_is_refused_not_wrapped(tmp_path: Path, start: int, end: int):
+    from tests.hostile_corpus import GEMM, NCCL, write_nsys
+
+    path = write_nsys(tmp_path / "rank0.sqlite", [*_overlapping_pair(), {"start": start, "end": end, "name_id": 1}],
+                      {1: GEMM, 2: NCCL})
+    r = cli("analyze", path, "--no-cache")
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert r.stderr.strip().count("\n") == 0 and str(path) in r.stderr and "Traceback" not in r.stderr
+
+
+def test_rows_without_a_start_or_end_are_counted(tmp_path: Path):
+    from tests.hostile_corpus import GEMM, NCCL, write_nsys
+
+    path = write_nsys(tmp_path / "rank0.sqlite", [*_overlapping_pair(), {"start": None, "end": 5, "name_id": 1},
+                                                  {"start": 7, "end": None, "name_id": 2}], {1: GEMM, 2: NCCL})
+    doc = _json("analyze", path)
+    assert "2 rows of CUPTI_ACTIVITY_KIND_KERNEL have no start or no end time" in " ".join(_rank0(doc)["notes"])
+    assert _rank0(doc)["compute_ns"] == 100 * US
+
+
+def test_kernels_whose_names_are_missing_from_stringids_are_noted_and_not_compute(tmp_path: Path):
+    from tests.hostile_corpus import GEMM, write_nsys
+
+    # the NCCL kernel's name id (2) is not in StringIds: it is not compute, and a note says so
+    path = write_nsys(tmp_path / "rank0.sqlite", _overlapping_pair(), {1: GEMM})
+    doc = _json("analyze", path)
+    rank = _rank0(doc)
+    assert rank["compute_ns"] == 100 * US and rank["compute_compute_overlap_ns"] == 0
+    assert any("1 kernels have a name id the export's StringIds table does not hold" in n for n in rank["notes"])
