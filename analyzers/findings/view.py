@@ -24,6 +24,7 @@ from analyzers.timeline.constants import NO_TIME
 from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN, gpu_step_windows, host_steps
 from analyzers.timeline.kernel_names import normalize_kernel_name
 from analyzers.timeline.model import RankTrace
+from analyzers.timeline.user_regex import search_each
 
 NO_CALLER = "(no enclosing op)"  # evidence's caller name for a sync outside any op
 # Pack/unpack and layout copies that run as kernels (or DtoD copies) next to collectives.
@@ -178,9 +179,9 @@ class RankView:
         self.device = g["device"].to_numpy(np.int64)
         self.stream = g["stream"].to_numpy(np.int64)
         self.names = self.trace.names_of(g["name_id"].to_numpy()) if len(g) else np.zeros(0, dtype=object)
-        rx = re.compile(self.params.copy_kernel_pattern)
         self.name_ids = PerName(self.trace, g["name_id"].to_numpy())
-        copy_name = self.name_ids.rows(lambda n: bool(rx.search(n)), bool)
+        copy_name = search_each(self.params.copy_kernel_pattern, self.name_ids.names,
+                                "the copy kernel pattern")[self.name_ids.codes]
         self.comm = category_is(g, "comm")
         self.copy = copy_name & ~self.comm
         self.compute = category_is(g, "compute") & ~self.copy

@@ -16,6 +16,7 @@ from analyzers.errors import BadInputError, OptionValueError
 from analyzers.graph.rank_graph import CAT_CODES
 from analyzers.graph.set_graph import SetGraph
 from analyzers.timeline import intervals as iv
+from analyzers.timeline.user_regex import search_each
 
 # name -> what the transformation does (the --fix help, docs/whatif.md)
 FIXES: dict[str, str] = {
@@ -157,11 +158,10 @@ MAX_COMPUTE_SELF_OVERLAP = 0.05
 
 def _matching(sg: SetGraph, pattern: str) -> np.ndarray:
     """Per node: its name matches pattern (searched)."""
-    rx = re.compile(pattern)
     parts = []
     for r in sg.ranks:
         g = sg.graphs[r]
-        hit = np.asarray([bool(rx.search(n)) for n in g.names], dtype=bool)
+        hit = search_each(pattern, g.names, "--fix drop=")
         parts.append(hit[g.name_id] if len(hit) else np.zeros(g.n, dtype=bool))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
 

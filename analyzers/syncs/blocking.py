@@ -42,6 +42,7 @@ from analyzers.syncs.nesting import RangeIndex, innermost_enclosing
 from analyzers.timeline.constants import NO_TIME
 from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN, host_steps
 from analyzers.timeline.model import RankTrace, require_host_tables
+from analyzers.timeline.user_regex import search_each
 
 # API name (version / per-thread suffixes stripped) -> sync kind.
 DEFAULT_SYNC_APIS: dict[str, str] = {
@@ -161,7 +162,6 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
         return empty_syncs()
     require_host_tables(trace)
     rt, ops = trace.runtime, trace.host_ops
-    step_rx = re.compile(params.step_pattern)
 
     # --- runtime syncs -----------------------------------------------------------------
     # Per distinct API name: its base name and sync kind ("memcpy" for a synchronous copy).
@@ -222,7 +222,7 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
     def per_op(fn) -> np.ndarray:
         return of_names(np.array([bool(fn(b, f)) for b, f in zip(base_u, full_u, strict=True)], dtype=bool))
 
-    not_step = ~per_op(lambda b, f: step_rx.search(f))
+    not_step = ~of_names(search_each(params.step_pattern, full_u, "--step-pattern"))
     implied = per_op(lambda b, f: b in params.implied_sync_ops) & not_step
 
     # Ops with no runtime sync inside are syncs of their own only when the trace lacks runtime.

@@ -22,6 +22,7 @@ from analyzers.errors import BadInputError, UnknownStepsError
 from analyzers.timeline import intervals as iv
 from analyzers.timeline.constants import DEFAULT_STEP_PATTERN, NO_TIME
 from analyzers.timeline.model import RankTrace, TraceSet, require_host_tables
+from analyzers.timeline.user_regex import each
 
 # Step numbers a selection or a trace may name: well inside int64, so that every comparison with the
 # int64 step columns is exact (a larger number is refused by name, never wrapped or overflowed).
@@ -179,11 +180,11 @@ def _host_steps(trace: RankTrace, pattern: str) -> pd.DataFrame:
     cols = ["step", "name", "host_start_ns", "host_end_ns"]
     if ops.empty:
         return pd.DataFrame({c: [] for c in cols})
-    rx = re.compile(pattern)
     name_ids = ops["name_id"].to_numpy()
     ids = np.sort(pd.unique(name_ids))
     names = trace.names_of(ids)
-    matched = {int(i): rx.search(n) for i, n in zip(ids, names, strict=True)}
+    found = each(pattern, "--step-pattern", names, lambda rx, n: rx.search(n))
+    matched = {int(i): m for i, m in zip(ids, found, strict=True)}
     matched = {i: m for i, m in matched.items() if m}
     if not matched:
         return pd.DataFrame({c: [] for c in cols})
