@@ -103,3 +103,52 @@ def test_the_same_patterns_on_names_they_match_quickly_still_work(tmp_path: Path
     r = cli("whatif", run, "--fix", "drop=(a+)+$", "--no-cache", "-f", "json")
     assert r.returncode == 0, r.stderr
     assert np.isfinite(float(__import__("json").loads(r.stdout)["saving_ns"]))
+
+
+def _children(pid: int) -> set[int]:
+    out = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.add(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_pool_workers_end_when_analyze_is_killed(tmp_path: Path):
+    import os
+    import signal
+
+    run = _evil_run(tmp_path / "run", ranks=2)
+    proc = subprocess.Popen([sys.executable, "-m", "overlapscope", "analyze", str(run), "--jobs", "2", "--no-cache",
+                             "--step-pattern", "(a+)+$"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, user_regex.ENV_REGEX_SECONDS: "120"})
+    try:
+        deadline = time.monotonic() + 60
+        workers: set[int] = set()
+        while time.monotonic() < deadline and len(workers) < 2:  # both workers busy in the endless match
+            time.sleep(0.2)
+            workers = _children(proc.pid)
+        assert len(workers) >= 2, "the pool never started"
+        time.sleep(1.0)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(w) for w in workers):
+            time.sleep(0.1)
+        assert not any(_alive(w) for w in workers), "pool workers outlived the killed command"
+    finally:
+        if proc.poll() is None:
+            proc.kill()

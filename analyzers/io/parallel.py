@@ -27,6 +27,7 @@ from analyzers.errors import BadInputError, WorkerDiedError
 from analyzers.io.nsys_cache import reuse_entries
 from analyzers.io.rank_select import skip_file
 from analyzers.io.trace_bytes import map_files_here
+from analyzers.io.worker_exit import die_with_parent
 from analyzers.io.worker_memory import keep_freed_memory, last_file_follows
 from analyzers.timeline.classify import Rule, classify_trace
 from analyzers.timeline.graphs import mark_graph_launches
@@ -143,7 +144,7 @@ def _execute(paths: list[Path], rank: int | None, stage: tuple[Any, ...], jobs: 
         context = _pool_context()
         progress = context.RawArray("b", len(args))  # per file: NOT_STARTED, STARTED or FINISHED
         with ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                                 initializer=_start_worker, initargs=(progress, workers)) as pool:
+                                 initializer=_start_worker, initargs=(progress, workers, os.getpid())) as pool:
             futures = {pool.submit(_tracked_rank_stage, i, *a): i for i, a in enumerate(args)}
             try:
                 for fut in as_completed(futures):
@@ -176,9 +177,11 @@ _file_progress: Any = None  # in a pool worker: the pool's shared per-file progr
 _pool_workers = 1  # in a pool worker: how many workers its pool has
 
 
-def _start_worker(progress: Any, workers: int) -> None:
-    """Pool worker set-up: its allocators tuned for file-after-file work, the progress array kept."""
+def _start_worker(progress: Any, workers: int, parent_pid: int) -> None:
+    """Pool worker set-up: it dies with the parent (a kill -9 of the command leaves no worker behind), its
+    allocators tuned for file-after-file work, the progress array kept."""
     global _file_progress, _pool_workers
+    die_with_parent(parent_pid)
     _file_progress, _pool_workers = progress, workers
     keep_freed_memory()
     map_files_here()  # a worker killed by a file cut short under its mapping is named (WorkerDiedError)
