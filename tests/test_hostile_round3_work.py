@@ -152,3 +152,140 @@ def test_pool_workers_end_when_analyze_is_killed(tmp_path: Path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+# --------------------------------------------------------------------------- per-step work: all windows at once
+def _random_rows(rng: np.random.Generator, n: int, n_windows: int):
+    from analyzers.overlap.rows import GpuRows
+
+    s = rng.integers(0, 10_000, n)
+    dur = np.where(rng.random(n) < 0.1, 0, rng.integers(1, 400, n))
+    dur[rng.random(n) < 0.03] = rng.integers(2_000, 9_000)  # a few long ones (past the 99th percentile)
+    e = s + dur
+    cat = rng.integers(0, 3, n)
+    rows = GpuRows(s.astype(np.int64), e.astype(np.int64), rng.integers(0, 3, n), np.zeros(n, dtype=np.int64),
+                   cat == 0, cat == 1)
+    cuts = np.sort(rng.choice(np.arange(1, 10_000), n_windows * 2, replace=False)).reshape(-1, 2)
+    if rng.random() < 0.5:  # overlapping windows too
+        cuts[:, 1] = np.minimum(cuts[:, 1] + rng.integers(0, 3_000, len(cuts)), 10_000)
+    return rows, cuts[:, 0].astype(np.int64), cuts[:, 1].astype(np.int64)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_window_pairs_are_exactly_the_overlapping_rows(seed: int):
+    from analyzers.timeline.grouped_intervals import window_pairs
+
+    rng = np.random.default_rng(seed)
+    rows, lo, hi = _random_rows(rng, int(rng.integers(1, 300)), int(rng.integers(1, 30)))
+    for points in (False, True):
+        w, r = window_pairs(rows.s, rows.e, lo, hi, points=points)
+        want = [(i, j) for i in range(lo.size) for j in range(rows.s.size)
+                if (rows.e[j] > lo[i] and rows.s[j] < hi[i])
+                or (points and rows.s[j] == rows.e[j] and lo[i] <= rows.s[j] < hi[i])]
+        assert list(zip(w.tolist(), r.tolist(), strict=True)) == want
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_iteration_table_equals_the_window_by_window_metrics(seed: int):
+    import pandas as pd
+
+    from analyzers.overlap.metrics import _window_metrics
+    from analyzers.overlap.window_table import iteration_table
+
+    rng = np.random.default_rng(seed)
+    rows, lo, hi = _random_rows(rng, int(rng.integers(0, 300)), int(rng.integers(1, 30)))
+    windows = pd.DataFrame({"step": np.arange(lo.size), "name": [f"s{i}" for i in range(lo.size)],
+                            "gpu_start_ns": lo, "gpu_end_ns": hi})
+    want = pd.DataFrame([{"step": i, "name": f"s{i}", **_window_metrics(rows, int(lo[i]), int(hi[i])).to_dict()}
+                         for i in range(lo.size)])  # what the window-by-window loop built
+    pd.testing.assert_frame_equal(iteration_table(rows, windows), want, check_exact=True)
+
+
+def test_iteration_table_equals_the_window_by_window_metrics_on_every_sample():
+    import pandas as pd
+
+    from analyzers.io.load import load_traces
+    from analyzers.overlap.metrics import _window_metrics
+    from analyzers.overlap.rows import GpuRows
+    from analyzers.overlap.window_table import iteration_table
+    from analyzers.timeline.iterations import gpu_step_windows
+
+    for run in sorted((ROOT / "sample_traces").glob("*/*/")):
+        for t in load_traces([run], cache=False):
+            windows = gpu_step_windows(t)
+            if windows.empty:
+                continue
+            rows = GpuRows.of(t.gpu)
+            want = pd.DataFrame([{"step": int(st), "name": nm, **_window_metrics(rows, int(lo), int(hi)).to_dict()}
+                                 for st, nm, lo, hi in zip(windows["step"], windows["name"], windows["gpu_start_ns"],
+                                                           windows["gpu_end_ns"], strict=True)])
+            pd.testing.assert_frame_equal(iteration_table(rows, windows), want, check_exact=True, obj=str(run))
+
+
+def _front_rows_window_by_window(view) -> list[dict]:
+    """The front-loaded detector's per-(window, device) rows as it made them one window at a time: the
+    oracle the all-windows version must equal."""
+    from analyzers.findings.view import comm_kind_numbered
+    from analyzers.timeline import intervals as iv
+
+    def time_reaching(ms, me, amount):
+        cum = np.cumsum(me - ms)
+        i = min(int(np.searchsorted(cum, amount, side="left")), ms.size - 1)
+        return int(ms[i] + max(amount - (cum[i - 1] if i > 0 else 0), 0))
+
+    p = view.params
+    kinds, kind_names = comm_kind_numbered(view)
+    kind_names = np.r_[kind_names, np.nan]
+    rows = []
+    for w in view.window_list():
+        lo, hi = int(w.lo), int(w.hi)
+        for d in view.devices():
+            on = view.in_range(lo, hi) & (view.device == d)
+            cm, cp = on & view.comm, on & view.compute
+            if not cm.any() or not cp.any():
+                continue
+            ps, pe = iv.union(np.clip(view.s[cp], lo, hi), np.clip(view.e[cp], lo, hi))
+            if ps.size == 0:
+                continue
+            c_start = time_reaching(ps, pe, p.front_compute_start_share * iv.length((ps, pe)))
+            all_before = iv.length(iv.clip(*iv.union(view.s[cm], view.e[cm]), lo, c_start))
+            best = None
+            for code in np.unique(kinds[cm]):
+                km = cm & (kinds == code)
+                ks, ke = iv.union(np.clip(view.s[km], lo, hi), np.clip(view.e[km], lo, hi))
+                total, before = iv.length((ks, ke)), iv.length(iv.clip(ks, ke, lo, c_start))
+                n_before = int((view.s[km] < c_start).sum())
+                share = before / total if total else 0.0
+                cand = {"kind": str(kind_names[code]), "share": share, "n_before": n_before, "n_kind": int(km.sum()),
+                        "before_ns": before, "kind_ns": total}
+                if best is None or share > best["share"]:
+                    best = cand
+                if share >= p.front_min_share and n_before >= p.front_min_collectives:
+                    best = cand
+                    break
+            front = (best["share"] >= p.front_min_share and best["n_before"] >= p.front_min_collectives
+                     and c_start - lo >= p.front_min_window_share * (hi - lo)
+                     and all_before >= p.front_min_comm_share * (hi - lo))
+            rows.append({"step": int(w.step), "lo": lo, "hi": hi, "compute_start_ns": c_start,
+                         "comm_before_ns": all_before, "front": front, **best})
+    return rows
+
+
+def test_front_loaded_rows_of_all_windows_at_once_equal_the_window_by_window_ones():
+    from analyzers.findings.front_loaded_collectives import _window_rows
+    from analyzers.findings.registry import FindingParams
+    from analyzers.findings.view import RankView, windows_of
+    from analyzers.io.load import load_traces
+
+    checked = 0
+    for run in sorted((ROOT / "sample_traces").glob("*/*/")):
+        for t in load_traces([run], cache=False):
+            view = RankView(t, FindingParams(), windows_of(t, None, FindingParams().step_pattern))
+            want = _front_rows_window_by_window(view)
+            got = _window_rows(view)
+            assert len(got) == len(want), run
+            for a, b in zip(got, want, strict=True):
+                assert a.keys() == b.keys() and all(a[k] == pytest.approx(b[k], rel=1e-12) if isinstance(b[k], float)
+                                                    else a[k] == b[k] for k in b), (run, a, b)
+            checked += len(want)
+    assert checked > 100

@@ -92,8 +92,9 @@ def _syncs_in_overlap_region(view: RankView, syncs: pd.DataFrame) -> pd.DataFram
         reg_lo = np.full(len(w), NO_TIME, dtype=np.int64)
         reg_hi = np.full(len(w), NO_TIME, dtype=np.int64)
         for i, (lo, hi) in enumerate(zip(w["lo"].to_numpy(), w["hi"].to_numpy(), strict=True)):
-            sel = cm & view.in_range(int(lo), int(hi))
-            if sel.any():
+            sel = view.rows_in(int(lo), int(hi))
+            sel = sel[cm[sel]]
+            if sel.size:
                 reg_lo[i], reg_hi[i] = max(int(view.s[sel].min()), int(lo)), min(int(view.e[sel].max()), int(hi))
         order = np.argsort(reg_lo, kind="stable")
         rl, rh, rs = reg_lo[order], reg_hi[order], w["step"].to_numpy()[order]

@@ -53,8 +53,9 @@ ENTRY = CatalogueEntry(
 def _stream_groups(view: RankView, mask: np.ndarray, lo: int, hi: int) -> dict[int, iv.Intervals]:
     """Merged busy intervals per stream of the selected rows, clipped to [lo, hi)."""
     out: dict[int, iv.Intervals] = {}
-    sel = mask & view.in_range(lo, hi)
-    if not sel.any():
+    sel = view.rows_in(lo, hi)
+    sel = sel[mask[sel]]
+    if not sel.size:
         return out
     s, e, st = np.clip(view.s[sel], lo, hi), np.clip(view.e[sel], lo, hi), view.stream[sel]
     order = np.argsort(st, kind="stable")
