@@ -289,3 +289,29 @@ def test_front_loaded_rows_of_all_windows_at_once_equal_the_window_by_window_one
                                                     else a[k] == b[k] for k in b), (run, a, b)
             checked += len(want)
     assert checked > 100
+
+
+# --------------------------------------------------------------------------- one long name on many rows
+def test_one_long_name_shared_by_many_nsys_rows_stays_one_string(tmp_path: Path):
+    from tests.hostile_corpus import NCCL, write_nsys
+
+    huge = "k" * (1 << 20)  # 1 MB, one StringIds row, named by 1,200 kernels
+    rows = [{"start": 10_000_000 + i * 1000, "end": 10_000_500 + i * 1000, "name_id": 1} for i in range(1200)]
+    rows.append({"start": 10_000_100, "end": 10_000_900, "name_id": 2, "stream": 8})
+    path = write_nsys(tmp_path / "rank0.sqlite", rows, {1: huge, 2: NCCL})
+    assert path.stat().st_size < 4 << 20
+    # the peak of the command alone: measured in a fresh parent that runs only it
+    probe = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+             "sys.stderr.write(r.stderr); sys.stdout.write(r.stdout); "
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(r.returncode)")
+    import os
+
+    r = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "overlapscope", "analyze", str(path),
+                        "--no-cache", "-f", "json"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "OVERLAPSCOPE_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr[-2000:]
+    peak_mb = int(r.stderr.strip().splitlines()[-1]) / 1024
+    doc = __import__("json").loads(r.stdout)
+    assert doc["ranks"][0]["n_compute"] == 1200
+    # the rows share the one string: a few copies of 1 MB, not one per row (3.5 GB before)
+    assert peak_mb < 1200, f"{peak_mb:.0f} MB"

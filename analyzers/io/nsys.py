@@ -58,6 +58,7 @@ from analyzers.io.nsys_tables import (
     _read_nvtx,
     _read_runtime,
     _read_syncs,
+    distinct_strings,
     null_time_rows,
 )
 from analyzers.timeline.collectives import collective_names
@@ -81,7 +82,7 @@ def _intern(names: NameTable, values: np.ndarray, transform=None) -> np.ndarray:
     """Name ids for a string column; `transform` runs once per distinct string."""
     if len(values) == 0:
         return np.zeros(0, dtype=np.int32)
-    codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
+    codes, uniques = distinct_strings(values)
     mapping = np.array([names.intern(transform(str(u)) if transform else str(u)) for u in uniques],
                        dtype=np.int32)
     return mapping[codes]
@@ -294,7 +295,8 @@ def _load(ex: _Export, source: str, sqlite_path: Path) -> list[RankTrace]:
     proc_names = _process_names(ex)
     pids = _rank_processes(gpu_all, known, proc_names, notes)
 
-    nccl_nvtx = nvtx is not None and any(str(n).startswith("nccl") for n in pd.unique(nvtx["name"]))
+    nccl_nvtx = nvtx is not None and any(str(n).startswith("nccl")
+                                         for n in distinct_strings(nvtx["name"].to_numpy())[1])
     gpu_by, rt_by, sync_by, nvtx_by = _by_pid(gpu_all), _by_pid(runtime), _by_pid(syncs), _by_pid(nvtx)
     del gpu_parts, gpu_all, runtime, syncs, nvtx  # the per-process copies are all that is needed now
     nccl = read_nccl_calls(ex) if nccl_nvtx else None
