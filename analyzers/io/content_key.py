@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -74,6 +75,8 @@ def _seal(token: tuple[int, ...], digest: str) -> str:
 def file_digest(path: Path) -> str:
     """SHA-256 (hex) of the file's bytes and its journals'; remembered per stat, see the module docstring."""
     token = stat_token(path)
+    if not stat.S_ISREG(path.stat().st_mode):  # a FIFO or a device: never opened here (a read could block);
+        return "not-a-file:" + hashlib.sha256(repr(token).encode()).hexdigest()  # the loader refuses it
     memo = _memo_path(path, token)
     try:
         text = memo.read_text()
