@@ -84,7 +84,10 @@ def file_digest(path: Path) -> str:
             return text[:64]
     except (OSError, UnicodeDecodeError):
         pass
-    digest = _hash_file(path)
+    try:
+        digest = _hash_file(path)
+    except OSError:  # unreadable (permissions): a key that matches nothing stored; the loader names the problem
+        return "unreadable:" + hashlib.sha256(repr(token).encode()).hexdigest()
     after = stat_token(path)
     newest_ctime = max(after[4::5])
     if after == token and time.time_ns() - newest_ctime >= RACY_NS:

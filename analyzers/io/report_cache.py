@@ -110,8 +110,12 @@ class ReportKey:
         """The key for these inputs (expanded as the loader expands them) and settings."""
         files, stats = [], []
         for p in expand_paths(inputs):
-            stats.append(stat_token(p))
-            files.append((str(p.resolve()), file_digest(p)))
+            try:
+                stats.append(stat_token(p))
+                files.append((str(p.resolve()), file_digest(p)))
+            except OSError:  # gone or unreadable: the loader names the problem; this key matches nothing
+                stats.append(())
+                files.append((str(p), "unreadable"))
         return cls(tuple(files), msgspec.json.encode(dict(sorted(settings.items()))).decode(), code_fingerprint(),
                    tuple(stats))
 
