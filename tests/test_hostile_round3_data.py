@@ -77,7 +77,8 @@ def test_no_time_sentinel_never_reaches_a_document(tmp_path: Path):
 
 
 @pytest.mark.parametrize("fix", ["compute-speed=1e-14", "comm-speed=1e-300", "compute-speed=1e-4",
-                                 "comm-speed=1e7", "compute-speed=1e308"])
+                                 "comm-speed=1e7", "compute-speed=1e308", "compute-speed=1e-400",
+                                 "comm-speed=0", "compute-speed=-1", "comm-speed=inf", "compute-speed=nan"])
 def test_extreme_speed_factors_are_a_usage_error(fix: str):
     with pytest.raises(OptionValueError):
         parse_fix(fix)

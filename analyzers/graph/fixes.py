@@ -77,10 +77,8 @@ def parse_fix(text: str) -> Fix:
         try:
             factor = float(value)
         except ValueError:
-            raise BadInputError("--fix", f"{name} needs a speed factor, e.g. {name}=2") from None
-        if not np.isfinite(factor) or factor <= 0:
-            raise BadInputError("--fix", f"{name}={value}: the factor must be a positive number")
-        if not MIN_FACTOR <= factor <= MAX_FACTOR:
+            raise OptionValueError(f"--fix {name} needs a speed factor, e.g. {name}=2") from None
+        if not np.isfinite(factor) or not MIN_FACTOR <= factor <= MAX_FACTOR:
             raise OptionValueError(f"--fix {name}={value}: the factor must lie between {MIN_FACTOR:g} and "
                                    f"{MAX_FACTOR:g} (a thousand times slower to a million times faster)")
         return Fix(name, factor)
