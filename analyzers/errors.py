@@ -34,3 +34,8 @@ class MixedRunsError(BadInputError):
 
 class UnknownStepsError(ValueError):
     """A step selection names steps that a trace does not hold (a usage error, not bad input)."""
+
+
+class OptionValueError(ValueError):
+    """A value the user gave an option that cannot be used as given (a usage error, CLI exit code 2, one
+    line): a what-if factor outside the range int64 nanoseconds hold, a regex that runs past its time bound."""

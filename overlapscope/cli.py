@@ -16,7 +16,7 @@ from typing import NoReturn
 from typer._click.exceptions import ClickException, NoArgsIsHelpError  # typer's own click
 from typer.exceptions import Abort
 
-from analyzers.errors import BadInputError, UnknownStepsError
+from analyzers.errors import BadInputError, OptionValueError, UnknownStepsError
 
 from . import cmd_analyze, cmd_app, cmd_cache, cmd_diff, cmd_export, cmd_run, cmd_whatif
 from .common import EXIT_BAD_INPUT, EXIT_OK, EXIT_USAGE, UsageFailure, app, err_console
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     except BadInputError as exc:
         err_console.print(f"overlapscope: error: {exc}", markup=False, highlight=False)
         return EXIT_BAD_INPUT
-    except (UsageFailure, UnknownStepsError) as exc:
+    except (UsageFailure, UnknownStepsError, OptionValueError) as exc:
         err_console.print(f"overlapscope: usage error: {exc}", markup=False, highlight=False)
         return EXIT_USAGE
     except OSError as exc:

@@ -104,7 +104,9 @@ def analyze_cmd(
         "diagnose": not no_diagnose, "link_gbps": link_gbps, "ranks": ranks})
     # The cache keeps the JSON document (no pickle): every format is rendered from it, so a hit answers all
     # (--tables needs the report itself, so it analyzes).
-    doc = report_cache.get(key) if key is not None and tables is None else None
+    doc, damaged = report_cache.lookup(key) if key is not None and tables is None else (None, None)
+    if damaged:
+        err_console.print(f"overlapscope: note: {damaged}", markup=False, highlight=False)
     if doc is None:
         with analysis_stack_imports():  # pandas, pyarrow, numpy (overlapscope/stack_imports.py)
             from analyzers.crossrank.collective_table import CollectiveParams

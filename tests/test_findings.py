@@ -22,6 +22,7 @@ from analyzers.findings.launch_bound_gaps import launch_bound_gaps
 from analyzers.findings.registry import FindingParams
 from analyzers.findings.view import RankView, windows_of
 from analyzers.overlap.metrics import AnalysisOptions, rank_metrics
+from analyzers.timeline.constants import NO_TIME
 from analyzers.timeline.iterations import StepSelection, launch_times
 
 from . import synth_findings as sf
@@ -81,7 +82,7 @@ def test_sync_after_all_communication_of_the_step_is_silent():
     syncs = trace_set_syncs(sf.trace_set(t))
     # blocking, long idle after (the last one: nothing launched after it, no idle) ...
     assert len(syncs) == 3 and (syncs["gpu_idle_ns"].iloc[:2] > 1_000_000).all()
-    assert syncs["gpu_idle_ns"].iloc[2] == 0 and syncs["next_gpu_start_ns"].iloc[2] == -1
+    assert syncs["gpu_idle_ns"].iloc[2] == 0 and syncs["next_gpu_start_ns"].iloc[2] == NO_TIME
     assert "host-blocking-sync" not in ids(t)  # ... but outside the overlapped region
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyzers.errors import BadInputError
+from analyzers.errors import BadInputError, OptionValueError
 from analyzers.graph.analysis import GraphRun, critical_path_section, whatif
 from analyzers.graph.fixes import Fix, parse_fix
 from analyzers.graph.rank_graph import CAT_CODES, RankGraph
@@ -140,8 +140,11 @@ def test_scaled_fixes_and_bad_fix():
     assert whatif(run, [parse_fix("comm-speed=2")])["predicted_step_ns"] == 125 * US
     # drop=REGEX: the comm kernel takes no time
     assert whatif(run, [parse_fix("drop=k0\\.1")])["predicted_step_ns"] == 100 * US
-    for bad in ("compute-speed", "compute-speed=0", "nope", "host-syncs=2", "drop=", "drop=("):
+    for bad in ("nope", "host-syncs=2", "drop=", "drop=("):
         with pytest.raises(BadInputError):
+            parse_fix(bad)
+    for bad in ("compute-speed", "compute-speed=0", "compute-speed=-2", "comm-speed=nan", "comm-speed=inf"):
+        with pytest.raises(OptionValueError):  # a factor out of range is a usage error (exit 2)
             parse_fix(bad)
 
 

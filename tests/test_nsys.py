@@ -166,9 +166,16 @@ cp {NVFUSER_SQLITE} "$out"
     exported = nsys_rep_to_sqlite(rep)
     (t2,) = load_nsys(exported)
     assert t2.source == str(rep)
-    assert len(calls.read_text().splitlines()) == 1  # cached: keyed by path, size and mtime
+    assert len(calls.read_text().splitlines()) == 1  # cached: keyed by path and contents
 
     os.utime(rep, ns=(rep.stat().st_atime_ns, rep.stat().st_mtime_ns + 10**9))
+    nsys_rep_to_sqlite(rep)
+    assert len(calls.read_text().splitlines()) == 1  # touched, same bytes: the export stands
+    st = rep.stat()
+    data = bytearray(rep.read_bytes())
+    data[-1] ^= 1
+    rep.write_bytes(bytes(data))
+    os.utime(rep, ns=(st.st_atime_ns, st.st_mtime_ns))  # same size, same mtime, other bytes
     nsys_rep_to_sqlite(rep)
     assert len(calls.read_text().splitlines()) == 2  # a changed report is exported again
 

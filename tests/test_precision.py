@@ -68,7 +68,7 @@ def test_sync_after_the_last_iteration_is_silent(tmp_path: Path) -> None:
     doc = analyze_json(final_sync(tmp_path / "final.json", sync_after=3))
     # the sync found queued work (the GPU runs until 3800) but nothing is launched after it: it caused
     # no idle (it used to be charged 3802 -> 6000 = 2198 µs, "inside the overlapped region")
-    assert idle_of(doc) == [0] and doc["syncs"]["rows"][0]["next_gpu_start_ns"] == -1
+    assert idle_of(doc) == [0] and doc["syncs"]["rows"][0]["next_gpu_start_ns"] is None
     assert finding(doc, "host-blocking-sync") is None
 
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from analyzers.io.load import load_traces
 from analyzers.syncs.blocking import SyncParams, api_base_name, blocking_syncs, op_base_name
 from analyzers.syncs.nesting import innermost_enclosing, nesting_depth
+from analyzers.timeline.constants import NO_TIME
 from analyzers.timeline.model import SYNC_COLUMNS as SYNC_TABLE_COLUMNS
 from analyzers.timeline.model import make_table
 
@@ -208,7 +209,7 @@ def test_step_column_and_censored_idle_at_trace_end():
     r = blocking_syncs(t).iloc[0]
     assert r.step == 3
     # nothing launched after it: the trace just ends, no idle was caused (censored evidence)
-    assert r.next_gpu_start_ns == -1 and r.gpu_idle_ns == 0
+    assert r.next_gpu_start_ns == NO_TIME and r.gpu_idle_ns == 0
     assert r.caller == ""  # iteration ranges are never callers
 
 

@@ -8,7 +8,6 @@ later steps work on these arrays, never on string-keyed groupbys over events.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +16,7 @@ import pandas as pd
 
 from analyzers.timeline.model import RankTrace, TraceSet
 from analyzers.timeline.short_names import normalized_name
+from analyzers.timeline.user_regex import search_each
 
 
 def _normalized(names: np.ndarray) -> np.ndarray:
@@ -50,9 +50,8 @@ def _pack(cols: list[np.ndarray], lows: list[int], spans: list[int]) -> np.ndarr
 
 def _search(values: pd.Series, pattern: str) -> np.ndarray:
     """bool(re.search(pattern, str(value))) for each value, the regex run once per distinct value."""
-    rx = re.compile(pattern)
     codes, uniq = pd.factorize(values.array, use_na_sentinel=False)
-    return np.array([bool(rx.search(str(u))) for u in uniq], dtype=bool)[codes] if len(codes) else \
+    return search_each(pattern, [str(u) for u in uniq], "a collective name pattern")[codes] if len(codes) else \
         np.zeros(0, dtype=bool)
 
 

@@ -16,6 +16,7 @@ from analyzers.findings.view import (
     plain,
     severity_of,
 )
+from analyzers.timeline.constants import NO_TIME
 from analyzers.timeline.iterations import launch_times
 from analyzers.timeline.kernel_names import normalize_kernel_name
 
@@ -53,15 +54,15 @@ ENTRY = CatalogueEntry(
 def _running_max_before(starts: np.ndarray, ends: np.ndarray, at: np.ndarray, *, inclusive: bool
                         ) -> tuple[np.ndarray, np.ndarray]:
     """For each time in `at`: the latest end among rows starting before it (at or before it when
-    inclusive), and that row's position in `starts` (-1 when none). `starts` must be sorted."""
+    inclusive; NO_TIME when none), and that row's position in `starts` (-1 when none). `starts` must be sorted."""
     if starts.size == 0:
-        return np.full(at.size, -1, dtype=np.int64), np.full(at.size, -1, dtype=np.int64)
+        return np.full(at.size, NO_TIME, dtype=np.int64), np.full(at.size, -1, dtype=np.int64)
     run_max = np.maximum.accumulate(ends)
     arg = np.maximum.accumulate(np.where(ends == run_max, np.arange(ends.size), 0))
     pos = np.searchsorted(starts, at, side="right" if inclusive else "left") - 1
     found = pos >= 0
     pos_c = np.clip(pos, 0, None)
-    return np.where(found, run_max[pos_c], -1), np.where(found, arg[pos_c], -1)
+    return np.where(found, run_max[pos_c], NO_TIME), np.where(found, arg[pos_c], -1)
 
 
 def starved_comm_kernels(view: RankView) -> pd.DataFrame:
@@ -92,10 +93,10 @@ def starved_comm_kernels(view: RankView) -> pd.DataFrame:
         idx = np.flatnonzero(view.device == d)
         # a comm kernel of start == end took no time: nothing to starve (no evidence either way)
         took_time = view.e[idx] > view.s[idx]
-        cand = idx[analysed[idx] & view.comm[idx] & is_kernel[idx] & (launch[idx] >= 0) & took_time]
+        cand = idx[analysed[idx] & view.comm[idx] & is_kernel[idx] & (launch[idx] != NO_TIME) & took_time]
         if cand.size == 0:
             continue
-        prev_end = np.full(cand.size, -1, dtype=np.int64)  # end of the earlier work on its stream
+        prev_end = np.full(cand.size, NO_TIME, dtype=np.int64)  # end of the earlier work on its stream
         for k in np.unique(view.stream[cand]):
             on_k = idx[view.stream[idx] == k]
             on_k = on_k[np.argsort(view.s[on_k], kind="stable")]
@@ -103,11 +104,11 @@ def starved_comm_kernels(view: RankView) -> pd.DataFrame:
             prev_end[here] = _running_max_before(view.s[on_k], view.e[on_k], view.s[cand[here]], inclusive=False)[0]
         ends = np.sort(view.e[idx], kind="stable")
         before = np.searchsorted(ends, view.s[cand], side="left")
-        last_end = np.where(before > 0, ends[np.clip(before - 1, 0, None)], -1)
+        last_end = np.where(before > 0, ends[np.clip(before - 1, 0, None)], NO_TIME)
         eligible = np.maximum.reduce([launch[cand], prev_end, last_end])
         delay = view.s[cand] - eligible
         # Nothing recorded on the device ended before it: what it waited on may predate the trace.
-        keep = (delay >= p.starve_min_delay_ns) & (last_end >= 0)
+        keep = (delay >= p.starve_min_delay_ns) & (last_end != NO_TIME)
         cand, eligible, delay = cand[keep], eligible[keep], delay[keep]
         comp = idx[view.compute[idx]]
         for k in np.unique(view.stream[cand]):

@@ -15,7 +15,7 @@ from analyzers.findings.view import (
     plain,
     severity_of,
 )
-from analyzers.timeline import intervals as iv
+from analyzers.timeline import grouped_intervals as gi
 
 
 @dataclass(frozen=True)
@@ -53,16 +53,6 @@ ENTRY = CatalogueEntry(
 )
 
 
-def _time_reaching(ms: np.ndarray, me: np.ndarray, amount: float) -> int:
-    """First time at which the merged intervals have covered `amount` ns."""
-    lens = me - ms
-    cum = np.cumsum(lens)
-    i = int(np.searchsorted(cum, amount, side="left"))
-    i = min(i, ms.size - 1)
-    before = cum[i - 1] if i > 0 else 0
-    return int(ms[i] + max(amount - before, 0))
-
-
 def detect_front_loaded(view: RankView) -> list[Finding]:
     """Most of an iteration's collectives of one kind run before its compute starts.
 
@@ -72,43 +62,7 @@ def detect_front_loaded(view: RankView) -> list[Finding]:
     zero length).
     """
     p, t = view.params, view.trace
-    # kinds numbered in sorted order, so that looping over the codes goes through them sorted
-    kinds, kind_names = comm_kind_numbered(view)
-    kind_names = np.r_[kind_names, np.nan]  # code -1: no kind (a missing collective name)
-    rows = []
-    for w in view.window_list():
-        lo, hi = int(w.lo), int(w.hi)
-        for d in view.devices():
-            on = view.in_range(lo, hi) & (view.device == d)
-            cm, cp = on & view.comm, on & view.compute
-            if not cm.any() or not cp.any():
-                continue
-            ps, pe = iv.union(np.clip(view.s[cp], lo, hi), np.clip(view.e[cp], lo, hi))
-            if ps.size == 0:  # compute kernels of no length: no compute start to be early for
-                continue
-            c_start = _time_reaching(ps, pe, p.front_compute_start_share * iv.length((ps, pe)))
-            all_before = iv.length(iv.clip(*iv.union(view.s[cm], view.e[cm]), lo, c_start))
-            best = None
-            for code in np.unique(kinds[cm]):
-                k, km = kind_names[code], cm & (kinds == code)
-                ks, ke = iv.union(np.clip(view.s[km], lo, hi), np.clip(view.e[km], lo, hi))
-                total = iv.length((ks, ke))
-                before = iv.length(iv.clip(ks, ke, lo, c_start))
-                n_before = int((view.s[km] < c_start).sum())
-                share = before / total if total else 0.0
-                cand = {"kind": str(k), "share": share, "n_before": n_before, "n_kind": int(km.sum()),
-                        "before_ns": before, "kind_ns": total}
-                if best is None or share > best["share"]:
-                    best = cand
-                if share >= p.front_min_share and n_before >= p.front_min_collectives:
-                    best = cand
-                    break
-            front = (best is not None and best["share"] >= p.front_min_share
-                     and best["n_before"] >= p.front_min_collectives
-                     and c_start - lo >= p.front_min_window_share * (hi - lo)
-                     and all_before >= p.front_min_comm_share * (hi - lo))
-            rows.append({"step": int(w.step), "lo": lo, "hi": hi, "compute_start_ns": c_start,
-                         "comm_before_ns": all_before, "front": front, **(best or {})})
+    rows = _window_rows(view)
     n_windows = len(view.windows)
     hits = [r for r in rows if r["front"]]
     if not hits or len(hits) < p.front_min_iteration_share * n_windows:
@@ -141,6 +95,69 @@ def detect_front_loaded(view: RankView) -> list[Finding]:
         title=title, explanation=explanation, start_ns=int(hits[0]["lo"]),
         end_ns=int(hits[-1]["compute_start_ns"]), evidence=plain(evidence),
     )]
+
+
+def _window_rows(view: RankView) -> list[dict]:
+    """Per (window, device) with communication and compute: when compute starts, the communication
+    before it, and the collective kind most run before it. All windows at once (grouped interval
+    algebra): linear in the rows the windows hold, whatever the number of steps."""
+    p = view.params
+    kinds, kind_names = comm_kind_numbered(view)
+    kind_names = np.r_[kind_names, np.nan]  # code -1: no kind (a missing collective name)
+    wl = view.windows
+    lo_w, hi_w = wl["lo"].to_numpy(np.int64), wl["hi"].to_numpy(np.int64)
+    steps = wl["step"].to_numpy(np.int64)
+    w, r = view.window_rows(lo_w, hi_w)
+    dev_pos = {d: i for i, d in enumerate(view.devices())}
+    n_dev = max(len(dev_pos), 1)
+    dpos = np.array([dev_pos[int(d)] for d in view.device], dtype=np.int64) if len(view.device) else \
+        np.zeros(0, dtype=np.int64)
+    cell = w * n_dev + dpos[r]  # one group per (window, device), in window then device order
+    n_cells = lo_w.size * n_dev
+    lo, hi = lo_w[w], hi_w[w]
+    cs, ce = np.clip(view.s[r], lo, hi), np.clip(view.e[r], lo, hi)
+    comp, comm = view.compute[r], view.comm[r]
+    comp_total = gi.union_length(cell[comp], cs[comp], ce[comp], n_cells)
+    has_comm = np.bincount(cell[comm], minlength=n_cells) > 0
+    live = (comp_total > 0) & has_comm
+    c_start_cell = gi.time_reaching(cell[comp], cs[comp], ce[comp], p.front_compute_start_share * comp_total,
+                                    n_cells)
+    # communication of every kind before compute starts
+    cm_cell, c_end = cell[comm], c_start_cell[cell[comm]]
+    before_all = gi.union_length(cm_cell, np.clip(view.s[r[comm]], lo[comm], c_end),
+                                 np.clip(view.e[r[comm]], lo[comm], c_end), n_cells)
+    # per (cell, kind): its time, its time before compute starts, its count and count started before
+    k_code, k_cell = kinds[r[comm]], cm_cell
+    pair, pair_index = np.unique(np.stack([k_cell, k_code]), axis=1, return_inverse=True)
+    pair_index = pair_index.ravel()
+    n_pairs = pair.shape[1]
+    total = gi.union_length(pair_index, cs[comm], ce[comm], n_pairs)
+    before = gi.union_length(pair_index, np.clip(cs[comm], lo[comm], c_end), np.clip(ce[comm], lo[comm], c_end),
+                             n_pairs)
+    n_kind = np.bincount(pair_index, minlength=n_pairs)
+    n_before = np.bincount(pair_index, weights=(view.s[r[comm]] < c_end), minlength=n_pairs).astype(np.int64)
+    share = np.where(total > 0, before / np.maximum(total, 1), 0.0)
+    qualifies = (share >= p.front_min_share) & (n_before >= p.front_min_collectives)
+    out: list[dict] = []
+    if not n_pairs:
+        return out
+    heads = np.flatnonzero(np.r_[True, pair[0, 1:] != pair[0, :-1]])
+    for a, b in zip(heads.tolist(), np.r_[heads[1:], n_pairs].tolist(), strict=True):
+        c = int(pair[0, a])
+        if not live[c]:
+            continue
+        q = np.flatnonzero(qualifies[a:b])
+        j = a + (int(q[0]) if q.size else int(np.argmax(share[a:b])))
+        win, c_start = c // n_dev, int(c_start_cell[c])
+        x_lo, x_hi = int(lo_w[win]), int(hi_w[win])
+        best = {"kind": str(kind_names[pair[1, j]]), "share": float(share[j]), "n_before": int(n_before[j]),
+                "n_kind": int(n_kind[j]), "before_ns": int(before[j]), "kind_ns": int(total[j])}
+        front = (best["share"] >= p.front_min_share and best["n_before"] >= p.front_min_collectives
+                 and c_start - x_lo >= p.front_min_window_share * (x_hi - x_lo)
+                 and int(before_all[c]) >= p.front_min_comm_share * (x_hi - x_lo))
+        out.append({"step": int(steps[win]), "lo": x_lo, "hi": x_hi, "compute_start_ns": c_start,
+                    "comm_before_ns": int(before_all[c]), "front": front, **best})
+    return out
 
 
 def detect(view: RankView, context: RankContext) -> list[Finding]:

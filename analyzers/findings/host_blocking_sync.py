@@ -20,6 +20,7 @@ from analyzers.findings.view import (
 from analyzers.syncs.blocking import blocking_syncs
 from analyzers.syncs.device_busy import busy_before
 from analyzers.timeline import intervals as iv
+from analyzers.timeline.constants import NO_TIME
 
 
 @dataclass(frozen=True)
@@ -88,23 +89,24 @@ def _syncs_in_overlap_region(view: RankView, syncs: pd.DataFrame) -> pd.DataFram
         # comm in flight at some point of the host call
         in_flight = (busy_before(ms, me, end[on] + 1) - busy_before(ms, me, start[on])) > 0
         # between the first and the last comm kernel of its iteration (GPU clock)
-        reg_lo = np.full(len(w), -1, dtype=np.int64)
-        reg_hi = np.full(len(w), -1, dtype=np.int64)
+        reg_lo = np.full(len(w), NO_TIME, dtype=np.int64)
+        reg_hi = np.full(len(w), NO_TIME, dtype=np.int64)
         for i, (lo, hi) in enumerate(zip(w["lo"].to_numpy(), w["hi"].to_numpy(), strict=True)):
-            sel = cm & view.in_range(int(lo), int(hi))
-            if sel.any():
+            sel = view.rows_in(int(lo), int(hi))
+            sel = sel[cm[sel]]
+            if sel.size:
                 reg_lo[i], reg_hi[i] = max(int(view.s[sel].min()), int(lo)), min(int(view.e[sel].max()), int(hi))
         order = np.argsort(reg_lo, kind="stable")
         rl, rh, rs = reg_lo[order], reg_hi[order], w["step"].to_numpy()[order]
         k = np.searchsorted(rl, start[on], side="right") - 1
         kc = np.clip(k, 0, max(rl.size - 1, 0))
-        between = (k >= 0) & (rl[kc] >= 0) & (start[on] < rh[kc])
-        in_region[on] = (in_flight | between) & (syncs["next_gpu_start_ns"].to_numpy(np.int64)[on] >= 0)
+        between = (k >= 0) & (rl[kc] != NO_TIME) & (start[on] < rh[kc])
+        in_region[on] = (in_flight | between) & (syncs["next_gpu_start_ns"].to_numpy(np.int64)[on] != NO_TIME)
         region_step[on] = np.where(between, rs[kc], -1)
     idle_ok = charged_idle(syncs) >= p.sync_min_idle_ns
     host_step = syncs["step"].to_numpy(np.int64)
     steps = w["step"].to_numpy(np.int64)
-    if (steps >= 0).any() and (w["host_lo"].to_numpy() >= 0).any():
+    if (steps >= 0).any() and (w["host_lo"].to_numpy() != NO_TIME).any():
         in_steps = np.isin(host_step, steps[steps >= 0])
         hit_steps = np.unique(host_step[in_region & in_steps & idle_ok])
         counted = np.isin(host_step, hit_steps) & in_steps & idle_ok

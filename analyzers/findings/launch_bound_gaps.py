@@ -21,6 +21,7 @@ from analyzers.findings.view import (
 )
 from analyzers.syncs.blocking import blocking_syncs
 from analyzers.timeline import intervals as iv
+from analyzers.timeline.constants import NO_TIME
 from analyzers.timeline.graphs import graph_launch_of
 from analyzers.timeline.iterations import launch_times
 from analyzers.timeline.kernel_names import normalize_kernel_name
@@ -91,12 +92,12 @@ def _launch_gaps(view: RankView, syncs: pd.DataFrame | None) -> list[_Gaps]:
         # the activities that end each gap: those starting exactly at its end; earliest launch wins
         idx = np.flatnonzero(on)
         starts = view.s[idx]
-        order = np.lexsort((np.where(launch[idx] >= 0, launch[idx], np.iinfo(np.int64).max), starts))
+        order = np.lexsort((np.where(launch[idx] != NO_TIME, launch[idx], np.iinfo(np.int64).max), starts))
         starts_o, idx_o = starts[order], idx[order]
         j = np.searchsorted(starts_o, ge, side="left")
         nxt = idx_o[np.clip(j, 0, idx_o.size - 1)]
         nl = launch[nxt]
-        bound = (nl >= 0) & (nl >= gs)
+        bound = (nl != NO_TIME) & (nl >= gs)
         k = np.searchsorted(wl, gs, side="right") - 1
         bound &= (k >= 0) & (ge <= wh[np.clip(k, 0, wl.size - 1)])
         if not syncs.empty:

@@ -20,6 +20,7 @@ from analyzers.findings.view import (
 from analyzers.syncs.blocking import api_base_name, blocking_syncs
 from analyzers.syncs.lookups import PerName
 from analyzers.timeline import intervals as iv
+from analyzers.timeline.constants import NO_TIME
 from analyzers.timeline.model import require_host_tables
 
 
@@ -52,8 +53,9 @@ ENTRY = CatalogueEntry(
 def _stream_groups(view: RankView, mask: np.ndarray, lo: int, hi: int) -> dict[int, iv.Intervals]:
     """Merged busy intervals per stream of the selected rows, clipped to [lo, hi)."""
     out: dict[int, iv.Intervals] = {}
-    sel = mask & view.in_range(lo, hi)
-    if not sel.any():
+    sel = view.rows_in(lo, hi)
+    sel = sel[mask[sel]]
+    if not sel.size:
         return out
     s, e, st = np.clip(view.s[sel], lo, hi), np.clip(view.e[sel], lo, hi), view.stream[sel]
     order = np.argsort(st, kind="stable")
@@ -123,13 +125,13 @@ def detect_serialized_streams(view: RankView, syncs: pd.DataFrame | None = None)
     require_host_tables(t)
     rt = t.runtime
     waits_per_it: dict[int, int] = {}
-    if not rt.empty and any(r["host_lo"] >= 0 for r in hits):
+    if not rt.empty and any(r["host_lo"] != NO_TIME for r in hits):
         # resolved once per distinct runtime name, not once per call
         is_wait = PerName(t, rt["name_id"].to_numpy()).rows(lambda n: api_base_name(n) == "cudaStreamWaitEvent",
                                                              bool)
         ws = np.sort(rt["start_ns"].to_numpy(np.int64)[is_wait])
         for r in hits:
-            if r["host_lo"] >= 0:
+            if r["host_lo"] != NO_TIME:
                 waits_per_it[r["step"]] = int(np.searchsorted(ws, r["host_hi"]) - np.searchsorted(ws, r["host_lo"]))
     span_hits = sum(r["hi"] - r["lo"] for r in hits)
     evidence = {

@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyzers.timeline.constants import NO_TIME
 from analyzers.timeline.model import RankTrace
 
 # An edge's source may end this much after its target starts (clock rounding: Kineto µs).
@@ -59,7 +60,7 @@ def sync_targets(syncs: pd.DataFrame, start: np.ndarray, end: np.ndarray, device
     """Per blocking sync: the GPU row it waited for (-1) and its wake latency (see module docstring)."""
     n = len(syncs)
     awaited = np.full(n, -1, dtype=np.int64)
-    best = np.full(n, -1, dtype=np.int64)
+    best = np.full(n, NO_TIME, dtype=np.int64)
     if not n:
         return awaited, np.zeros(0, dtype=np.int64)
     t0 = syncs["start_ns"].to_numpy(np.int64)
@@ -67,7 +68,7 @@ def sync_targets(syncs: pd.DataFrame, start: np.ndarray, end: np.ndarray, device
     s_dev = syncs["device"].to_numpy(np.int64)
     s_stream = syncs["stream"].to_numpy(np.int64)
     sdev = _stream_device(uniq)
-    launched = np.flatnonzero(launch >= 0)
+    launched = np.flatnonzero(launch != NO_TIME)
     for s, (rows, keys) in _by_stream(stream, launch, launched).items():
         # running latest end by launch order, and the row holding it
         e = end[rows]
@@ -78,7 +79,7 @@ def sync_targets(syncs: pd.DataFrame, start: np.ndarray, end: np.ndarray, device
         k = np.searchsorted(keys, t0, side="right") - 1
         ok = mine & (k >= 0)
         kc = np.maximum(k, 0)
-        cand_end = np.where(ok, run[kc], -1)
+        cand_end = np.where(ok, run[kc], NO_TIME)
         ok &= cand_end <= t1 + TOL_NS
         better = ok & (cand_end > best)
         best[better] = cand_end[better]
@@ -92,7 +93,7 @@ def latencies(start: np.ndarray, end: np.ndarray, prev: np.ndarray, launch: np.n
     """The rank's launch latency (median launch-to-start of activities launched onto an idle stream,
     waiting for no other stream) and stream turnaround (median gap between an activity queued behind
     another and that one's end)."""
-    has = (launch >= 0) & (dep < 0 if dep is not None else True)
+    has = (launch != NO_TIME) & (dep < 0 if dep is not None else True)
     pe = np.where(prev >= 0, end[np.maximum(prev, 0)], np.iinfo(np.int64).min)
     idle = has & (launch >= pe)
     d = (start - launch)[idle]
@@ -151,10 +152,10 @@ def event_waits(trace: RankTrace, start: np.ndarray, end: np.ndarray, device: np
     activity started in the tail of the one that held the GPU), dep less its idle waits (the edges
     that may have set their target's start), and a note on how they were found."""
     dep = np.full(len(start), -1, dtype=np.int64)
-    dep_end = np.full(len(start), -1, dtype=np.int64)
+    dep_end = np.full(len(start), NO_TIME, dtype=np.int64)
     idle_dep = np.full(len(start), -1, dtype=np.int64)  # recorded waits whose source had ended before the call
-    idle_end = np.full(len(start), -1, dtype=np.int64)
-    launched = np.flatnonzero(launch >= 0)
+    idle_end = np.full(len(start), NO_TIME, dtype=np.int64)
+    launched = np.flatnonzero(launch != NO_TIME)
     if not len(launched) or len(uniq) < 2:
         return dep, np.zeros(len(start), dtype=np.int64), dep.copy(), ""
     sdev = _stream_device(uniq)
@@ -184,8 +185,8 @@ def event_waits(trace: RankTrace, start: np.ndarray, end: np.ndarray, device: np
     n_recorded = int((dep >= 0).sum())
     # start delays that stream order, launch and recorded waits leave unexplained
     pe = np.where(prev >= 0, end[np.maximum(prev, 0)] + turn, np.iinfo(np.int64).min)
-    ready = np.maximum(np.maximum(pe, np.where(launch >= 0, launch + lat, np.iinfo(np.int64).min)), dep_end)
-    late = np.flatnonzero((launch >= 0) & (start - ready >= MIN_DELAY_NS))
+    ready = np.maximum(np.maximum(pe, np.where(launch != NO_TIME, launch + lat, NO_TIME)), dep_end)
+    late = np.flatnonzero((launch != NO_TIME) & (start - ready >= MIN_DELAY_NS))
     dep_lat = np.zeros(len(start), dtype=np.int64)
     inferred = np.zeros(len(start), dtype=bool)
     if len(late):
@@ -224,7 +225,7 @@ def rows_after_syncs(syncs: pd.DataFrame, device: np.ndarray, stream: np.ndarray
     s_dev = syncs["device"].to_numpy(np.int64)
     s_stream = syncs["stream"].to_numpy(np.int64)
     out = []
-    for _, (rows, keys) in _by_stream(stream, launch, np.flatnonzero(launch >= 0)).items():
+    for _, (rows, keys) in _by_stream(stream, launch, np.flatnonzero(launch != NO_TIME)).items():
         k = np.searchsorted(keys, t0, side="right")
         ok = (k < len(rows)) & (s_dev == device[rows[0]]) & ((s_stream < 0) | (s_stream == stream_id[rows[0]]))
         out.append(np.column_stack([np.flatnonzero(ok), rows[k[ok]]]))

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analyzers.errors import BadInputError
+from analyzers.errors import BadInputError, OptionValueError
 from analyzers.graph.rank_graph import CAT_CODES
 from analyzers.graph.set_graph import SetGraph
 from analyzers.timeline import intervals as iv
+from analyzers.timeline.user_regex import search_each
 
 # name -> what the transformation does (the --fix help, docs/whatif.md)
 FIXES: dict[str, str] = {
@@ -39,6 +40,13 @@ FIXES: dict[str, str] = {
                   "as behind a gate kernel the compute waits for (graph.moves)",
 }
 SCALED = ("comm-speed", "compute-speed")
+# A speed factor's range: a thousand times slower to a million times faster. Past it the question is
+# not a what-if any more, and the scaled durations leave the int64 nanoseconds the replay adds them in
+# (compute-speed=1e-14 made every kernel last 1e14 times longer and wrapped).
+MIN_FACTOR, MAX_FACTOR = 1e-3, 1e6
+# The replay's times must stay this far inside int64: the scaled durations of a rank, summed, are
+# checked against it before a replay (apply_fixes), whatever the factor.
+MAX_REPLAY_NS = 1 << 62
 
 # finding id -> the fix that removes its cause
 FIX_OF_FINDING: dict[str, str] = {
@@ -76,9 +84,10 @@ def parse_fix(text: str) -> Fix:
         try:
             factor = float(value)
         except ValueError:
-            raise BadInputError("--fix", f"{name} needs a speed factor, e.g. {name}=2") from None
-        if not np.isfinite(factor) or factor <= 0:
-            raise BadInputError("--fix", f"{name}={value}: the factor must be a positive number")
+            raise OptionValueError(f"--fix {name} needs a speed factor, e.g. {name}=2") from None
+        if not np.isfinite(factor) or not MIN_FACTOR <= factor <= MAX_FACTOR:
+            raise OptionValueError(f"--fix {name}={value}: the factor must lie between {MIN_FACTOR:g} and "
+                                   f"{MAX_FACTOR:g} (a thousand times slower to a million times faster)")
         return Fix(name, factor)
     if name == "prefetch":
         if not value:
@@ -160,11 +169,10 @@ MAX_COMPUTE_SELF_OVERLAP = 0.05
 
 def _matching(sg: SetGraph, pattern: str) -> np.ndarray:
     """Per node: its name matches pattern (searched)."""
-    rx = re.compile(pattern)
     parts = []
     for r in sg.ranks:
         g = sg.graphs[r]
-        hit = np.asarray([bool(rx.search(n)) for n in g.names], dtype=bool)
+        hit = search_each(pattern, g.names, "--fix drop=")
         parts.append(hit[g.name_id] if len(hit) else np.zeros(g.n, dtype=bool))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
 
@@ -239,5 +247,16 @@ def apply_fixes(sg: SetGraph, fixes: list[Fix]) -> ReplayInputs:
         elif fix.name in SCALED:
             code = CAT_CODES["comm" if fix.name == "comm-speed" else "compute"]
             sel = sg.cat == code
-            inp.dur = np.where(sel, np.round(inp.dur / float(fix.factor or 1.0)).astype(np.int64), inp.dur)
+            inp.dur = np.where(sel, _scaled(inp.dur, float(fix.factor or 1.0), fix.label, sg), inp.dur)
     return inp
+
+
+def _scaled(dur: np.ndarray, factor: float, label: str, sg: SetGraph) -> np.ndarray:
+    """dur / factor, rounded, in int64; an OptionValueError where the replay's times would leave
+    int64 (the durations, summed, past MAX_REPLAY_NS beside the trace's own times), never a wrap."""
+    scaled = np.round(dur.astype(np.float64) / factor)
+    reach = float(np.abs(scaled).sum()) + float(max(np.abs(sg.start).max(initial=0), np.abs(sg.end).max(initial=0)))
+    if not np.isfinite(reach) or reach >= MAX_REPLAY_NS:
+        raise OptionValueError(f"--fix {label}: the scaled durations would not fit the replay's int64 "
+                               "nanoseconds; use a factor nearer 1")
+    return scaled.astype(np.int64)

@@ -25,6 +25,7 @@ import pandas as pd
 
 from analyzers.graph import deps
 from analyzers.graph.dataflow import module_roles
+from analyzers.timeline.constants import NO_TIME
 from analyzers.timeline.iterations import assign_steps, host_steps
 from analyzers.timeline.model import RankTrace, require_host_tables
 from analyzers.timeline.sm_resources import kernel_resources
@@ -102,9 +103,9 @@ def _stream_codes(device: np.ndarray, stream: np.ndarray) -> tuple[np.ndarray, l
 
 
 def _launch_calls(trace: RankTrace) -> tuple[np.ndarray, np.ndarray]:
-    """Start and thread of the runtime call that launched each GPU row (-1 where unknown)."""
+    """Start (NO_TIME where unknown) and thread (-1) of the runtime call that launched each GPU row."""
     gpu, rt = trace.gpu, trace.runtime
-    t = np.full(len(gpu), -1, dtype=np.int64)
+    t = np.full(len(gpu), NO_TIME, dtype=np.int64)
     tid = np.full(len(gpu), -1, dtype=np.int64)
     if gpu.empty or rt.empty:
         return t, tid
@@ -148,9 +149,9 @@ def _segments(launch: np.ndarray, ltid: np.ndarray, syncs: pd.DataFrame
     bases: list[np.ndarray] = []
     opened: list[np.ndarray] = []
     n_seg = 0
-    threads = np.unique(np.r_[ltid[launch >= 0], s_tid])
+    threads = np.unique(np.r_[ltid[launch != NO_TIME], s_tid])
     for tid in threads.tolist():
-        rows = np.flatnonzero((ltid == tid) & (launch >= 0))
+        rows = np.flatnonzero((ltid == tid) & (launch != NO_TIME))
         srows = np.flatnonzero(s_tid == tid)
         srows = srows[np.argsort(s_end[srows], kind="stable")]
         ends = s_end[srows]
@@ -182,8 +183,8 @@ def build_rank_graph(trace: RankTrace, syncs: pd.DataFrame, step_pattern: str) -
     labels = [f"device {d} stream {s}" for d, s in uniq]
     prev = _stream_order(stream, start)
     launch, ltid = _launch_calls(trace)
-    if len(gpu) and (launch < 0).any():
-        notes.append(f"rank {trace.rank}: {int((launch < 0).sum())} of {len(gpu)} GPU activities have no launching "
+    if len(gpu) and (unknown := int((launch == NO_TIME).sum())):
+        notes.append(f"rank {trace.rank}: {unknown} of {len(gpu)} GPU activities have no launching "
                      "call in the trace; they wait only for their stream (the first on a stream starts as measured)")
     syncs = syncs[syncs["end_ns"] > syncs["start_ns"]] if len(syncs) else syncs
     syncs = syncs[syncs["tid"].to_numpy() >= 0].reset_index(drop=True) if len(syncs) else syncs

@@ -58,6 +58,36 @@ def clear_folder(root: Path, *, whole_tree: bool = False) -> CacheInfo:
     return before
 
 
+def evict_oldest(items: list[Path], max_entries: int, max_bytes: int, remove) -> None:
+    """Drop the least recently used of `items` (by mtime: a hit touches its entry) until at most
+    max_entries remain holding at most max_bytes (each item's size: its files, a folder's included);
+    remove(item) deletes one. What vanished meanwhile (another process's eviction) is skipped."""
+    sized = []
+    for item in items:
+        try:
+            st = item.stat()
+            size = sum(f.stat().st_size for f in item.iterdir()) if item.is_dir() else st.st_size
+        except OSError:
+            continue
+        sized.append((st.st_mtime_ns, size, item))
+    sized.sort(key=lambda x: x[0])
+    total = sum(size for _, size, _ in sized)
+    count = len(sized)
+    for _, size, item in sized:
+        if count <= max_entries and total <= max_bytes:
+            break
+        remove(item)
+        count, total = count - 1, total - size
+
+
+def touch(path: Path) -> None:
+    """Mark an entry recently used (kept longest by evict_oldest); best effort."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
 def scheduler_from_env(value: str | None) -> str | None:
     """--scheduler wins; else $OVERLAPSCOPE_SCHEDULER; empty means local."""
     return value or os.environ.get(ENV_SCHEDULER) or None

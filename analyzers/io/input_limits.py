@@ -47,6 +47,7 @@ CHUNK = 1 << 20
 NS_PER_US = 1000
 # A timestamp in µs must stay representable as int64 ns (±9.2e18 ns); keep a margin for sums.
 MAX_ABS_TS_US = 4.0e15
+MAX_ABS_TS_NS = int(MAX_ABS_TS_US) * 1000  # the same bound in ns: 4e18, half of int64's reach
 MAX_DURATION_US = 7 * 24 * 3600 * 1e6  # a week: no profiler records a single event longer
 MAX_DURATION_NS = int(MAX_DURATION_US * NS_PER_US)
 
@@ -234,15 +235,23 @@ def check_us_times(ts_us: Sequence[float] | np.ndarray, dur_us: Sequence[float] 
 
 
 def check_ns_table(table: pd.DataFrame, what: str) -> None:
-    """A loaded table of (start_ns, end_ns): ends not before starts, durations below a week."""
+    """A loaded table of (start_ns, end_ns): times inside the int64 clock (|t| <= MAX_ABS_TS_NS, so that
+    no difference of two times wraps), ends not before starts (compared, not subtracted: start = INT64_MAX
+    with a negative end wrapped to a short row), durations below a week."""
     if table is None or not len(table):
         return
     start = table["start_ns"].to_numpy()
     end = table["end_ns"].to_numpy()
-    dur = end - start
-    if (dur < 0).any():
-        i = int(np.argmax(dur < 0))
+    for label, t in (("start", start), ("end", end)):
+        far = (t > MAX_ABS_TS_NS) | (t < -MAX_ABS_TS_NS)
+        if far.any():
+            i = int(np.argmax(far))
+            raise InputLimitError(f"a {what} row has an absurd {label} time ({t[i]} ns): outside the int64 "
+                                  "nanosecond clock")
+    if (end < start).any():
+        i = int(np.argmax(end < start))
         raise InputLimitError(f"a {what} row ends before it starts (start {start[i]} ns, end {end[i]} ns)")
+    dur = end - start
     if (dur > MAX_DURATION_NS).any():
         i = int(np.argmax(dur > MAX_DURATION_NS))
         raise InputLimitError(f"a {what} row has an absurd duration ({dur[i] / 1e9:.3g} s, over a week)")

@@ -58,6 +58,8 @@ from analyzers.io.nsys_tables import (
     _read_nvtx,
     _read_runtime,
     _read_syncs,
+    distinct_strings,
+    null_time_rows,
 )
 from analyzers.timeline.collectives import collective_names
 from analyzers.timeline.model import (
@@ -80,7 +82,7 @@ def _intern(names: NameTable, values: np.ndarray, transform=None) -> np.ndarray:
     """Name ids for a string column; `transform` runs once per distinct string."""
     if len(values) == 0:
         return np.zeros(0, dtype=np.int32)
-    codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
+    codes, uniques = distinct_strings(values)
     mapping = np.array([names.intern(transform(str(u)) if transform else str(u)) for u in uniques],
                        dtype=np.int32)
     return mapping[codes]
@@ -236,6 +238,7 @@ def _load(ex: _Export, source: str, sqlite_path: Path) -> list[RankTrace]:
     notes = [msg for table, msg in OPTIONAL_TABLES.items() if not ex.has(table)] + export_notes(sqlite_path)
 
     gpu_parts: list[pd.DataFrame] = []
+    no_pid_column = False
     for table, reader in ((T_KERNEL, _read_kernels), (T_MEMCPY, _read_memcpy), (T_MEMSET, _read_memset)):
         if not ex.has(table):
             continue
@@ -243,14 +246,30 @@ def _load(ex: _Export, source: str, sqlite_path: Path) -> list[RankTrace]:
         if pid is None:
             notes.append(f"{table} has no globalPid column: its rows are given to the process whose "
                          "API calls launched them")
-            pid = "-1"
+            pid, no_pid_column = "-1", True
         gpu_parts.append(reader(ex, pid))
+        if unnamed := gpu_parts[-1].attrs.get("unnamed", 0):
+            notes.append(f"{unnamed} kernels have a name id the export's StringIds table does not hold: named "
+                         "'<kernel name missing from the export ...>' and counted as 'other', neither "
+                         "communication nor compute (what they did is unknown)")
     runtime = _read_runtime(ex) if ex.has(T_RUNTIME) else None
     syncs = None
     if ex.has(T_SYNC):
         sync_pid = _pid_expr(ex, T_SYNC)
         syncs = _read_syncs(ex, sync_pid or "-1")
     nvtx = _read_nvtx(ex) if ex.has(T_NVTX) else None
+    for table in (T_KERNEL, T_MEMCPY, T_MEMSET, T_RUNTIME, T_SYNC):
+        if ex.has(table) and (n := null_time_rows(ex, table)):
+            notes.append(f"{n} rows of {table} have no start or no end time: left out")
+    for what, df in (("CUDA API calls", runtime), ("NVTX ranges", nvtx)):
+        if df is not None and len(df) and (lost := int(df["pid"].isna().sum())):
+            notes.append(f"{lost} {what} have no thread id (globalTid NULL): left out, no process owns them")
+    no_pid = {}
+    for what, df in (("GPU activities", gpu_parts), ("synchronization records", [syncs])):
+        for part in df:
+            if part is not None and len(part) and part["pid"].isna().any():
+                no_pid[what] = no_pid.get(what, 0) + int(part["pid"].isna().sum())
+                part["pid"] = part["pid"].fillna(-1).astype(np.int64)
 
     gpu_all = pd.concat([p for p in gpu_parts if len(p)], ignore_index=True) if any(
         len(p) for p in gpu_parts) else None
@@ -261,18 +280,23 @@ def _load(ex: _Export, source: str, sqlite_path: Path) -> list[RankTrace]:
     unattributed = [df for df in (gpu_all, syncs) if df is not None and (df["pid"] < 0).any()]
     if unattributed:
         owner = _owner_of_unattributed(unattributed, runtime, known)
-        if owner is None:
+        if owner is None and no_pid_column:
             raise BadInputError(source, "GPU activity has no process ids (no globalPid column) and the "
                                         "export holds several CUDA processes: cannot tell them apart")
         for df in unattributed:
-            df.loc[df["pid"] < 0, "pid"] = owner
+            df.loc[df["pid"] < 0, "pid"] = owner if owner is not None else np.nan  # NaN: no process's rows
+        for what, n in no_pid.items():
+            notes.append(f"{n} {what} have no process id (globalPid NULL): " + (
+                f"given to process {owner}, the one whose API calls launched them" if owner is not None else
+                "left out: the export holds several CUDA processes and their launches do not tell which ran them"))
     if not known:
         raise BadInputError(source, "no CUDA activity in this export (no kernels, copies or CUDA API "
                                     "calls): profile with `nsys profile --trace=cuda,nvtx`")
     proc_names = _process_names(ex)
     pids = _rank_processes(gpu_all, known, proc_names, notes)
 
-    nccl_nvtx = nvtx is not None and any(str(n).startswith("nccl") for n in pd.unique(nvtx["name"]))
+    nccl_nvtx = nvtx is not None and any(str(n).startswith("nccl")
+                                         for n in distinct_strings(nvtx["name"].to_numpy())[1])
     gpu_by, rt_by, sync_by, nvtx_by = _by_pid(gpu_all), _by_pid(runtime), _by_pid(syncs), _by_pid(nvtx)
     del gpu_parts, gpu_all, runtime, syncs, nvtx  # the per-process copies are all that is needed now
     nccl = read_nccl_calls(ex) if nccl_nvtx else None

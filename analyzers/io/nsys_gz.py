@@ -1,22 +1,22 @@
 """Gzipped Nsight Systems exports (`report.sqlite.gz`): unpacked once into the user cache.
 
 SQLite needs a real file to open, and people compress exports before attaching or committing
-them. The unpacked copy lives in the same cache as `.nsys-rep` exports, keyed by the input's
-resolved path, size and mtime, with a sidecar naming the input so traces name the user's file.
+them. The unpacked copy lives in the nsys cache with `.nsys-rep` exports (analyzers/io/nsys_cache.py:
+keyed by the input's bytes, checked before reuse, never reused under --no-cache, shown and emptied by
+`overlapscope cache`, bounded), with a sidecar naming the input so traces name the user's file.
 The input is only ever read.
 """
 
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import zlib
 from pathlib import Path
 
 from analyzers.errors import BadInputError
 from analyzers.io.input_limits import InputLimitError, gunzip_stream
-from analyzers.io.nsys_rep import _cache_paths
+from analyzers.io.nsys_cache import entry_paths, finish, reusable
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -32,20 +32,19 @@ def is_gzipped_sqlite(path: Path) -> bool:
 
 def gunzip_to_cache(path: Path) -> Path:
     """The unpacked export in the cache (reused while the input is unchanged)."""
-    out, sidecar = _cache_paths(path)
-    if out.is_file() and sidecar.is_file():
+    out, _ = entry_paths(path, "gunzip")
+    if reusable(out):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"{out.stem}.part-{os.getpid()}.sqlite")
     try:
         with path.open("rb") as src, tmp.open("wb") as dst:
             gunzip_stream(src, path.stat().st_size, dst)  # bounded: a gzip bomb is refused, not unpacked
-        os.replace(tmp, out)
+        finish(out, tmp, {"source": str(path)})
     except InputLimitError as exc:
         raise BadInputError(path, f"gzipped SQLite export: {exc.problem}") from None
     except OSError as exc:
         raise BadInputError(path, f"gzipped SQLite export cannot be unpacked ({exc})") from None
     finally:
         tmp.unlink(missing_ok=True)
-    sidecar.write_text(json.dumps({"source": str(path)}))
     return out

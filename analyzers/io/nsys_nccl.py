@@ -384,5 +384,7 @@ def _per_name(names: np.ndarray, fn) -> np.ndarray:
     """fn of each name, computed once per distinct name."""
     if len(names) == 0:
         return np.zeros(0, dtype=object)
-    codes, uniques = pd.factorize(pd.Series(names, dtype=object), use_na_sentinel=False)
+    from analyzers.io.nsys_tables import distinct_strings
+
+    codes, uniques = distinct_strings(names)
     return np.asarray([fn(str(u)) for u in uniques], dtype=object)[codes]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import glob
-import hashlib
-import json
 import os
 import re
 import shlex
@@ -13,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from analyzers.errors import BadInputError
-from analyzers.io.environment import cache_base
+from analyzers.io.nsys_cache import entry_paths, finish, in_cache, read_sidecar, reusable
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 REP_SUFFIXES = (".nsys-rep", ".qdrep")
@@ -81,22 +79,6 @@ def find_nsys() -> str | None:
     return None
 
 
-def cache_dir() -> Path:
-    """Where exports of .nsys-rep reports (and unpacked .sqlite.gz exports) are kept: the cache
-    folder ($OVERLAPSCOPE_CACHE_DIR or the user cache dir), never beside the input."""
-    return cache_base() / "nsys"
-
-
-def _cache_paths(path: Path) -> tuple[Path, Path]:
-    """(export, sidecar) in the cache, keyed by the report's resolved path, size and mtime."""
-    st = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0{' '.join(INCLUDE_JSON)}".encode()
-                         ).hexdigest()[:20]
-    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", path.name)[:60]
-    base = cache_dir() / f"{stem}-{key}"
-    return base.with_name(base.name + ".sqlite"), base.with_name(base.name + ".json")
-
-
 def export_command(path: Path, output: Path | None = None) -> str:
     """The exact shell command that exports a report to SQLite."""
     out = output if output is not None else path.with_name(path.name.rsplit(".", 1)[0] + ".sqlite")
@@ -109,8 +91,8 @@ def nsys_rep_to_sqlite(path: str | Path) -> Path:
     path = Path(path)
     if not path.is_file():
         raise BadInputError(path, "no such file")
-    out, sidecar = _cache_paths(path)
-    if out.is_file() and sidecar.is_file():
+    out, _ = entry_paths(path, "export " + " ".join(INCLUDE_JSON))
+    if reusable(out):
         return out
     version = nsys_rep_version(path)
     written_by = f"written by nsys {version}" if version else "nsys version unknown"
@@ -133,23 +115,16 @@ def nsys_rep_to_sqlite(path: str | Path) -> Path:
             lines = [ln.strip() for ln in (proc.stderr or proc.stdout or "").splitlines() if ln.strip()]
             why = lines[-1] if lines else f"exit status {proc.returncode}"
             raise BadInputError(path, f"nsys export failed ({why}); report {written_by}, nsys used: {nsys}")
-        os.replace(tmp, out)
+        finish(out, tmp, {"source": str(path), "nsys": nsys, "report_version": version, "include_json": with_json})
     finally:
         tmp.unlink(missing_ok=True)
-    sidecar.write_text(json.dumps({"source": str(path), "nsys": nsys, "report_version": version,
-                                   "include_json": with_json}))
     return out
 
 
 def export_notes(sqlite_path: Path) -> list[str]:
     """What the cached export of a report lacks because of the nsys that made it."""
-    try:
-        if sqlite_path.resolve().parent != cache_dir().resolve():
-            return []
-        side = json.loads(sqlite_path.with_suffix(".json").read_text())
-    except (OSError, ValueError):
-        return []
-    if isinstance(side, dict) and side.get("include_json") is False:
+    side = read_sidecar(sqlite_path) if in_cache(sqlite_path) else None
+    if side is not None and side.get("include_json") is False:
         return [f"exported by nsys {side.get('nsys', '')}, which does not know `--include-json`: NVTX payloads "
                 "(NCCL message sizes) are not in this export"]
     return []
@@ -157,10 +132,5 @@ def export_notes(sqlite_path: Path) -> list[str]:
 
 def _source_label(sqlite_path: Path) -> str | None:
     """The report a cached export was made from (so traces name the user's file, not the cache)."""
-    try:
-        if sqlite_path.resolve().parent != cache_dir().resolve():
-            return None
-        sidecar = sqlite_path.with_suffix(".json")
-        return str(json.loads(sidecar.read_text())["source"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    side = read_sidecar(sqlite_path) if in_cache(sqlite_path) else None
+    return str(side["source"]) if side is not None and "source" in side else None

@@ -261,6 +261,15 @@ class _Export:
         out[pos < 0] = ""
         return out
 
+    def missing_strings(self, ids: np.ndarray) -> np.ndarray:
+        """Per id: it is given (not NULL) but StringIds holds no such id."""
+        self.strings(np.zeros(0, dtype=np.int64))  # loads the table once
+        index, _ = self._strings
+        ids = np.asarray(ids, dtype=np.float64)
+        given = ~np.isnan(ids)
+        pos = index.get_indexer(np.where(given, ids, -1).astype(np.int64)) if len(index) else np.full(ids.size, -1)
+        return given & (pos < 0)
+
     def text_column(self, series: pd.Series) -> np.ndarray:
         """A name column that holds StringIds ids (most versions) or the text itself (some)."""
         if pd.api.types.is_numeric_dtype(series.dtype):

@@ -45,6 +45,29 @@ def _activity_sql(ex: _Export, table: str, extra: list[str], pid: str) -> str:
     return f'SELECT {", ".join(cols)} FROM {quote(table)} WHERE start IS NOT NULL AND "end" IS NOT NULL'
 
 
+def names_column(values: np.ndarray, index: pd.Index) -> pd.Series:
+    """A name column that holds the readers' Python strings themselves (object dtype). Left to infer,
+    pandas copies every row's string into an Arrow array, and again at each sort and split: one 1 MB
+    name that 1,200 rows share by StringIds id became 3.5 GB. As objects, the rows share the one string
+    StringIds gave, and interning (nsys._intern) hashes it once."""
+    return pd.Series(np.asarray(values, dtype=object), index=index, dtype=object)
+
+
+def distinct_strings(values: np.ndarray) -> tuple[np.ndarray, list[object]]:
+    """(codes, uniques) of a column of Python strings (pd.factorize's answer), by object identity first:
+    rows that share one string object (a StringIds name) cost one look-up, not a hash of the whole
+    string each (pandas' string hash table rehashed a 1 MB name on every one of 1,200 rows: 8 s). Equal
+    strings held by distinct objects are then merged through a dict (Python caches each str's hash)."""
+    values = np.asarray(values, dtype=object)
+    if not values.size:
+        return np.zeros(0, dtype=np.int64), []
+    by_id, first = pd.factorize(np.fromiter(map(id, values), dtype=np.int64, count=values.size))
+    objects = values[np.unique(by_id, return_index=True)[1]]
+    index: dict[object, int] = {}
+    to_unique = np.array([index.setdefault(o, len(index)) for o in objects], dtype=np.int64)
+    return to_unique[by_id], list(index)
+
+
 def _read_kernels(ex: _Export, pid: str) -> pd.DataFrame:
     name_cols = [c for c in ("demangledName", "shortName", "mangledName") if c in ex.columns(T_KERNEL)]
     if not name_cols:
@@ -55,13 +78,31 @@ def _read_kernels(ex: _Export, pid: str) -> pd.DataFrame:
     df = ex.query(_activity_sql(ex, T_KERNEL, name_cols_sql + _resource_sql(ex), pid))
     # Prefer the demangled name (what Kineto shows), then the short, then the mangled one.
     name = np.full(len(df), "", dtype=object)
+    missing = np.zeros(len(df), dtype=bool)
+    first_missing = np.full(len(df), -1, dtype=np.int64)
     for c in reversed(name_cols):
         text = ex.text_column(df[c])
         name = np.where(text != "", text, name)
+        if pd.api.types.is_numeric_dtype(df[c].dtype):  # StringIds ids: one the table lacks names nothing
+            gone = ex.missing_strings(df[c].to_numpy(dtype=np.float64))
+            missing |= gone
+            first_missing = np.where(gone, df[c].fillna(-1).to_numpy(dtype=np.int64), first_missing)
+    unnamed = missing & (name == "")
+    if unnamed.any():
+        ids = first_missing[unnamed]
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        labels = np.array([f"{MISSING_NAME} (StringIds id {int(i)})>" for i in uniq], dtype=object)
+        name[unnamed] = labels[inverse.ravel()]
     out = df[["start_ns", "end_ns", "device", "stream", "correlation", "pid", *RESOURCE_COLUMNS]].copy()
-    out["name"] = name
+    out["name"] = names_column(name, out.index)
     out["kind"] = "kernel"
+    out.attrs["unnamed"] = int(unnamed.sum())
     return out
+
+
+# How a kernel whose name id StringIds lacks is named; default_rules.toml classifies such names as
+# "other" (it may be communication or compute: it is counted as neither, with a note).
+MISSING_NAME = "<kernel name missing from the export"
 
 
 RESOURCE_COLUMNS = ("blocks", "threads", "regs", "smem")
@@ -124,7 +165,7 @@ def _read_memcpy(ex: _Export, pid: str) -> pd.DataFrame:
         names = np.zeros(0, dtype=object)
     out = df[["start_ns", "end_ns", "device", "stream", "correlation", "pid", "bytes", "src_device",
               "dst_device"]].copy()
-    out["name"] = names
+    out["name"] = names_column(names, out.index)
     out["kind"] = "memcpy"
     return out
 
@@ -137,7 +178,7 @@ def _read_memset(ex: _Export, pid: str) -> pd.DataFrame:
     codes, uniques = pd.factorize(df["mem_kind"])
     labels = np.array([f"Memset ({mem_kinds.get(int(u), 'Unknown')})" for u in uniques], dtype=object)
     out = df[["start_ns", "end_ns", "device", "stream", "correlation", "pid", "bytes"]].copy()
-    out["name"] = labels[codes] if len(df) else np.zeros(0, dtype=object)
+    out["name"] = names_column(labels[codes] if len(df) else np.zeros(0, dtype=object), out.index)
     out["kind"] = "memset"
     return out
 
@@ -154,7 +195,7 @@ def _read_runtime(ex: _Export) -> pd.DataFrame:
         f'{PID_SQL.format(col=tid_col)} AS pid, '
         f'{TID_SQL.format(col=tid_col) if tid_col == "globalTid" else "0"} AS tid, {name_sql} '
         f'FROM {quote(t)} WHERE start IS NOT NULL AND "end" IS NOT NULL')
-    df["name"] = ex.text_column(df["name"])
+    df["name"] = names_column(ex.text_column(df["name"]), df.index)
     return df
 
 
@@ -170,7 +211,7 @@ def _read_syncs(ex: _Export, pid: str) -> pd.DataFrame:
         names[i] = next((v for k, v in SYNC_NAMES_BY_SUFFIX.items() if n.endswith(k)), UNKNOWN_SYNC)
     codes, uniques = pd.factorize(df["sync_type"])
     labels = np.array([names.get(int(u), UNKNOWN_SYNC) for u in uniques], dtype=object)
-    df["name"] = labels[codes] if len(df) else np.zeros(0, dtype=object)
+    df["name"] = names_column(labels[codes] if len(df) else np.zeros(0, dtype=object), df.index)
     return df
 
 
@@ -194,8 +235,14 @@ def _read_nvtx(ex: _Export) -> pd.DataFrame:
         f'FROM {quote(t)} WHERE start IS NOT NULL AND "end" IS NOT NULL AND "end" >= start{type_filter}')
     text = df["text"].to_numpy(dtype=object)
     from_ids = ex.strings(df["text_id"].to_numpy(dtype=np.int64))
-    df["name"] = np.where(pd.isna(text), from_ids, text)
+    df["name"] = names_column(np.where(pd.isna(text), from_ids, text), df.index)
     return df.drop(columns=["text", "text_id"])
+
+
+def null_time_rows(ex: _Export, table: str) -> int:
+    """Rows of an activity table without a start or an end (the readers skip them: counted in a note)."""
+    df = ex.query(f'SELECT count(*) AS n FROM {quote(table)} WHERE start IS NULL OR "end" IS NULL')
+    return int(df["n"].iloc[0]) if len(df) else 0
 
 
 def _by_pid(df: pd.DataFrame | None) -> dict[int, pd.DataFrame]:

@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from analyzers.errors import BadInputError, WorkerDiedError
+from analyzers.io.nsys_cache import reuse_entries
 from analyzers.io.rank_select import skip_file
 from analyzers.io.trace_bytes import map_files_here
+from analyzers.io.worker_exit import die_with_parent
 from analyzers.io.worker_memory import keep_freed_memory, last_file_follows
 from analyzers.timeline.classify import Rule, classify_trace
 from analyzers.timeline.graphs import mark_graph_launches
@@ -66,7 +68,8 @@ def run_rank_stage(path: str, rank: int | None, rules: tuple[Rule, ...], per_ran
     p = Path(path)
     if skip_file(p, only):
         return FileResult(path, [])
-    traces = _load_cached(p, rank, loader) if use_cache else loader(p, rank)
+    with reuse_entries(use_cache):  # --no-cache: no unpacked or exported nsys file reused either
+        traces = _load_cached(p, rank, loader) if use_cache else loader(p, rank)
     if only is not None:
         traces = [t for t in traces if t.rank in only]
     out = FileResult(path, traces)
@@ -84,11 +87,17 @@ def run_rank_stage(path: str, rank: int | None, rules: tuple[Rule, ...], per_ran
 def _load_cached(path: Path, rank: int | None, loader: Loader) -> list[RankTrace]:
     from analyzers.io import parse_cache
 
-    hit = parse_cache.get(path, rank)
+    try:
+        key = parse_cache.FileKey.of(path, rank)
+    except OSError:  # unreadable: the loader names the problem
+        return loader(path, rank)
+    hit, problem = parse_cache.lookup(path, rank, key)
     if hit is not None:
         return hit
     traces = loader(path, rank)
-    parse_cache.put(path, rank, traces)
+    parse_cache.put(path, rank, traces, key)
+    for t in traces if problem else ():  # this run's answer says so; the rewritten entry does not
+        t.notes.append(problem)
     return traces
 
 
@@ -135,7 +144,7 @@ def _execute(paths: list[Path], rank: int | None, stage: tuple[Any, ...], jobs: 
         context = _pool_context()
         progress = context.RawArray("b", len(args))  # per file: NOT_STARTED, STARTED or FINISHED
         with ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                                 initializer=_start_worker, initargs=(progress, workers)) as pool:
+                                 initializer=_start_worker, initargs=(progress, workers, os.getpid())) as pool:
             futures = {pool.submit(_tracked_rank_stage, i, *a): i for i, a in enumerate(args)}
             try:
                 for fut in as_completed(futures):
@@ -168,9 +177,11 @@ _file_progress: Any = None  # in a pool worker: the pool's shared per-file progr
 _pool_workers = 1  # in a pool worker: how many workers its pool has
 
 
-def _start_worker(progress: Any, workers: int) -> None:
-    """Pool worker set-up: its allocators tuned for file-after-file work, the progress array kept."""
+def _start_worker(progress: Any, workers: int, parent_pid: int) -> None:
+    """Pool worker set-up: it dies with the parent (a kill -9 of the command leaves no worker behind), its
+    allocators tuned for file-after-file work, the progress array kept."""
     global _file_progress, _pool_workers
+    die_with_parent(parent_pid)
     _file_progress, _pool_workers = progress, workers
     keep_freed_memory()
     map_files_here()  # a worker killed by a file cut short under its mapping is named (WorkerDiedError)

@@ -1,7 +1,8 @@
 """Parse cache: the compact per-rank tables of a trace file, kept as Parquet in the user cache.
 
 Parsing a large trace costs seconds; reading its tables back costs milliseconds. An entry is
-keyed by the file's resolved path, size and mtime, the loader version and the --rank given,
+keyed by the file's resolved path, the SHA-256 of its bytes (analyzers/io/content_key.py: size and
+mtime can be put back by a writer, the bytes cannot), the loader version and the --rank given,
 so a changed file or a changed loader never hits an old entry. An entry is a folder holding
 one Parquet file per table plus a small JSON header (which also holds the name table); it is
 written to a temporary folder and renamed into place, so readers never see half an entry.
@@ -9,8 +10,11 @@ Categorical and string columns are stored dictionary-encoded, integers delta-enc
 ids and counters mostly climb by small steps; a quarter of the plain size, read as quickly),
 LZ4 on top; reads and writes stay on the calling thread (workers already fill the cores).
 
-Anything odd on reading (missing file, bad Parquet, a header that does not match) makes the
-entry a miss: it is removed and rewritten from the trace, never trusted.
+Every file of an entry has its SHA-256 in the entry's ``sums.json``; a read checks them all (one
+read of each file: the bytes hashed are the bytes parsed). Anything odd on reading (a checksum that
+does not match, a file missing or added, bad Parquet, a header that does not match) makes the entry a
+miss: it is removed and the trace parsed again, with a note on the trace saying so, never trusted.
+The cache holds at most MAX_ENTRIES entries and MAX_BYTES bytes; the least recently used go first.
 
 Location: ``$OVERLAPSCOPE_CACHE_DIR`` if set, else the platform's user cache directory
 (platformdirs), sub-folder ``parsed``. ``overlapscope cache info`` / ``cache clear`` show and
@@ -34,13 +38,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analyzers.io.discover import file_stamp
+from analyzers.io.content_key import file_digest, stat_token
 from analyzers.io.environment import (  # noqa: F401 (ENV_CACHE_DIR: tests set it)
     ENV_CACHE_DIR,
     CacheInfo,
     cache_base,
+    cache_entries,
     clear_folder,
+    evict_oldest,
     folder_info,
+    touch,
 )
 from analyzers.io.kineto import LOADER_VERSION as KINETO_LOADER_VERSION
 from analyzers.timeline.model import NameTable, RankTrace, require_host_tables
@@ -57,6 +64,9 @@ TABLES = ("gpu", "runtime", "host_ops", "sync_events")
 # that already, a column needs no round trip through objects.
 _STR = pd.DataFrame({"x": np.array(["x"], dtype=object)})["x"].dtype
 HEADER = "header.json"
+SUMS = "sums.json"  # {file name: SHA-256} of every other file of the entry
+MAX_ENTRIES = 512  # entries kept (least recently used dropped on write)
+MAX_BYTES = 8 << 30  # bytes kept (entries are ~1/4 of their trace's size)
 
 
 def cache_root() -> Path:
@@ -69,18 +79,18 @@ class FileKey:
     """What an entry must match: the file as it is now, the loader, the rank asked for."""
 
     path: str
-    size: int
-    mtime_ns: int
+    digest: str  # SHA-256 of the file's bytes (and its SQLite journals')
     rank: int | None
     version: str = CACHE_VERSION
+    stat: tuple[int, ...] = ()  # the file's stat when hashed: a put after it changed stores nothing
 
     @classmethod
     def of(cls, path: Path, rank: int | None) -> FileKey:
-        size, mtime = file_stamp(path)
-        return cls(str(path.resolve()), size, mtime, rank)
+        stat = stat_token(path)
+        return cls(str(path.resolve()), file_digest(path), rank, stat=stat)
 
     def folder(self) -> Path:
-        digest = hashlib.sha256(repr(self).encode()).hexdigest()[:24]
+        digest = hashlib.sha256(msgspec.json.encode(_key_dict(self))).hexdigest()[:24]
         stem = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(self.path).name)[:60]
         return cache_root() / f"{stem}-{digest}"
 
@@ -100,6 +110,14 @@ class _TraceHeader(msgspec.Struct):
     names: list[str]
 
 
+class _Sums(msgspec.Struct):
+    files: dict[str, str]
+
+
+class DamagedEntry(ValueError):
+    """An entry whose files do not match their checksums (or are missing, or extra)."""
+
+
 class _Header(msgspec.Struct):
     key: dict[str, Any]
     given_path: str
@@ -107,35 +125,66 @@ class _Header(msgspec.Struct):
 
 
 def _key_dict(key: FileKey) -> dict[str, Any]:
-    return {"path": key.path, "size": key.size, "mtime_ns": key.mtime_ns, "rank": key.rank,
-            "version": key.version}
+    return {"path": key.path, "digest": key.digest, "rank": key.rank, "version": key.version}
 
 
-def get(path: Path, rank: int | None) -> list[RankTrace] | None:
+def get(path: Path, rank: int | None, key: FileKey | None = None) -> list[RankTrace] | None:
     """The cached traces of this file, or None (miss, stale or unreadable: then removed)."""
+    return lookup(path, rank, key)[0]
+
+
+def lookup(path: Path, rank: int | None, key: FileKey | None = None) -> tuple[list[RankTrace] | None, str | None]:
+    """(the cached traces or None, why a present entry was not used: None for a plain miss)."""
     try:
-        key = FileKey.of(path, rank)
+        key = key or FileKey.of(path, rank)
     except OSError:
-        return None
+        return None, None
     folder = key.folder()
     if not folder.is_dir():
-        return None
+        return None, None
     try:
-        header = msgspec.json.decode((folder / HEADER).read_bytes(), type=_Header)
+        files = _verified_files(folder)
+        header = msgspec.json.decode(files.pop(HEADER), type=_Header)
         if header.key != _key_dict(key):
             raise ValueError("entry made for another file state")
-        return [_read_trace(folder, i, th, header.given_path, path) for i, th in enumerate(header.traces)]
+        traces = [_read_trace(files, i, th, header.given_path, path) for i, th in enumerate(header.traces)]
+        touch(folder)
+        return traces, None
+    except DamagedEntry as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        return None, f"the parse cache's entry for this file was damaged ({exc}): the file was parsed again"
     except Exception:  # noqa: BLE001 - a bad entry is a miss, whatever is wrong with it
         shutil.rmtree(folder, ignore_errors=True)
-        return None
+        return None, "the parse cache's entry for this file could not be read: the file was parsed again"
 
 
-def put(path: Path, rank: int | None, traces: list[RankTrace]) -> bool:
-    """Store the traces of this file; False (and nothing written) when they cannot be stored."""
+def _verified_files(folder: Path) -> dict[str, bytes]:
+    """Every file of an entry, read once, each matching its SHA-256 in sums.json (else DamagedEntry)."""
+    try:
+        sums = msgspec.json.decode((folder / SUMS).read_bytes(), type=_Sums).files
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        raise DamagedEntry("its checksums cannot be read") from None
+    present = {p.name for p in folder.iterdir()} - {SUMS}
+    if present != set(sums):
+        raise DamagedEntry("files missing or added")
+    out = {}
+    for name, digest in sums.items():
+        data = (folder / name).read_bytes()
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise DamagedEntry(f"{name} does not match its checksum")
+        out[name] = data
+    return out
+
+
+def put(path: Path, rank: int | None, traces: list[RankTrace], key: FileKey | None = None) -> bool:
+    """Store the traces of this file; False (and nothing written) when they cannot be stored, or the
+    file changed since `key` was taken (its tables may be of either version)."""
     for t in traces:  # never cache a trace whose host tables stayed in its worker as if it had none
         require_host_tables(t)
     try:
-        key = FileKey.of(path, rank)
+        key = key or FileKey.of(path, rank)
+        if stat_token(path) != key.stat:
+            return False
         folder = key.folder()
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = folder.parent / f".{folder.name}.{uuid.uuid4().hex}.tmp"
@@ -146,8 +195,12 @@ def put(path: Path, rank: int | None, traces: list[RankTrace]) -> bool:
         headers = [_write_trace(tmp, i, t) for i, t in enumerate(traces)]
         header = _Header(key=_key_dict(key), given_path=str(path), traces=headers)
         (tmp / HEADER).write_bytes(msgspec.json.encode(header))
+        sums = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in tmp.iterdir()}
+        (tmp / SUMS).write_bytes(msgspec.json.encode(_Sums(sums)))
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(tmp, folder)
+        evict_oldest(cache_entries(folder.parent), MAX_ENTRIES, MAX_BYTES,
+                     lambda old: shutil.rmtree(old, ignore_errors=True))
         return True
     except (OSError, TypeError, ValueError, pa.ArrowException, msgspec.EncodeError):
         shutil.rmtree(tmp, ignore_errors=True)
@@ -172,10 +225,11 @@ def _write_trace(folder: Path, i: int, t: RankTrace) -> _TraceHeader:
                         meta=dict(t.meta), notes=list(t.notes), categoricals=cats, names=list(t.names.names))
 
 
-def _read_trace(folder: Path, i: int, th: _TraceHeader, given_then: str, given_now: Path) -> RankTrace:
+def _read_trace(files: dict[str, bytes], i: int, th: _TraceHeader, given_then: str, given_now: Path) -> RankTrace:
     tables = {}
     for name in TABLES:
-        df = pq.read_table(folder / f"{i}.{name}.parquet", use_threads=False).to_pandas(use_threads=False)
+        source = pa.BufferReader(files[f"{i}.{name}.parquet"])
+        df = pq.read_table(source, use_threads=False).to_pandas(use_threads=False)
         for c in df.columns:
             if c in th.categoricals[name]:
                 wanted = th.categoricals[name][c]

@@ -16,6 +16,8 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from analyzers.timeline.constants import NO_TIME
+
 
 def _enc_hook(obj: Any) -> Any:
     """What msgspec does not encode itself: numpy values, pandas missing values, the rest as str."""
@@ -55,7 +57,7 @@ def rows(df: pd.DataFrame) -> list[dict[str, Any]]:
     keys = list(df.columns)
     if not keys:
         return [{} for _ in range(len(df))]
-    columns = [col.tolist() for _, col in df.items()]  # by position (repeated labels too), without iloc's cost
+    columns = [_plain_column(col) for _, col in df.items()]  # by position (repeated labels too), without iloc's cost
     return [dict(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)]
 
 
@@ -67,3 +69,12 @@ def to_json(obj: Any, indent: int = 2) -> str:
 def json_bytes(obj: Any, indent: int = 2) -> bytes:
     """Indented JSON of obj as UTF-8 bytes (what a file or a pipe takes, without a str in between)."""
     return msgspec.json.format(_ENCODER.encode(obj), indent=indent)
+
+
+def _plain_column(col: pd.Series) -> list[Any]:
+    """A column's values; an int64 column's NO_TIME ("no time", the smallest int64) as None (null), so
+    that no sentinel reaches a document."""
+    values = col.tolist()
+    if col.dtype == np.int64 and len(col) and (col.to_numpy() == NO_TIME).any():
+        values = [None if v == NO_TIME else v for v in values]
+    return values

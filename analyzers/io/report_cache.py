@@ -2,7 +2,9 @@
 
 Re-running `analyze` on unchanged traces (a CI gate read twice, a table after the JSON, the
 same run opened again) should cost what reading the answer costs, not the analysis. An entry
-is keyed by every input file's resolved path, size and mtime, the analysis settings the
+is keyed by every input file's resolved path and the SHA-256 of its bytes (analyzers/io/content_key.py,
+remembered per inode, size, mtime and ctime: a writer can restore a size and an mtime, not the bytes
+or the ctime), the analysis settings the
 command was given (steps, rules file contents, --comm-kernel, alignment, diagnosis...) and a
 fingerprint of the code that made it (overlapscope's and analyzers' sources, the Python and
 library versions), so a changed file, option or release never hits an old entry.
@@ -32,7 +34,8 @@ from typing import Any
 
 import msgspec
 
-from analyzers.io.discover import expand_paths, file_stamp
+from analyzers.io.content_key import file_digest, stat_token
+from analyzers.io.discover import expand_paths
 from analyzers.io.environment import CacheInfo, cache_base, cache_entries, clear_folder, folder_info
 
 FORMAT_VERSION = 1
@@ -97,17 +100,32 @@ def _canonical(project: str) -> str:
 class ReportKey:
     """What an entry must match: the files as they are now, what was asked, the code that answered."""
 
-    files: tuple[tuple[str, int, int], ...]  # (resolved path, size, mtime_ns), in input order
+    files: tuple[tuple[str, str], ...]  # (resolved path, SHA-256 of its bytes), in input order
     settings: str  # the command's analysis settings, canonical JSON
     code: str
+    stats: tuple[tuple[int, ...], ...] = ()  # each file's stat when hashed (not part of the key)
 
     @classmethod
     def of(cls, inputs: list[str], settings: dict[str, Any]) -> ReportKey:
         """The key for these inputs (expanded as the loader expands them) and settings."""
-        files = []
+        files, stats = [], []
         for p in expand_paths(inputs):
-            files.append((str(p.resolve()), *file_stamp(p)))
-        return cls(tuple(files), msgspec.json.encode(dict(sorted(settings.items()))).decode(), code_fingerprint())
+            try:
+                stats.append(stat_token(p))
+                files.append((str(p.resolve()), file_digest(p)))
+            except OSError:  # gone or unreadable: the loader names the problem; this key matches nothing
+                stats.append(())
+                files.append((str(p), "unreadable"))
+        return cls(tuple(files), msgspec.json.encode(dict(sorted(settings.items()))).decode(), code_fingerprint(),
+                   tuple(stats))
+
+    def still_current(self) -> bool:
+        """Whether every file is as it was when the key was taken (an answer made while one changed is
+        not stored: it may be of either version)."""
+        try:
+            return tuple(stat_token(Path(f)) for f, _ in self.files) == self.stats
+        except OSError:
+            return False
 
     def text(self) -> str:
         return msgspec.json.encode({"files": self.files, "settings": self.settings, "code": self.code}).decode()
@@ -123,23 +141,34 @@ class _Header(msgspec.Struct):
 
 def get(key: ReportKey) -> bytes | None:
     """The entry for key if it is whole and matches; a damaged or foreign entry is removed (a miss)."""
+    return lookup(key)[0]
+
+
+def lookup(key: ReportKey) -> tuple[bytes | None, str | None]:
+    """(the entry's document or None, why a present entry was not used: None for a plain miss)."""
     folder = key.folder()
     if not folder.is_dir():
-        return None
+        return None, None
     try:
         header = msgspec.json.decode((folder / HEADER).read_bytes(), type=_Header)
         doc = (folder / DOC).read_bytes()
-        if header.key != key.text() or hashlib.sha256(doc).hexdigest() != header.doc_sha256:
-            raise ValueError("stale or damaged entry")
+        if header.key != key.text():
+            raise ValueError("made for other files or options")
+        if hashlib.sha256(doc).hexdigest() != header.doc_sha256:
+            raise ValueError("its document does not match its checksum")
         os.utime(folder)  # recently used: kept when old entries are dropped
-        return doc
-    except Exception:  # noqa: BLE001 - missing file, bad JSON, mismatch: all a miss
+        return doc, None
+    except Exception as exc:  # noqa: BLE001 - missing file, bad JSON, mismatch: all a miss
         shutil.rmtree(folder, ignore_errors=True)
-        return None
+        why = str(exc) if isinstance(exc, ValueError) and not isinstance(exc, msgspec.DecodeError) else "unreadable"
+        return None, f"the report cache's entry was damaged ({why}): analyzed again"
 
 
 def put(key: ReportKey, doc: bytes) -> None:
-    """Store an entry (best effort: a cache that cannot be written never fails the command)."""
+    """Store an entry (best effort: a cache that cannot be written never fails the command); nothing
+    when a file changed since the key was taken."""
+    if not key.still_current():
+        return
     folder = key.folder()
     tmp = folder.parent / f".tmp-{uuid.uuid4().hex}"
     try:

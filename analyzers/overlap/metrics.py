@@ -19,6 +19,7 @@ import pandas as pd
 
 from analyzers.io.plain import records
 from analyzers.overlap.rows import GpuRows, category_is
+from analyzers.overlap.window_table import iteration_table
 from analyzers.timeline import intervals as iv
 from analyzers.timeline.classify import lookalike_note
 from analyzers.timeline.iterations import (
@@ -251,19 +252,10 @@ def iteration_metrics(gpu: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
 
 
 def _iteration_metrics(rows: GpuRows, windows: pd.DataFrame) -> pd.DataFrame:
-    out: list[dict] = []
+    """_window_metrics of every window, computed for all windows at once (overlap/window_table.py)."""
     if windows.empty:
-        return pd.DataFrame(out)
-    by_start = rows.take(np.argsort(rows.s, kind="stable"))
-    starts = by_start.s
-    longest = int((by_start.e - by_start.s).max()) if len(by_start) else 0
-    for step, name, lo, hi in zip(windows["step"].tolist(), windows["name"].tolist(),
-                                  windows["gpu_start_ns"].tolist(), windows["gpu_end_ns"].tolist(), strict=True):
-        lo, hi = int(lo), int(hi)
-        a, b = np.searchsorted(starts, lo - longest, "left"), np.searchsorted(starts, hi, "left")
-        m = _window_metrics(by_start.take(slice(a, b)), lo, hi)
-        out.append({"step": int(step), "name": name, **m.to_dict()})
-    return pd.DataFrame(out)
+        return pd.DataFrame([])
+    return iteration_table(rows, windows)
 
 
 def summarize_iterations(it: pd.DataFrame) -> dict:

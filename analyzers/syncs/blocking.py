@@ -39,8 +39,10 @@ import pandas as pd
 from analyzers.syncs.device_busy import _device_timelines, _sync_devices
 from analyzers.syncs.lookups import Distinct, PerName, as_float, first_by_key
 from analyzers.syncs.nesting import RangeIndex, innermost_enclosing
+from analyzers.timeline.constants import NO_TIME
 from analyzers.timeline.iterations import DEFAULT_STEP_PATTERN, host_steps
 from analyzers.timeline.model import RankTrace, require_host_tables
+from analyzers.timeline.user_regex import search_each
 
 # API name (version / per-thread suffixes stripped) -> sync kind.
 DEFAULT_SYNC_APIS: dict[str, str] = {
@@ -149,7 +151,7 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
     launched after it starts, counted only once the work launched before the sync has finished
     (a host far ahead of the GPU is not blocked by a sync that returns at once), and only when
     that device still had queued work when the call began (a sync on a drained GPU blocked
-    nothing). 0 when nothing is launched after it (next_gpu_start_ns -1) and for a sync that
+    nothing). 0 when nothing is launched after it (next_gpu_start_ns NO_TIME, null in the document) and for a sync that
     starts after the last step range ended (the profiler's closing sync).
     caller: innermost enclosing host op / annotation on the same thread, else on any thread
     (iteration ranges excluded); sync_op: the sync-implying op around it (aten::item, ...);
@@ -160,7 +162,6 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
         return empty_syncs()
     require_host_tables(trace)
     rt, ops = trace.runtime, trace.host_ops
-    step_rx = re.compile(params.step_pattern)
 
     # --- runtime syncs -----------------------------------------------------------------
     # Per distinct API name: its base name and sync kind ("memcpy" for a synchronous copy).
@@ -221,7 +222,7 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
     def per_op(fn) -> np.ndarray:
         return of_names(np.array([bool(fn(b, f)) for b, f in zip(base_u, full_u, strict=True)], dtype=bool))
 
-    not_step = ~per_op(lambda b, f: step_rx.search(f))
+    not_step = ~of_names(search_each(params.step_pattern, full_u, "--step-pattern"))
     implied = per_op(lambda b, f: b in params.implied_sync_ops) & not_step
 
     # Ops with no runtime sync inside are syncs of their own only when the trace lacks runtime.
@@ -291,7 +292,7 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
 
     # --- GPU idle caused --------------------------------------------------------------
     idle = np.zeros(start.size, dtype=np.int64)
-    nxt = np.full(start.size, -1, dtype=np.int64)
+    nxt = np.full(start.size, NO_TIME, dtype=np.int64)
     for d, tl in timelines.items():
         m = devices == d
         ns = tl.next_start_launched_from(end[m])
@@ -300,7 +301,7 @@ def blocking_syncs(trace: RankTrace, params: SyncParams | None = None) -> pd.Dat
         # work, and any gap is that work waiting on its own dependencies, not on the host. It
         # counts only for a sync that found queued work (one on a drained GPU blocked nothing)
         # and that something was launched after (else the trace just ends: no idle was caused).
-        charged = tl.pending_at(start[m]) & (ns >= 0) & ~after_last_step[m]
+        charged = tl.pending_at(start[m]) & (ns != NO_TIME) & ~after_last_step[m]
         idle[m] = np.where(charged, tl.idle_between(tl.drained_at(end[m]), ns), 0)
 
     # --- GPU-side confirmation and stream ---------------------------------------------

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.timeline import intervals as iv
+from analyzers.timeline.constants import NO_TIME
 from analyzers.timeline.iterations import launch_times
 from analyzers.timeline.model import RankTrace
 
@@ -42,7 +43,7 @@ class _DeviceTimeline:
     @classmethod
     def build(cls, start: np.ndarray, end: np.ndarray, launch: np.ndarray) -> _DeviceTimeline:
         ms, me = iv.union(start, end)
-        known = launch >= 0
+        known = launch != NO_TIME
         order = np.argsort(launch[known], kind="stable")
         ls = launch[known][order]
         st = start[known][order]
@@ -52,14 +53,14 @@ class _DeviceTimeline:
         return cls(ms, me, ls, suffix, prefix, np.sort(start, kind="stable"), bool(known.any()))
 
     def next_start_launched_from(self, t: np.ndarray) -> np.ndarray:
-        """Start of the first activity launched at or after t (-1 if none)."""
+        """Start of the first activity launched at or after t (NO_TIME if none)."""
         if self.has_launches:
             i = np.searchsorted(self.launch_sorted, t, side="left")
             ok = i < self.launch_sorted.size
-            return np.where(ok, self.start_suffix_min[np.clip(i, 0, max(self.launch_sorted.size - 1, 0))], -1)
+            return np.where(ok, self.start_suffix_min[np.clip(i, 0, max(self.launch_sorted.size - 1, 0))], NO_TIME)
         i = np.searchsorted(self.starts_sorted, t, side="left")
         ok = i < self.starts_sorted.size
-        return np.where(ok, self.starts_sorted[np.clip(i, 0, max(self.starts_sorted.size - 1, 0))], -1)
+        return np.where(ok, self.starts_sorted[np.clip(i, 0, max(self.starts_sorted.size - 1, 0))], NO_TIME)
 
     def pending_at(self, t: np.ndarray) -> np.ndarray:
         """Whether work launched before t was still unfinished at t."""
@@ -115,11 +116,11 @@ def _sync_devices(trace: RankTrace, start: np.ndarray, corr: np.ndarray, pid: np
         out[fill] = found[fill].astype(np.int64)
     launch = launch_times(trace)  # checks the host tables are here (require_host_tables)
     rt = trace.runtime
-    if (out < 0).any() and (launch >= 0).any() and not rt.empty:
+    if (out < 0).any() and (launch != NO_TIME).any() and not rt.empty:
         corr_pid = pd.Series(rt["pid"].to_numpy(), index=rt["correlation"].to_numpy())
         corr_pid = corr_pid[~corr_pid.index.duplicated()]
         gpid = corr_pid.reindex(gpu["correlation"].to_numpy()).to_numpy(dtype=np.float64)
-        known = launch >= 0
+        known = launch != NO_TIME
         acts = pd.DataFrame({"t": launch[known], "pid": np.nan_to_num(gpid[known], nan=-1).astype(np.int64),
                              "dev": devs[known].astype(np.int64)}).sort_values("t", kind="stable")
         need = np.flatnonzero(out < 0)

@@ -13,6 +13,7 @@ import pandas as pd
 
 from analyzers.errors import BadInputError
 from analyzers.timeline.model import CATEGORIES, RankTrace, TraceSet
+from analyzers.timeline.user_regex import search_each
 
 
 @dataclass(frozen=True)
@@ -69,10 +70,10 @@ def classify_names(names: list[str] | np.ndarray, rules: list[Rule]) -> np.ndarr
     for rule in rules:
         if not todo.any():
             break
-        rx = re.compile(rule.pattern)
-        hit = series.map(lambda s, rx=rx: rx.search(s) is not None).to_numpy(dtype=bool) & todo
+        left = np.flatnonzero(todo)
+        hit = left[search_each(rule.pattern, series.to_numpy()[left], "the classification rule")]
         out[hit] = rule.category
-        todo &= ~hit
+        todo[hit] = False
     return out
 
 

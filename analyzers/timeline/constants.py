@@ -8,3 +8,9 @@ DEFAULT_STEP_PATTERN = r"^ProfilerStep\s*#\s*(\d+)$"
 
 # How kernels are named when two runs are compared (analyzers.timeline.kernel_names).
 KERNEL_NAME_MODES = ("normalized", "coarse", "raw")
+
+# "No time": the value a time column holds where the time is unknown (a GPU activity whose launching
+# call is not in the trace, a sync after which nothing was launched). The smallest int64, outside every
+# valid time (readers refuse |t| past 4e18 ns, analyzers/io/input_limits.py), so that a trace whose
+# clock reads negative keeps all its times: -1 was a valid time there.
+NO_TIME = -(1 << 63)

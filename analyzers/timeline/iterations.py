@@ -20,8 +20,9 @@ import pandas as pd
 
 from analyzers.errors import BadInputError, UnknownStepsError
 from analyzers.timeline import intervals as iv
-from analyzers.timeline.constants import DEFAULT_STEP_PATTERN
+from analyzers.timeline.constants import DEFAULT_STEP_PATTERN, NO_TIME
 from analyzers.timeline.model import RankTrace, TraceSet, require_host_tables
+from analyzers.timeline.user_regex import each
 
 # Step numbers a selection or a trace may name: well inside int64, so that every comparison with the
 # int64 step columns is exact (a larger number is refused by name, never wrapped or overflowed).
@@ -179,11 +180,11 @@ def _host_steps(trace: RankTrace, pattern: str) -> pd.DataFrame:
     cols = ["step", "name", "host_start_ns", "host_end_ns"]
     if ops.empty:
         return pd.DataFrame({c: [] for c in cols})
-    rx = re.compile(pattern)
     name_ids = ops["name_id"].to_numpy()
     ids = np.sort(pd.unique(name_ids))
     names = trace.names_of(ids)
-    matched = {int(i): rx.search(n) for i, n in zip(ids, names, strict=True)}
+    found = each(pattern, "--step-pattern", names, lambda rx, n: rx.search(n))
+    matched = {int(i): m for i, m in zip(ids, found, strict=True)}
     matched = {i: m for i, m in matched.items() if m}
     if not matched:
         return pd.DataFrame({c: [] for c in cols})
@@ -217,14 +218,14 @@ def _step_number(m: re.Match[str], trace: RankTrace) -> int | None:
 
 
 def launch_times(trace: RankTrace) -> np.ndarray:
-    """Host start time of the runtime call that launched each GPU activity (-1 if unknown)."""
+    """Host start time of the runtime call that launched each GPU activity (NO_TIME if unknown)."""
     require_host_tables(trace)
     return _memoized("launch_times", "", (trace.runtime, trace.gpu), lambda: _launch_times(trace))
 
 
 def _launch_times(trace: RankTrace) -> np.ndarray:
     gpu, rt = trace.gpu, trace.runtime
-    out = np.full(len(gpu), -1, dtype=np.int64)
+    out = np.full(len(gpu), NO_TIME, dtype=np.int64)
     if gpu.empty or rt.empty:
         return out
     corr = gpu["correlation"].to_numpy()
@@ -250,7 +251,7 @@ def assign_steps(trace: RankTrace, steps: pd.DataFrame) -> np.ndarray:
     hs = steps["host_start_ns"].to_numpy()
     he = steps["host_end_ns"].to_numpy()
     idx = np.searchsorted(hs, launched, side="right") - 1
-    ok = (launched >= 0) & (idx >= 0)
+    ok = (launched != NO_TIME) & (idx >= 0)
     idx_c = np.clip(idx, 0, len(hs) - 1)
     ok &= launched < he[idx_c]
     out[ok] = steps["step"].to_numpy()[idx_c[ok]]
@@ -315,11 +316,17 @@ def like_hta_mask(trace: RankTrace, pattern: str = DEFAULT_STEP_PATTERN) -> np.n
     if len(steps) < 2:
         return np.ones(n, dtype=bool)
     last_start = np.int64(max(int(steps["host_start_ns"].max()),
-                              trace.meta.get("gpu_step_annotation_last_start_ns") or -1))
+                              _known_or(trace.meta.get("gpu_step_annotation_last_start_ns"), NO_TIME)))
     launched = launch_times(trace)
     if trace.meta.get("fractional_us_timestamps"):  # HTA compares µs-rounded times then
-        last_start, launched = _ceil_us(np.asarray([last_start]))[0], np.where(launched >= 0, _ceil_us(launched), -1)
-    return (launched >= 0) & (launched < last_start)
+        last_start = _ceil_us(np.asarray([last_start]))[0]
+        launched = np.where(launched != NO_TIME, _ceil_us(launched), NO_TIME)
+    return (launched != NO_TIME) & (launched < last_start)
+
+
+def _known_or(value: int | None, default: int) -> int:
+    """value where it is a time (0 and negative times too), else default."""
+    return default if value is None else int(value)
 
 
 def _ceil_us(ns: np.ndarray) -> np.ndarray:
