@@ -22,6 +22,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from analyzers.timeline.constants import NO_TIME
+
 NONE, GATHER, COPY_OUT, FORWARD, BACKWARD = 0, 1, 2, 3, 4
 _HOOK = re.compile(r"^FSDP::(all_gather|all_gather_copy_out|pre_forward|post_forward|pre_backward|"
                    r"post_backward_\w+) \((.+)\)$")
@@ -64,7 +66,7 @@ def _assign(role: np.ndarray, module: np.ndarray, code: int, win: pd.DataFrame, 
         g = g.sort_values("start")
         s, e = g["start"].to_numpy(np.int64), g["end"].to_numpy(np.int64)
         m = np.asarray([mods.setdefault(x, len(mods)) for x in g["module"]], dtype=np.int64)
-        rows = np.flatnonzero((ltid == tid) & (launch >= 0) & (role == NONE))
+        rows = np.flatnonzero((ltid == tid) & (launch != NO_TIME) & (role == NONE))
         k = np.searchsorted(s, launch[rows], side="right") - 1
         ok = (k >= 0) & (launch[rows] < e[np.maximum(k, 0)])
         role[rows[ok]] = code
