@@ -167,7 +167,9 @@ def diff_cmd(
     if timeline is not None:
         frame = aligned_timelines(ta, tb, labels=names, pattern=step_pattern)
         with writing(timeline, "--timeline") as tmp:
-            frame.to_csv(tmp, index=False)
+            from viz.safe_text import csv_frame
+
+            csv_frame(frame).to_csv(tmp, index=False)
         al = frame.attrs["alignment"]
         err_console.print(f"aligned timelines ({len(frame)} intervals, at {al['how']}: "
                           f"step {al['step_a']} / {al['step_b']}) written to {timeline}",

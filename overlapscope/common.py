@@ -57,8 +57,11 @@ class LazyConsole:
         if self._console is None:
             from rich.console import Console
 
+            from viz.safe_text import text_only_console
+
             probe = Console(stderr=self._stderr)
-            self._console = Console(stderr=self._stderr, soft_wrap=True, width=None if probe.is_terminal else 200)
+            self._console = text_only_console(stderr=self._stderr, soft_wrap=True,
+                                              width=None if probe.is_terminal else 200)
         return self._console
 
     @property
