@@ -307,16 +307,16 @@ def _refuse_input_as_output(path: Path, option: str, inputs: list[str]) -> None:
 
 @contextmanager
 def writing(path: Path, option: str):
-    """Write an output through a temporary file beside it, moved into place when complete: a full
-    disk or a failed write leaves no partial file, and names the problem in one line (exit 2)."""
-    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}{''.join(path.suffixes[-2:])}")
+    """Write an output through a temporary file beside it, moved into place when complete
+    (analyzers/io/atomic_write.py: made in a private folder, so a planted file or link is never followed): a
+    full disk or a failed write leaves no partial file, and names the problem in one line (exit 2)."""
+    from analyzers.io.atomic_write import atomic_path
+
     try:
-        yield tmp
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            yield tmp
     except OSError as exc:
         raise UsageFailure(f"{option} {path}: cannot write ({exc.strerror or exc})") from None
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 PathsArg = Annotated[list[str], typer.Argument(

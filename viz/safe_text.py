@@ -122,6 +122,13 @@ def html_text(text: Any) -> str:
 
 
 
+def plotly_text(text: Any) -> str:
+    """A name inside a Plotly label, legend or hover text: Plotly reads a subset of HTML there (<a href> makes
+    a link, <b>, <br>) and %{...} in a hover template; as entities, which Plotly shows as the characters,
+    none of it is read."""
+    return html.escape(printable(text), quote=False).replace("%", "&#37;")
+
+
 # ----------------------------------------------------------------------------------------- console
 
 _CONSOLE_CLASS: Any = None
