@@ -290,6 +290,19 @@ def check_output(path: Path, option: str, overwrite: bool, inputs: list[str] | N
         raise UsageFailure(f"{option} {path}: folder {path.parent} is not writable")
 
 
+def check_out_folder(out: Path) -> None:
+    """--out must be a folder or a path one can make: a file there (or in its way) is refused in one line
+    (exit 2), before torchrun starts."""
+    for p in (out, *out.parents):
+        if p.exists() or p.is_symlink():
+            if not p.is_dir():
+                what = "is a file" if p == out else f"cannot be made: {p} is a file"
+                raise UsageFailure(f"--out {out}: {what}, not a folder; give a folder for the run's traces")
+            if not os.access(p, os.W_OK | os.X_OK):
+                raise UsageFailure(f"--out {out}: {p} is not writable")
+            return
+
+
 def _refuse_input_as_output(path: Path, option: str, inputs: list[str]) -> None:
     from analyzers.errors import BadInputError
     from analyzers.io.discover import JOURNALS, expand_paths

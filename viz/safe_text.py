@@ -48,9 +48,10 @@ def terminal_text(text: Any) -> str:
 
 # Characters with a meaning in GitHub or Streamlit Markdown, backslash-escaped (CommonMark lets any ASCII
 # punctuation be escaped): emphasis and code (* _ ~ `), links and images ([ ] and the ! before them),
-# tables (|), headings (#), Streamlit's colour / icon directives and emoji codes (:), LaTeX ($), and the
-# escape itself. < > & become entities, so no raw HTML passes.
-_MD_SPECIAL = re.compile(r"([\\`*_~\[\]|#:$!])")
+# tables (|), headings (#), LaTeX ($), and the escape itself; a colon where it starts a link scheme
+# (https://) or an emoji / icon code (:smile:, :material/home:). < > & become entities: no raw HTML passes.
+_MD_SPECIAL = re.compile(r"([\\`*_~\[\]|#$!])")
+_COLON = re.compile(r":(?=//|[\w+/\\-]+:)")
 _WWW = re.compile(r"(?i)\b(www)\.")  # GitHub makes "www.host" a link without a scheme
 _AT = re.compile(r"@")  # and "name@host.tld" a mail link
 
@@ -59,7 +60,7 @@ def markdown_text(text: Any) -> str:
     """A name inside Markdown (a table cell, a heading, a list item, a Streamlit caption): one line,
     shown as typed; nothing in it becomes a row, link, image, tag, directive or emphasis."""
     one_line = printable(str(text).replace("\r\n", " ").replace("\n", " ").replace("\r", " "))
-    escaped = _MD_SPECIAL.sub(r"\\\1", html.escape(one_line, quote=False))
+    escaped = _COLON.sub(r"\\:", _MD_SPECIAL.sub(r"\\\1", html.escape(one_line, quote=False)))
     return _AT.sub("&#64;", _WWW.sub(r"\1&#46;", escaped))
 
 
