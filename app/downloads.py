@@ -17,6 +17,7 @@ import streamlit as st
 from analyzers.export.perfetto import perfetto_data
 from viz.export_html import ImageExportError, diff_html, figure_image, report_html
 from viz.perfetto_json import encode_perfetto
+from viz.safe_text import markdown_text as md  # names from trace files: text, never Markdown
 
 
 def _slug(label: str) -> str:
@@ -27,7 +28,7 @@ def _png(fig: go.Figure) -> bytes:
     try:
         return figure_image(fig, "png", width=int(fig.layout.width or 1600))
     except ImageExportError as exc:
-        st.error(str(exc))
+        st.error(md(exc))
         return b""
 
 

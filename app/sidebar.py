@@ -15,8 +15,9 @@ from typing import Any
 import streamlit as st
 
 from analyzers.errors import BadInputError
+from viz.safe_text import markdown_text as md  # names from trace files: text, never Markdown
 
-from . import data, preload, ui
+from . import data, preload, ui, uploads
 
 # How long the Overview may draw its first chart before the sidebar: the wait for the server's first load of the
 # opening runs; past it the sidebar is drawn and the page keeps waiting, so a long load never hides the run picker.
@@ -50,7 +51,7 @@ def draw() -> None:
                 type=["json", "gz", "sqlite"], accept_multiple_files=True, key="os_upload", on_change=_on_upload,
             )
         for kind, msg in st.session_state.get(ui.K_MESSAGES, []):
-            (st.error if kind == "error" else st.success)(msg)
+            (st.error if kind == "error" else st.success)(md(msg))
         st.session_state[ui.K_MESSAGES] = []
 
 
@@ -102,14 +103,14 @@ def _handle_uploads(files: Sequence[Any]) -> None:
         return
     done[batch_id] = True
     try:
-        src = data.save_uploads([(f.name, f.getvalue()) for f in files])
+        src = uploads.save_uploads([(f.name, f.getvalue()) for f in files])
     except BadInputError as exc:
         st.session_state[ui.K_MESSAGES].append(("error", f"Upload refused: {exc}"))
         return
     try:
         ui.Loaded(src, data.fingerprint(src.paths)).rank_report()
     except BadInputError as exc:
-        data.discard_upload(src)
+        uploads.discard_upload(src)
         st.session_state[ui.K_MESSAGES].append(("error", f"Upload could not be read: {ui.strip_tmp(str(exc))}"))
         return
     ui.add_source(src)

@@ -68,4 +68,4 @@ def show_evidence(evidence: dict[str, Any], key: str) -> None:
             if all(isinstance(x, dict) for x in v):
                 show(readable(list(v)), key=f"{key}-{k}")
             else:
-                st.write(", ".join(map(str, v[:50])) + (f", … ({len(v)} in all)" if len(v) > 50 else ""))
+                st.text(", ".join(map(str, v[:50])) + (f", … ({len(v)} in all)" if len(v) > 50 else ""))

@@ -25,6 +25,7 @@ from analyzers.overlap.metrics import AnalysisOptions, OverlapMetrics, window_me
 from analyzers.report import AnalysisReport, analyze, precomputed_results
 from analyzers.timeline.model import TraceSet
 from viz import labels
+from viz.safe_text import markdown_text as md  # names from trace files: text, never Markdown
 from viz.timeline import SYNC_COLUMNS, TimelineData, normalize_syncs, prepare_timeline
 
 from . import data, preload
@@ -272,7 +273,7 @@ def load(src: data.Source) -> Loaded | None:
         fp = data.fingerprint(src.paths)
         _rank_report(fp, src.label)
     except BadInputError as exc:
-        st.error(f"{src.label}: {strip_tmp(str(exc))}")
+        st.error(f"{md(src.label)}: {md(strip_tmp(str(exc)))}")
         return None
     return Loaded(source=src, fp=fp)
 

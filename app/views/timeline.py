@@ -15,6 +15,7 @@ from app.tables import readable, show
 from viz.critical import critical_overlay
 from viz.figures import figure_payload_bytes, timeline_figure
 from viz.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
+from viz.safe_text import markdown_text as md  # names from trace files: text, never Markdown
 from viz.timeline import lod_for_windows
 
 st.title("Timeline")
@@ -108,10 +109,10 @@ st.caption(f"{n_seg:,} segments drawn for {n_in:,} intervals in the window "
 missing = [r.label for r, d in zip(runs, datas, strict=True) if step != WHOLE and int(step) not in set(
     d.steps["step"].tolist())]
 if missing:
-    st.warning(f"Step {step} is not in {', '.join(missing)}: shown from its trace start instead.")
+    st.warning(f"Step {step} is not in {md(', '.join(missing))}: shown from its trace start instead.")
 for d in datas:
     for n in d.notes:
-        st.caption(n)
+        st.caption(md(n))
 
 st.subheader("Metrics in this window")
 rows = []
