@@ -42,13 +42,13 @@ def run_downloads(runs: Sequence[Any], fig: go.Figure | None, key: str) -> None:
             name = _slug(run.label)
             c = st.columns(2)
             c[0].download_button(
-                f"{run.label}: Perfetto trace (.json.gz)", file_name=f"{name}.perfetto.json.gz",
+                f"{md(run.label)}: Perfetto trace (.json.gz)", file_name=f"{name}.perfetto.json.gz",
                 data=lambda run=run: encode_perfetto(perfetto_data(run.traces(), run.full_report()), gz=True),
                 mime="application/gzip", key=f"{key}-pf-{run.source.key}", on_click="ignore",
                 help="Every GPU activity, ranks on one clock, with overlap / peer-wait / sync / finding tracks: "
                      "open it at ui.perfetto.dev.")
             c[1].download_button(
-                f"{run.label}: HTML report", file_name=f"{name}.html", mime="text/html",
+                f"{md(run.label)}: HTML report", file_name=f"{name}.html", mime="text/html",
                 data=lambda run=run: report_html(run.traces(), run.full_report(), run.timeline()),
                 key=f"{key}-html-{run.source.key}", on_click="ignore",
                 help="A self-contained page (no network needed): metrics, findings, cross-rank, timeline.")

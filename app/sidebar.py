@@ -48,7 +48,9 @@ def draw() -> None:
             limit = data.max_upload_mb()
             st.file_uploader(
                 f"Upload traces of one run (.json, .json.gz, .sqlite; up to {limit} MB)",
-                type=["json", "gz", "sqlite"], accept_multiple_files=True, key="os_upload", on_change=_on_upload,
+                # no type=: Streamlit's own name check raises in its callback dispatch (a NUL byte: a stack trace
+                # on the page); uploads.save_uploads checks the suffix and the name, in one line
+                accept_multiple_files=True, key="os_upload", on_change=_on_upload,
             )
         for kind, msg in st.session_state.get(ui.K_MESSAGES, []):
             (st.error if kind == "error" else st.success)(md(msg))

@@ -308,7 +308,7 @@ def timeline_button(label: str, source_key: str, lo_ns: int | None, hi_ns: int |
     if lo_ns is None or hi_ns is None:
         return
     width = max(int(hi_ns) - int(lo_ns), 1000)
-    if st.button(label, key=key):
+    if st.button(md(label), key=key):  # the label may name a kernel or a collective
         focus_timeline(source_key, int(lo_ns - pad * width), int(hi_ns + pad * width))
 
 

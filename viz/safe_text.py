@@ -48,20 +48,23 @@ def terminal_text(text: Any) -> str:
 
 # Characters with a meaning in GitHub or Streamlit Markdown, backslash-escaped (CommonMark lets any ASCII
 # punctuation be escaped): emphasis and code (* _ ~ `), links and images ([ ] and the ! before them),
-# tables (|), headings (#), LaTeX ($), and the escape itself; a colon where it starts a link scheme
-# (https://) or an emoji / icon code (:smile:, :material/home:). < > & become entities: no raw HTML passes.
+# tables (|), headings (#), LaTeX ($), and the escape itself; a colon where it starts an emoji or icon code
+# (:smile:, :material/home:). < > & become entities: no raw HTML passes.
 _MD_SPECIAL = re.compile(r"([\\`*_~\[\]|#$!])")
-_COLON = re.compile(r":(?=//|[\w+/\\-]+:)")
-_WWW = re.compile(r"(?i)\b(www)\.")  # GitHub makes "www.host" a link without a scheme
-_AT = re.compile(r"@")  # and "name@host.tld" a mail link
+_SHORTCODE = re.compile(r":(?=[\w+/\\-]+:)")
+# What renderers turn into links after parsing, on the text itself (GitHub's and Streamlit's remark-gfm find
+# "www.host", "scheme://" and "name@host" in text nodes, where escapes are gone): a WORD JOINER (U+2060,
+# zero-width, invisible) inside the pattern keeps each one plain text.
+_AUTOLINK = re.compile(r"(?i)(?<=\bwww)(?=\.)|(?<=[a-z0-9])(?=://)|(?=@)")
+WORD_JOINER = "\u2060"
 
 
 def markdown_text(text: Any) -> str:
     """A name inside Markdown (a table cell, a heading, a list item, a Streamlit caption): one line,
     shown as typed; nothing in it becomes a row, link, image, tag, directive or emphasis."""
     one_line = printable(str(text).replace("\r\n", " ").replace("\n", " ").replace("\r", " "))
-    escaped = _COLON.sub(r"\\:", _MD_SPECIAL.sub(r"\\\1", html.escape(one_line, quote=False)))
-    return _AT.sub("&#64;", _WWW.sub(r"\1&#46;", escaped))
+    escaped = _SHORTCODE.sub(r"\\:", _MD_SPECIAL.sub(r"\\\1", html.escape(one_line, quote=False)))
+    return _AUTOLINK.sub(WORD_JOINER, escaped)
 
 
 def markdown_code(text: Any) -> str:

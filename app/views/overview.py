@@ -47,7 +47,7 @@ quick = [(r.label, r.rank_report()) for r in runs]  # per-rank metrics only: no 
 for label, rep in quick:
     ratios = [m.overlap_ratio for m in rep.ranks if m.overlap_ratio is not None]
     hidden = [m.whole.hidden_fraction_of_min for m in rep.ranks if m.whole.hidden_fraction_of_min is not None]
-    head.markdown(f"**{label}** · {len(rep.ranks)} rank(s) · {rep.fmt}"
+    head.markdown(f"**{md(label)}** · {len(rep.ranks)} rank(s) · {md(rep.fmt)}"
                 + (f" · world size {rep.world_size}" if rep.world_size else ""))
     c = head.columns(5)
     c[0].metric("Overlap ratio (worst rank)", ui.pct(min(ratios) if ratios else None),

@@ -28,7 +28,7 @@ for r in runs:  # a run of many ranks draws the ranks picked here (default: slow
     if len(all_ranks) <= ranks.MANY_RANKS:
         shown[r.source.key] = None
         continue
-    picked = st.multiselect(f"Ranks of {r.label} ({len(all_ranks)} ranks)", all_ranks, ranks.chosen_ranks(r),
+    picked = st.multiselect(f"Ranks of {md(r.label)} ({len(all_ranks)} ranks)", all_ranks, ranks.chosen_ranks(r),
                             key=f"tl_ranks:{r.source.key}",
                             help="A run of many ranks is drawn for the ranks picked here: by default the slowest "
                                  "(longest GPU span), the median and the fastest; the Stragglers page sends others.")
