@@ -15,11 +15,13 @@ import pandas as pd
 import streamlit as st
 
 from viz import labels
+from viz.safe_text import csv_cell
 
 
 def cell(key: str, v: Any) -> str:
-    """One value of metric key as its column shows it (the header carries a time's unit)."""
-    return labels.number(labels.metric(key).kind, v)
+    """One value of metric key as its column shows it (the header carries a time's unit); a name that a
+    spreadsheet would run as a formula starts with ' (the table's CSV download writes cells as shown)."""
+    return csv_cell(labels.number(labels.metric(key).kind, v))
 
 
 def readable(frame: pd.DataFrame | Iterable[Mapping[str, Any]], columns: Iterable[str] | None = None,
@@ -57,7 +59,7 @@ def show_evidence(evidence: dict[str, Any], key: str) -> None:
     scalars = {k: v for k, v in evidence.items() if not isinstance(v, (list, tuple, dict))}
     if scalars:
         st.dataframe(pd.DataFrame({"evidence": [labels.label(k) for k in scalars],
-                                   "value": [labels.show(k, v) for k, v in scalars.items()]}),
+                                   "value": [csv_cell(labels.show(k, v)) for k, v in scalars.items()]}),
                      hide_index=True, key=f"{key}-scalars")
     for k, v in evidence.items():
         if isinstance(v, dict):

@@ -114,8 +114,10 @@ def load_progress(enabled: bool):
         task = bar.add_task("loading traces", total=None)
 
         def update(name: str, i: int, total: int) -> None:
+            from viz.safe_text import terminal_text  # the description is rich markup: a file name is text
+
             bar.update(task, completed=i, total=total,
-                       description=f"loading {Path(name).name}" if name else "loaded")
+                       description=f"loading {terminal_text(Path(name).name)}" if name else "loaded")
 
         yield update
 

@@ -228,3 +228,17 @@ def test_the_finding_naming_a_hostile_kernel_is_text(hostile_app_env: Path) -> N
     labels = [e.label for e in at.expander if "SMs held by" in str(e.label)]
     assert labels and all("&lt;img src=x onerror=alert&gt;\\!\\[i\\]" in str(label) for label in labels), labels
     assert HOSTILE_KERNEL not in " ".join(_markdown_values(at))
+
+
+def test_app_tables_show_formula_names_neutralised_and_figures_as_they_are() -> None:
+    """Streamlit's CSV download of a table writes its cells as shown: a name a spreadsheet would run starts
+    with ', a figure stays a figure."""
+    from app.tables import readable
+
+    from .hostile_names import FORMULA, FORMULA_NAMES
+
+    table = readable([{"name": FORMULA, "total_ns": -1_500_000, "overlap_ratio": 0.5, "caller": FORMULA_NAMES[3]},
+                      {"name": "gemm", "total_ns": 2_000_000, "overlap_ratio": None, "caller": "-2"}])
+    cells = [c for col in table.columns for c in table[col]]
+    assert "'" + FORMULA in cells and "'" + FORMULA_NAMES[3] in cells and "gemm" in cells and "-2" in cells
+    assert "-1.500" in cells and "50.0%" in cells

@@ -398,3 +398,16 @@ def test_run_out_onto_a_file_is_one_line_exit_2(command: str, tmp_path: Path) ->
         err = done.stderr.decode().strip().splitlines()
         assert done.returncode == 2 and len(err) == 1 and "not a folder" in err[0], err
     assert afile.read_text() == "mine"
+
+
+def test_the_progress_bar_shows_file_names_as_text(tmp_path: Path) -> None:
+    """The loading bar's description is rich markup: a file named "[link=...]" made a terminal hyperlink."""
+    import shutil
+
+    for r in (0, 1):
+        shutil.copy(ROOT / "sample_traces" / "ag-gemm" / "baseline" / f"rank{r}.json.gz",
+                    tmp_path / f"rank{r} [link=https:evil.example][bold]x.json.gz")
+    done = _cli("analyze", str(tmp_path), "--no-cache", "-f", "json", env={"FORCE_COLOR": "1"})
+    err = RICH_CURSOR.sub("", SGR.sub("", done.stderr.decode()))
+    assert done.returncode == 0 and "loading" in err and not CONTROL.search(err), err[-500:]
+    assert "[link=https:evil.example]" in err  # the name, as typed

@@ -84,13 +84,15 @@ def markdown_row(cells: list[Any]) -> str:
 # ----------------------------------------------------------------------------------------- CSV
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n", "|", "%")
-_NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
+# A signed figure as the tables print it ("-1.5", "+5.0%", "-0.250 ms", "1,234"): data, not a formula.
+_NUMBER = re.compile(r"\s*[+-]?(\d[\d,]*\.?\d*|\.\d+)([eE][+-]?\d+)?\s*(%|×|x|ms|µs|us|ns|s|pt|GB/s|MiB|B)?\s*")
 
 
 def csv_cell(value: Any) -> Any:
     """A CSV cell no spreadsheet reads as a formula (OWASP CSV injection): a text cell whose first
     non-blank character is = + - @ | % tab, CR or LF gets a leading single quote; numbers, and text that
-    is a plain number ("-1.5"), stay as they are; control characters are written out."""
+    is a plain figure ("-1.5", "+5.0%", "-0.250 ms"), stay as they are; control characters are written out.
+    The app's tables show their text cells this way too: Streamlit's own CSV download writes them as shown."""
     if not isinstance(value, str):
         return value
     text = printable(value)
