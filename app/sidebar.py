@@ -22,6 +22,7 @@ from . import data, preload, ui, uploads
 # How long the Overview may draw its first chart before the sidebar: the wait for the server's first load of the
 # opening runs; past it the sidebar is drawn and the page keeps waiting, so a long load never hides the run picker.
 WAIT_S = 10.0
+K_UPLOAD_GUARDS = "os_upload_guards"  # uploads.UploadGuard of each upload this session made
 
 
 def draw() -> None:
@@ -116,4 +117,5 @@ def _handle_uploads(files: Sequence[Any]) -> None:
         st.session_state[ui.K_MESSAGES].append(("error", f"Upload could not be read: {ui.strip_tmp(str(exc))}"))
         return
     ui.add_source(src)
+    st.session_state.setdefault(K_UPLOAD_GUARDS, []).append(uploads.UploadGuard(src))  # gone with the session
     st.session_state[ui.K_MESSAGES].append(("success", f"Uploaded {src.label}"))

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import tempfile
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -118,6 +119,14 @@ def remove_stale_uploads(root: Path | None = None, max_age_s: float = UPLOAD_MAX
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
+
+
+class UploadGuard:
+    """Kept in the session's state (app/sidebar.py): when Streamlit drops the session, the guard is freed and
+    its upload's folder removed, so a server that runs for weeks does not keep every upload."""
+
+    def __init__(self, source: Source) -> None:
+        self._finalizer = weakref.finalize(self, discard_upload, source)
 
 
 def _remember(folder: Path) -> None:

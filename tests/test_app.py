@@ -37,6 +37,7 @@ from viz.figures import (
 )
 from viz.lod import lod_segments, pixel_ns, sort_for_lod
 from viz.mix import needs_mix
+from viz.safe_text import markdown_text
 from viz.timeline import CODE, N_CODES, lod_for_windows, prepare_timeline
 
 from .conftest import HTA_TRACES, NSYS_TRACES, ROOT
@@ -568,7 +569,8 @@ def test_diff_page(app_env: Path, sample_sets) -> None:
     _no_errors(at)
     kin, nsy = sample_sets
     d = diff_reports(analyze(kin), analyze(nsy), kin, nsy, ("demo/kineto", "demo/nsys"))
-    assert d.verdict.split(":")[0] in (at.success[0].value if at.success else at.info[0].value)
+    shown = at.success[0].value if at.success else at.info[0].value  # as Markdown source: names escaped
+    assert markdown_text(d.verdict.split(":")[0]) in shown
     agg = at.dataframe[0].value
     assert list(agg.columns[:3]) == ["metric", "demo/kineto", "demo/nsys"]
     assert "xaxis2" in _charts(at)[0]["layout"]  # both timelines, one figure

@@ -242,3 +242,45 @@ def test_app_tables_show_formula_names_neutralised_and_figures_as_they_are() -> 
     cells = [c for col in table.columns for c in table[col]]
     assert "'" + FORMULA in cells and "'" + FORMULA_NAMES[3] in cells and "gemm" in cells and "-2" in cells
     assert "-1.500" in cells and "50.0%" in cells
+
+
+def test_an_upload_folder_goes_when_its_session_ends(tmp_path: Path) -> None:
+    """The sidebar keeps an UploadGuard in the session's state; when Streamlit drops the session, the guard is
+    freed and the folder removed."""
+    import gc
+
+    src = uploads.save_uploads([("rank0.json", b"{}")], tmp_path)
+    folder = Path(src.paths[0]).parent
+    state = {"guards": [uploads.UploadGuard(src)]}
+    assert folder.is_dir()
+    del state
+    gc.collect()
+    assert not folder.exists() and folder not in uploads._MADE_HERE
+
+
+def test_a_run_with_a_rank_without_gpu_work_opens_on_every_page(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """HostTablesLeftInWorker ended the Overview of such a run (the rank's worker results were discarded)."""
+    import gzip
+
+    from streamlit.testing.v1 import AppTest
+
+    run = tmp_path / "samples" / "demo" / "no-gpu-rank"
+    run.mkdir(parents=True)
+    for r in (0, 1):
+        doc = json.loads(gzip.decompress((KINETO / f"rank{r}.json.gz").read_bytes()))
+        if r == 1:
+            doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in ("kernel", "gpu_memcpy",
+                                                                                        "gpu_memset")]
+        (run / f"rank{r}.json").write_text(json.dumps(doc))
+    (run / "manifest.json").write_text(json.dumps({"status": "ok", "algorithm": "demo", "variant": "no-gpu-rank"}))
+    monkeypatch.setenv(data.ENV_SAMPLES, str(tmp_path / "samples"))
+    for var in (data.ENV_ALLOWED_ROOTS, data.ENV_APP_PATHS):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("OVERLAPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    at = AppTest.from_file(MAIN, default_timeout=TIMEOUT)
+    at.run()
+    for page in PAGES[:6]:
+        at.switch_page(page).run()
+        assert not at.exception, (page, [e.value for e in at.exception])
+        assert not [e.value for e in at.error if "HostTables" in str(e.value) or "worker" in str(e.value)], page
