@@ -32,6 +32,7 @@ from .common import (
     load_set,
     options_from,
     out_console,
+    write_bytes,
     writing,
 )
 from .stack_imports import analysis_stack_imports
@@ -97,7 +98,7 @@ def emit_diff(d: TraceDiff, fmt: DiffFormat, top: int) -> None:
     from . import render, render_diff
 
     if fmt is DiffFormat.json:
-        sys.stdout.write(render.to_json(d.to_dict()) + "\n")
+        write_bytes((render.to_json(d.to_dict()) + "\n").encode())
     elif fmt is DiffFormat.md:
         sys.stdout.write(render_diff.to_markdown(d, top=top))
     else:

@@ -225,7 +225,12 @@ MAX_JOBS = 1024
 
 
 def write_bytes(data: bytes) -> None:
-    """UTF-8 bytes to stdout as they are (a 3 MB document is not decoded and re-encoded on its way)."""
+    """UTF-8 bytes to stdout as they are (a 3 MB document is not decoded and re-encoded on its way); to a
+    terminal, with the characters it may act on as JSON \\u escapes (viz.safe_text.json_for_terminal)."""
+    if _maybe_terminal(sys.stdout):
+        from viz.safe_text import json_for_terminal
+
+        data = json_for_terminal(data)
     out = getattr(sys.stdout, "buffer", None)
     if out is None:  # a text-only stream (some test harnesses)
         sys.stdout.write(data.decode())

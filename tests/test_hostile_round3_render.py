@@ -411,3 +411,13 @@ def test_the_progress_bar_shows_file_names_as_text(tmp_path: Path) -> None:
     err = RICH_CURSOR.sub("", SGR.sub("", done.stderr.decode()))
     assert done.returncode == 0 and "loading" in err and not CONTROL.search(err), err[-500:]
     assert "[link=https:evil.example]" in err  # the name, as typed
+
+
+def test_json_to_a_terminal_escapes_what_the_terminal_would_run(run_dir: Path) -> None:
+    """JSON keeps names exactly; to a terminal (FORCE_COLOR stands for one here) the C1 controls and bidi
+    characters JSON encoders leave raw are written as \\u escapes: the same data, nothing for the terminal."""
+    piped = _cli("analyze", str(run_dir), "-f", "json")
+    shown = _cli("analyze", str(run_dir), "-f", "json", env={"FORCE_COLOR": "1"})
+    assert piped.returncode == shown.returncode == 0
+    assert CONTROL.search(piped.stdout.decode())  # the name's C1 CSI and bidi override, raw in the file
+    assert not CONTROL.search(shown.stdout.decode()) and json.loads(shown.stdout) == json.loads(piped.stdout)

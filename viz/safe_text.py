@@ -81,6 +81,21 @@ def markdown_row(cells: list[Any]) -> str:
     return "| " + " | ".join(markdown_text(c) for c in cells) + " |"
 
 
+# ----------------------------------------------------------------------------------------- JSON
+
+# What JSON encoders leave raw (DEL, C1 controls, bidi and zero-width characters): a terminal may act on them.
+_JSON_RAW = re.compile("[\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+
+
+def json_for_terminal(data: bytes) -> bytes:
+    """UTF-8 JSON with the characters a terminal may act on written as \\u escapes: the same data to any
+    JSON reader, nothing for the terminal to run (used when standard output is one)."""
+    text = data.decode("utf-8")
+    if not _JSON_RAW.search(text):
+        return data
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
+
+
 # ----------------------------------------------------------------------------------------- CSV
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n", "|", "%")
