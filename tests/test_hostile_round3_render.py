@@ -421,3 +421,22 @@ def test_json_to_a_terminal_escapes_what_the_terminal_would_run(run_dir: Path) -
     assert piped.returncode == shown.returncode == 0
     assert CONTROL.search(piped.stdout.decode())  # the name's C1 CSI and bidi override, raw in the file
     assert not CONTROL.search(shown.stdout.decode()) and json.loads(shown.stdout) == json.loads(piped.stdout)
+
+
+def test_the_nsys_unpack_never_follows_a_planted_link(tmp_path: Path, private_cache: Path) -> None:
+    import gzip
+
+    from analyzers.io.nsys_gz import gunzip_to_cache
+    from analyzers.io.nsys_rep import _cache_paths
+
+    from .bad_inputs import NSYS_SMALL
+
+    packed = tmp_path / "r.sqlite.gz"
+    packed.write_bytes(gzip.compress(NSYS_SMALL.read_bytes()))
+    out, _ = _cache_paths(packed)
+    out.parent.mkdir(parents=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    out.with_name(f"{out.stem}.part-{os.getpid()}.sqlite").symlink_to(victim)  # the name the old code used
+    got = gunzip_to_cache(packed)
+    assert victim.read_text() == "keep me" and got.read_bytes() == NSYS_SMALL.read_bytes()

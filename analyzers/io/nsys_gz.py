@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import zlib
 from pathlib import Path
 
 from analyzers.errors import BadInputError
+from analyzers.io.atomic_write import atomic_path
 from analyzers.io.input_limits import InputLimitError, gunzip_stream
 from analyzers.io.nsys_rep import _cache_paths
 
@@ -36,16 +36,12 @@ def gunzip_to_cache(path: Path) -> Path:
     if out.is_file() and sidecar.is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.stem}.part-{os.getpid()}.sqlite")
-    try:
-        with path.open("rb") as src, tmp.open("wb") as dst:
+    try:  # written in a private folder, renamed into place when whole (atomic_write.py)
+        with atomic_path(out) as tmp, path.open("rb") as src, tmp.open("xb") as dst:
             gunzip_stream(src, path.stat().st_size, dst)  # bounded: a gzip bomb is refused, not unpacked
-        os.replace(tmp, out)
     except InputLimitError as exc:
         raise BadInputError(path, f"gzipped SQLite export: {exc.problem}") from None
     except OSError as exc:
         raise BadInputError(path, f"gzipped SQLite export cannot be unpacked ({exc})") from None
-    finally:
-        tmp.unlink(missing_ok=True)
     sidecar.write_text(json.dumps({"source": str(path)}))
     return out
