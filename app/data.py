@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,7 +75,10 @@ def samples_root() -> Path:
 
 
 def read_manifest(path: Path) -> dict[str, Any] | None:
-    """A runner manifest without its private parts (the process environment); None if unreadable."""
+    """A runner manifest without its private parts (the process environment); None if unreadable, or if it
+    is a link to a file outside its own folder (its content is shown on the Run page)."""
+    if not _inside(path, path.parent):
+        return None
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -87,12 +88,23 @@ def read_manifest(path: Path) -> dict[str, Any] | None:
     return {k: v for k, v in doc.items() if k not in PRIVATE_MANIFEST_KEYS}
 
 
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether path, every symlink followed, is folder (resolved) or lies under it."""
+    try:
+        real, root = path.resolve(strict=True), folder.resolve(strict=True)
+    except (OSError, RuntimeError, ValueError):
+        return False
+    return real == root or real.is_relative_to(root)
+
+
 def _manifest_traces(directory: Path, manifest: dict[str, Any]) -> list[Path]:
-    """The trace files a manifest names (relative to its folder), else those in the folder."""
+    """The trace files a manifest names (relative to its folder), else those in the folder. A name that leads
+    out of the folder (../.., an absolute path, a link to elsewhere) is ignored: a manifest found under an
+    allowed root must not open files outside it."""
     named = manifest.get("traces")
     if isinstance(named, dict) and named:
         files = [directory / str(v) for _, v in sorted(named.items(), key=lambda kv: str(kv[0]))]
-        files = [p for p in files if p.is_file()]
+        files = [p for p in files if "\0" not in str(p) and _inside(p, directory) and p.is_file()]
         if files:
             return files
     try:
@@ -229,7 +241,10 @@ def server_source(path: str, roots: Sequence[Path]) -> Source:
     files = expand_paths([resolved])
     for f in files:
         check_allowed(f.absolute(), roots)
-    return sources_from_paths([str(resolved)] if resolved.is_dir() else [str(f) for f in files], kind="server")[0]
+    src = sources_from_paths([str(resolved)] if resolved.is_dir() else [str(f) for f in files], kind="server")[0]
+    for f in expand_paths(list(src.paths)):  # what the source will open, as its manifest names it
+        check_allowed(f.absolute(), roots)
+    return src
 
 
 # --------------------------------------------------------------------------- uploads
@@ -240,53 +255,6 @@ def max_upload_mb() -> int:
         return max(1, int(os.environ.get(ENV_MAX_UPLOAD_MB, DEFAULT_MAX_UPLOAD_MB)))
     except ValueError:
         return DEFAULT_MAX_UPLOAD_MB
-
-
-_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def save_uploads(files: Sequence[tuple[str, bytes]], dest_root: Path | None = None,
-                 limit_mb: int | None = None) -> Source:
-    """Check uploaded (name, bytes) pairs and write them to a fresh folder: one run.
-
-    Refused with one clear line: no files, a name that is not .json/.json.gz/.sqlite, a file
-    or a total over the size cap, an empty file. Names are sanitized (no path parts).
-    """
-    limit_mb = limit_mb or max_upload_mb()
-    if not files:
-        raise UploadRejected("upload", "no files")
-    cap = limit_mb * 1024 * 1024
-    total = 0
-    for name, content in files:
-        if not name.lower().endswith(UPLOAD_SUFFIXES):
-            raise UploadRejected(name, "not a trace file: upload .json, .json.gz (PyTorch profiler) or .sqlite "
-                                       "(nsys export --type sqlite)")
-        if len(content) == 0:
-            raise UploadRejected(name, "empty file")
-        total += len(content)
-        if len(content) > cap or total > cap:
-            raise UploadRejected(name, f"upload larger than the {limit_mb} MB limit "
-                                       f"(set {ENV_MAX_UPLOAD_MB} to raise it)")
-    dest = Path(tempfile.mkdtemp(prefix="overlapscope-upload-", dir=dest_root))
-    paths = []
-    for name, content in files:
-        safe = _SAFE.sub("_", Path(name).name).lstrip(".") or "trace.json"
-        target = dest / safe
-        target.write_bytes(content)
-        paths.append(target)
-    label = paths[0].name if len(paths) == 1 else f"upload ({len(paths)} files)"
-    names = ",".join(sorted(p.name for p in paths))
-    return Source(key=f"upload:{dest.name}:{names}", label=label, kind="upload",
-                  paths=tuple(str(p) for p in paths))
-
-
-def discard_upload(source: Source) -> None:
-    """Remove an upload's temporary folder (never anything that is not an upload)."""
-    if source.kind != "upload" or not source.paths:
-        return
-    folder = Path(source.paths[0]).parent
-    if folder.name.startswith("overlapscope-upload-"):
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- loading

@@ -6,23 +6,19 @@ Names (run labels, finding titles) reach the page as table cells or escaped text
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import pandas as pd
 import streamlit as st
 
 from viz.decision import DECISION_HEADER, decision_rows, headline, peer_wait_text, ranked
-
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]#|<>~$:])")
+from viz.safe_text import csv_cell, markdown_text
 
 
 def plain(text: str) -> str:
-    """text for st.markdown / st.info that shows as written: the characters that make emphasis, code, links,
-    HTML, LaTeX, emoji or icons are escaped (and a leading list or heading mark)."""
-    out = _MARKDOWN.sub(r"\\\1", str(text))
-    out = re.sub(r"^(\d+)([.)])", r"\1\\\2", out)  # "1." would start a list
-    return "\\" + out if out[:1] in ("-", "+", "=") else out
+    """text for st.markdown / st.info that shows as written: viz.safe_text's Markdown escaping (emphasis,
+    code, links, HTML, images, bare URLs, list and heading marks), the one helper every page uses."""
+    return markdown_text(str(text))
 
 
 def draw(runs: Sequence) -> list:
@@ -30,7 +26,7 @@ def draw(runs: Sequence) -> list:
     decisions = [r.decision() for r in runs]
     st.subheader("Which run is fastest, why, and what fixing it buys")
     st.success(plain(headline(decisions)))
-    table = pd.DataFrame(decision_rows(decisions), columns=DECISION_HEADER)
+    table = pd.DataFrame([[csv_cell(c) for c in row] for row in decision_rows(decisions)], columns=DECISION_HEADER)
     st.dataframe(table, hide_index=True, key="decision_table", column_config={
         "best timing (ms)": st.column_config.Column(
             help="the runner's CUDA-event timing (median of the slowest rank) where the run's manifest has one, "

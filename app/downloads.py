@@ -17,6 +17,7 @@ import streamlit as st
 from analyzers.export.perfetto import perfetto_data
 from viz.export_html import ImageExportError, diff_html, figure_image, report_html
 from viz.perfetto_json import encode_perfetto
+from viz.safe_text import markdown_text as md  # names from trace files: text, never Markdown
 
 
 def _slug(label: str) -> str:
@@ -27,7 +28,7 @@ def _png(fig: go.Figure) -> bytes:
     try:
         return figure_image(fig, "png", width=int(fig.layout.width or 1600))
     except ImageExportError as exc:
-        st.error(str(exc))
+        st.error(md(exc))
         return b""
 
 
@@ -41,13 +42,13 @@ def run_downloads(runs: Sequence[Any], fig: go.Figure | None, key: str) -> None:
             name = _slug(run.label)
             c = st.columns(2)
             c[0].download_button(
-                f"{run.label}: Perfetto trace (.json.gz)", file_name=f"{name}.perfetto.json.gz",
+                f"{md(run.label)}: Perfetto trace (.json.gz)", file_name=f"{name}.perfetto.json.gz",
                 data=lambda run=run: encode_perfetto(perfetto_data(run.traces(), run.full_report()), gz=True),
                 mime="application/gzip", key=f"{key}-pf-{run.source.key}", on_click="ignore",
                 help="Every GPU activity, ranks on one clock, with overlap / peer-wait / sync / finding tracks: "
                      "open it at ui.perfetto.dev.")
             c[1].download_button(
-                f"{run.label}: HTML report", file_name=f"{name}.html", mime="text/html",
+                f"{md(run.label)}: HTML report", file_name=f"{name}.html", mime="text/html",
                 data=lambda run=run: report_html(run.traces(), run.full_report(), run.timeline()),
                 key=f"{key}-html-{run.source.key}", on_click="ignore",
                 help="A self-contained page (no network needed): metrics, findings, cross-rank, timeline.")

@@ -21,6 +21,7 @@ import streamlit as st  # noqa: E402
 
 from analyzers.errors import BadInputError  # noqa: E402
 from app import sidebar, ui, url_state  # noqa: E402
+from viz.safe_text import markdown_text as md  # noqa: E402  (names from trace files: text, never Markdown)
 
 st.set_page_config(page_title="overlapscope", layout="wide", initial_sidebar_state="expanded")
 
@@ -54,6 +55,7 @@ try:
     _run()
 except Exception as exc:  # noqa: BLE001 - a page shows one line, never a stack trace (st.stop/rerun are not Exceptions)
     logging.getLogger("overlapscope.app").exception("page failed")  # the details go to the server's log
-    st.error(f"This page could not be shown: {exc}" if isinstance(exc, BadInputError) else
-             f"This page could not be shown ({type(exc).__name__}: {str(exc)[:300]}). The server log has the details.")
+    st.error(f"This page could not be shown: {md(exc)}" if isinstance(exc, BadInputError) else
+             f"This page could not be shown ({type(exc).__name__}: {md(str(exc)[:300])}). The server log has the "
+             "details.")
     sidebar.draw()

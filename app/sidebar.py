@@ -15,12 +15,14 @@ from typing import Any
 import streamlit as st
 
 from analyzers.errors import BadInputError
+from viz.safe_text import markdown_text as md  # names from trace files: text, never Markdown
 
-from . import data, preload, ui
+from . import data, preload, ui, uploads
 
 # How long the Overview may draw its first chart before the sidebar: the wait for the server's first load of the
 # opening runs; past it the sidebar is drawn and the page keeps waiting, so a long load never hides the run picker.
 WAIT_S = 10.0
+K_UPLOAD_GUARDS = "os_upload_guards"  # uploads.UploadGuard of each upload this session made
 
 
 def draw() -> None:
@@ -47,10 +49,12 @@ def draw() -> None:
             limit = data.max_upload_mb()
             st.file_uploader(
                 f"Upload traces of one run (.json, .json.gz, .sqlite; up to {limit} MB)",
-                type=["json", "gz", "sqlite"], accept_multiple_files=True, key="os_upload", on_change=_on_upload,
+                # no type=: Streamlit's own name check raises in its callback dispatch (a NUL byte: a stack trace
+                # on the page); uploads.save_uploads checks the suffix and the name, in one line
+                accept_multiple_files=True, key="os_upload", on_change=_on_upload,
             )
         for kind, msg in st.session_state.get(ui.K_MESSAGES, []):
-            (st.error if kind == "error" else st.success)(msg)
+            (st.error if kind == "error" else st.success)(md(msg))
         st.session_state[ui.K_MESSAGES] = []
 
 
@@ -102,15 +106,16 @@ def _handle_uploads(files: Sequence[Any]) -> None:
         return
     done[batch_id] = True
     try:
-        src = data.save_uploads([(f.name, f.getvalue()) for f in files])
+        src = uploads.save_uploads([(f.name, f.getvalue()) for f in files])
     except BadInputError as exc:
         st.session_state[ui.K_MESSAGES].append(("error", f"Upload refused: {exc}"))
         return
     try:
         ui.Loaded(src, data.fingerprint(src.paths)).rank_report()
     except BadInputError as exc:
-        data.discard_upload(src)
+        uploads.discard_upload(src)
         st.session_state[ui.K_MESSAGES].append(("error", f"Upload could not be read: {ui.strip_tmp(str(exc))}"))
         return
     ui.add_source(src)
+    st.session_state.setdefault(K_UPLOAD_GUARDS, []).append(uploads.UploadGuard(src))  # gone with the session
     st.session_state[ui.K_MESSAGES].append(("success", f"Uploaded {src.label}"))

@@ -15,11 +15,13 @@ import pandas as pd
 import streamlit as st
 
 from viz import labels
+from viz.safe_text import csv_cell
 
 
 def cell(key: str, v: Any) -> str:
-    """One value of metric key as its column shows it (the header carries a time's unit)."""
-    return labels.number(labels.metric(key).kind, v)
+    """One value of metric key as its column shows it (the header carries a time's unit); a name that a
+    spreadsheet would run as a formula starts with ' (the table's CSV download writes cells as shown)."""
+    return csv_cell(labels.number(labels.metric(key).kind, v))
 
 
 def readable(frame: pd.DataFrame | Iterable[Mapping[str, Any]], columns: Iterable[str] | None = None,
@@ -57,18 +59,19 @@ def show_evidence(evidence: dict[str, Any], key: str) -> None:
     scalars = {k: v for k, v in evidence.items() if not isinstance(v, (list, tuple, dict))}
     if scalars:
         st.dataframe(pd.DataFrame({"evidence": [labels.label(k) for k in scalars],
-                                   "value": [labels.show(k, v) for k, v in scalars.items()]}),
+                                   "value": [csv_cell(labels.show(k, v)) for k, v in scalars.items()]}),
                      hide_index=True, key=f"{key}-scalars")
     for k, v in evidence.items():
         if isinstance(v, dict):  # a table of its entries in words, never a {...} blob
             st.caption(labels.label(k))
-            st.dataframe(pd.DataFrame(entries(v), columns=["item", "value"]), hide_index=True, key=f"{key}-{k}")
+            st.dataframe(pd.DataFrame([[a, csv_cell(b)] for a, b in entries(v)], columns=["item", "value"]),
+                         hide_index=True, key=f"{key}-{k}")
         elif isinstance(v, (list, tuple)) and v:
             st.caption(labels.label(k))
             if all(isinstance(x, dict) for x in v):
                 show(readable(list(v)), key=f"{key}-{k}")
             else:
-                st.write(", ".join(map(str, v[:50])) + (f", … ({len(v)} in all)" if len(v) > 50 else ""))
+                st.text(", ".join(map(str, v[:50])) + (f", … ({len(v)} in all)" if len(v) > 50 else ""))
 
 
 def entries(d: dict[str, Any], prefix: str = "") -> list[list[str]]:

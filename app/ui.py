@@ -25,6 +25,7 @@ from analyzers.overlap.metrics import AnalysisOptions, OverlapMetrics, window_me
 from analyzers.report import AnalysisReport, analyze, precomputed_results
 from analyzers.timeline.model import TraceSet
 from viz import labels
+from viz.safe_text import markdown_text as md  # names from trace files: text, never Markdown
 from viz.timeline import SYNC_COLUMNS, TimelineData, normalize_syncs, prepare_timeline
 
 from . import data, preload
@@ -299,7 +300,7 @@ def load(src: data.Source) -> Loaded | None:
         fp = data.fingerprint(src.paths)
         _rank_report(fp, src.label)
     except BadInputError as exc:
-        st.error(f"{src.label}: {strip_tmp(str(exc))}")
+        st.error(f"{md(src.label)}: {md(strip_tmp(str(exc)))}")
         return None
     return Loaded(source=src, fp=fp)
 
@@ -335,7 +336,7 @@ def timeline_button(label: str, source_key: str, lo_ns: int | None, hi_ns: int |
     if lo_ns is None or hi_ns is None:
         return
     width = max(int(hi_ns) - int(lo_ns), 1000)
-    if st.button(label, key=key):
+    if st.button(md(label), key=key):  # the label may name a kernel or a collective
         focus_timeline(source_key, int(lo_ns - pad * width), int(hi_ns + pad * width))
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import errno
+import io
 import os
 import sys
 import threading
@@ -41,13 +42,18 @@ app.add_typer(cmd_cache.cache_app)
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turning bad input into one line and exit code 3.
 
-    Typer handles usage errors itself (exit 2, with help); our own errors surface here.
+    Typer handles usage errors itself (exit 2, with help); our own errors surface here. A closed standard
+    output is an output that cannot be written (one line, exit 2); a reader that went away (`| head`) ends
+    the command quietly with EXIT_PIPE.
     """
+    _guard_closed_streams()
     code = EXIT_OK
     try:
         done = app(args=argv, prog_name="overlapscope", standalone_mode=False)
         code = done if isinstance(done, int) else EXIT_OK  # an Exit's code (the commands return None)
     except SystemExit as exc:
+        if isinstance(cause := exc.__context__, OSError) and cause.errno == errno.EPIPE:
+            return _output_failed(cause)  # typer ends a broken pipe with exit 1, the code of a failed gate
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except NoArgsIsHelpError as exc:
         exc.show()  # the help, as asked for by giving nothing
@@ -77,21 +83,46 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+class _ClosedOutput(io.TextIOBase):
+    """Standard output started closed (`>&-`): every write fails as writing to a closed descriptor does, so
+    a command with something to print says so in one line, and one that prints nothing runs as usual."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _guard_closed_streams() -> None:
+    """Python sets sys.stdout / sys.stderr to None for a descriptor closed at start: output to a closed
+    stdout fails in one line (_ClosedOutput), messages to a closed stderr are dropped."""
+    if sys.stdout is None:
+        sys.stdout = _ClosedOutput()
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - the process's stderr for the rest of its life
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-# A write that failed for want of room or a working device (the inputs' read errors are BadInputErrors).
-OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS)
+# A write that failed for want of room, a working device or an open descriptor, or whose reader went away
+# (the inputs' read errors are BadInputErrors).
+OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS, errno.EBADF, errno.EPIPE)
+EXIT_PIPE = 128 + 13  # the reader of standard output went away (`| head`): what a process ended by SIGPIPE reports
 
 
 def _output_failed(exc: OSError) -> int:
-    """Standard output could not be written (a full disk, /dev/full): one line, exit 2, and what is
-    left in the buffer dropped so that the exit does not try again."""
+    """Standard output could not be written (a full disk, /dev/full, a closed descriptor): one line, exit 2;
+    its reader went away (EPIPE): quietly, EXIT_PIPE. What is left in the buffer is dropped so that the exit
+    does not try again."""
     try:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces the broken stream for the rest of the exit
     except OSError:
         pass
+    if exc.errno == errno.EPIPE:
+        return EXIT_PIPE
     err_console.print(f"overlapscope: error: standard output: cannot write ({exc.strerror or exc})", markup=False,
                       highlight=False)
     return EXIT_USAGE

@@ -32,6 +32,7 @@ from .common import (
     load_set,
     options_from,
     out_console,
+    write_bytes,
     writing,
 )
 from .extras import FIGURES, require_app_extra
@@ -98,7 +99,7 @@ def emit_diff(d: TraceDiff, fmt: DiffFormat, top: int) -> None:
     from . import render, render_diff
 
     if fmt is DiffFormat.json:
-        sys.stdout.write(render.to_json(d.to_dict()) + "\n")
+        write_bytes((render.to_json(d.to_dict()) + "\n").encode())
     elif fmt is DiffFormat.md:
         sys.stdout.write(render_diff.to_markdown(d, top=top))
     else:
@@ -169,7 +170,9 @@ def diff_cmd(
     if timeline is not None:
         frame = aligned_timelines(ta, tb, labels=names, pattern=step_pattern)
         with writing(timeline, "--timeline") as tmp:
-            frame.to_csv(tmp, index=False)
+            from viz.safe_text import csv_frame
+
+            csv_frame(frame).to_csv(tmp, index=False)
         al = frame.attrs["alignment"]
         err_console.print(f"aligned timelines ({len(frame)} intervals, at {al['how']}: "
                           f"step {al['step_a']} / {al['step_b']}) written to {timeline}",

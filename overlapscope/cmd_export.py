@@ -167,7 +167,9 @@ def export_cmd(
     traces, report = analyzed(list(paths or []))
     if collectives_csv is not None and report.collectives is not None:
         with writing(collectives_csv, "--collectives-csv") as tmp:
-            report.collectives.rows.to_csv(tmp, index=False)
+            from viz.safe_text import csv_frame
+
+            csv_frame(report.collectives.rows).to_csv(tmp, index=False)
         _note(f"collectives table written to {collectives_csv} ({len(report.collectives.rows):,} rows)")
     if perfetto is not None:
         t0 = time.perf_counter()

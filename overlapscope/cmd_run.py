@@ -17,7 +17,16 @@ import typer
 
 from analyzers.io.discover import is_trace_name
 
-from .common import EXIT_RUN_FAILED, OutputFormat, UsageFailure, emit, err_console, load_set, out_console
+from .common import (
+    EXIT_RUN_FAILED,
+    OutputFormat,
+    UsageFailure,
+    check_out_folder,
+    emit,
+    err_console,
+    load_set,
+    out_console,
+)
 from .stack_imports import analysis_stack_imports
 
 if TYPE_CHECKING:  # the analysis stack is imported where it is used (fast `--help`)
@@ -87,6 +96,8 @@ def prepare_out(folders: list[tuple[Path, list[str]]], overwrite: bool, files: t
     files: single files the command writes besides the launches' folders (a sweep's sweep.json).
     """
     launch = _launch_module()
+    for out, _ in folders:
+        check_out_folder(out)
     for f in files:
         if f.is_file() and not overwrite:
             raise UsageFailure(f"{f} exists (an earlier sweep); choose another --out or pass --overwrite")

@@ -107,8 +107,10 @@ def summary_lines(r: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def to_markdown(r: dict[str, Any]) -> str:
-    out = [f"# What if: {', '.join(r['fixes'])}", "", "| | |", "|---|---|"]
-    out += [f"| {k} | {v} |" for k, v in summary_lines(r)]
+    from viz.safe_text import markdown_row, markdown_text
+
+    out = [f"# What if: {markdown_text(', '.join(r['fixes']))}", "", "| | |", "|---|---|"]
+    out += [markdown_row([k, v]) for k, v in summary_lines(r)]
     out += ["", "| step | slowest rank | measured | replayed | predicted |", "|---|---|---|---|---|"]
     out += [f"| {s['step']} | {s['measured_rank']} | {_ms(s['measured_ns'])} | {_ms(s['replayed_ns'])} | "
             f"{_ms(s['predicted_ns'])} |" for s in r["per_step"]]
@@ -121,9 +123,11 @@ def to_markdown(r: dict[str, Any]) -> str:
 def print_table(r: dict[str, Any]) -> None:
     from rich.table import Table
 
-    head = Table(title=f"what if: {', '.join(r['fixes'])}", show_header=False)
+    from viz.safe_text import terminal_text
+
+    head = Table(title=terminal_text(f"what if: {', '.join(r['fixes'])}"), show_header=False)
     for k, v in summary_lines(r):
-        head.add_row(k, v)
+        head.add_row(terminal_text(k), terminal_text(v))
     steps = Table(title="per step (the job's step: the slowest rank)")
     for c in ("step", "slowest rank", "measured", "replayed", "predicted"):
         steps.add_column(c, justify="right")

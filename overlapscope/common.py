@@ -57,8 +57,11 @@ class LazyConsole:
         if self._console is None:
             from rich.console import Console
 
+            from viz.safe_text import text_only_console
+
             probe = Console(stderr=self._stderr)
-            self._console = Console(stderr=self._stderr, soft_wrap=True, width=None if probe.is_terminal else 200)
+            self._console = text_only_console(stderr=self._stderr, soft_wrap=True,
+                                              width=None if probe.is_terminal else 200)
         return self._console
 
     @property
@@ -111,8 +114,10 @@ def load_progress(enabled: bool):
         task = bar.add_task("loading traces", total=None)
 
         def update(name: str, i: int, total: int) -> None:
+            from viz.safe_text import terminal_text  # the description is rich markup: a file name is text
+
             bar.update(task, completed=i, total=total,
-                       description=f"loading {Path(name).name}" if name else "loaded")
+                       description=f"loading {terminal_text(Path(name).name)}" if name else "loaded")
 
         yield update
 
@@ -220,7 +225,12 @@ MAX_JOBS = 1024
 
 
 def write_bytes(data: bytes) -> None:
-    """UTF-8 bytes to stdout as they are (a 3 MB document is not decoded and re-encoded on its way)."""
+    """UTF-8 bytes to stdout as they are (a 3 MB document is not decoded and re-encoded on its way); to a
+    terminal, with the characters it may act on as JSON \\u escapes (viz.safe_text.json_for_terminal)."""
+    if _maybe_terminal(sys.stdout):
+        from viz.safe_text import json_for_terminal
+
+        data = json_for_terminal(data)
     out = getattr(sys.stdout, "buffer", None)
     if out is None:  # a text-only stream (some test harnesses)
         sys.stdout.write(data.decode())
@@ -287,6 +297,19 @@ def check_output(path: Path, option: str, overwrite: bool, inputs: list[str] | N
         raise UsageFailure(f"{option} {path}: folder {path.parent} is not writable")
 
 
+def check_out_folder(out: Path) -> None:
+    """--out must be a folder or a path one can make: a file there (or in its way) is refused in one line
+    (exit 2), before torchrun starts."""
+    for p in (out, *out.parents):
+        if p.exists() or p.is_symlink():
+            if not p.is_dir():
+                what = "is a file" if p == out else f"cannot be made: {p} is a file"
+                raise UsageFailure(f"--out {out}: {what}, not a folder; give a folder for the run's traces")
+            if not os.access(p, os.W_OK | os.X_OK):
+                raise UsageFailure(f"--out {out}: {p} is not writable")
+            return
+
+
 def _refuse_input_as_output(path: Path, option: str, inputs: list[str]) -> None:
     from analyzers.errors import BadInputError
     from analyzers.io.discover import JOURNALS, expand_paths
@@ -304,16 +327,16 @@ def _refuse_input_as_output(path: Path, option: str, inputs: list[str]) -> None:
 
 @contextmanager
 def writing(path: Path, option: str):
-    """Write an output through a temporary file beside it, moved into place when complete: a full
-    disk or a failed write leaves no partial file, and names the problem in one line (exit 2)."""
-    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}{''.join(path.suffixes[-2:])}")
+    """Write an output through a temporary file beside it, moved into place when complete
+    (analyzers/io/atomic_write.py: made in a private folder, so a planted file or link is never followed): a
+    full disk or a failed write leaves no partial file, and names the problem in one line (exit 2)."""
+    from analyzers.io.atomic_write import atomic_path
+
     try:
-        yield tmp
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            yield tmp
     except OSError as exc:
         raise UsageFailure(f"{option} {path}: cannot write ({exc.strerror or exc})") from None
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 PathsArg = Annotated[list[str], typer.Argument(

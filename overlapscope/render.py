@@ -19,6 +19,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 
 from viz.formats import UNDEFINED, ms, pct  # noqa: F401  (render.pct is the formatter commands use)
+from viz.safe_text import csv_cell, markdown_row, markdown_text, terminal_text
 from viz.scale_tables import straggler_section
 from viz.tables import RANK_COLUMNS, Doc, rank_rows, sync_section
 
@@ -49,11 +50,11 @@ class DocSection:
 
 
 def report_table(doc: Doc) -> Table:
-    title = f"overlap — {doc['label']}" + (f" ({doc['format']})" if doc["format"] else "")
+    title = terminal_text(f"overlap — {doc['label']}" + (f" ({doc['format']})" if doc["format"] else ""))
     table = Table(title=title, title_justify="left", header_style="bold")
     for name, _ in RANK_COLUMNS:
         table.add_column(name, justify="left" if name == "rank" else "right")
-    for row in rank_rows(doc):
+    for row in ([terminal_text(c) for c in r] for r in rank_rows(doc)):
         ratio = row[4]
         style = None
         if ratio != UNDEFINED:
@@ -70,12 +71,12 @@ def stream_tables(doc: Doc) -> list[Table]:
     for m in doc["ranks"]:
         if not m["streams"]:
             continue
-        t = Table(title=f"rank {m['rank']} streams", title_justify="left", header_style="bold")
+        t = Table(title=terminal_text(f"rank {m['rank']} streams"), title_justify="left", header_style="bold")
         for c in ("device", "stream", "kernels", "busy ms", "comm ms", "compute ms"):
             t.add_column(c, justify="right")
         for r in m["streams"]:
-            t.add_row(str(r["device"]), str(r["stream"]), str(r["n"]), ms(r["busy_ns"]), ms(r["comm_ns"]),
-                      ms(r["compute_ns"]))
+            t.add_row(*(terminal_text(c) for c in (r["device"], r["stream"], r["n"], ms(r["busy_ns"]),
+                                                    ms(r["comm_ns"]), ms(r["compute_ns"]))))
         out.append(t)
     return out
 
@@ -105,12 +106,12 @@ def _ranks_table(doc: Doc, opts: RenderOptions) -> list[RenderableType]:
 
 
 def _ranks_markdown(doc: Doc) -> str:
-    lines = [f"### overlap — {doc['label']}", ""]
-    lines.append("| " + " | ".join(n for n, _ in RANK_COLUMNS) + " |")
+    lines = [f"### overlap — {markdown_text(doc['label'])}", ""]
+    lines.append(markdown_row([n for n, _ in RANK_COLUMNS]))
     lines.append("|" + "---|" * len(RANK_COLUMNS))
-    lines += ["| " + " | ".join(row) + " |" for row in rank_rows(doc)]
+    lines += [markdown_row(row) for row in rank_rows(doc)]
     if n := notes(doc):
-        lines += [""] + [f"- {x}" for x in n]
+        lines += [""] + [f"- {markdown_text(x)}" for x in n]
     return "\n".join(lines)
 
 
@@ -118,7 +119,7 @@ def _cross_rank_table(doc: Doc, opts: RenderOptions) -> list[RenderableType]:
     cross = doc["cross_rank"]
     if cross["n_matched"]:
         return list(cross_rank_table(cross))
-    return [f"[dim]cross-rank: {note}[/dim]" for note in cross["notes"]]
+    return [f"[dim]cross-rank: {terminal_text(note)}[/dim]" for note in cross["notes"]]
 
 
 def _syncs_table(doc: Doc, opts: RenderOptions) -> list[RenderableType]:
@@ -127,7 +128,8 @@ def _syncs_table(doc: Doc, opts: RenderOptions) -> list[RenderableType]:
 
 
 def _notes_table(doc: Doc, opts: RenderOptions) -> list[RenderableType]:
-    return [f"[dim]note: {n}[/dim]" for n in doc["notes"]] + [f"[dim]{n}[/dim]" for n in rank_notes(doc)]
+    return ([f"[dim]note: {terminal_text(n)}[/dim]" for n in doc["notes"]]
+            + [f"[dim]{terminal_text(n)}[/dim]" for n in rank_notes(doc)])
 
 
 def _stragglers_table(doc: Doc, opts: RenderOptions) -> list[RenderableType]:
@@ -180,12 +182,13 @@ CSV_FIELDS = [
 
 
 def to_csv(doc: Doc) -> str:
-    """One CSV row per rank of the document, raw figures (ns, ratios as fractions; undefined empty)."""
+    """One CSV row per rank of the document, raw figures (ns, ratios as fractions; undefined empty); text cells
+    through viz.safe_text.csv_cell (no cell a spreadsheet reads as a formula)."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for m in doc["ranks"]:
-        writer.writerow({k: ("" if m.get(k) is None else m[k]) for k in CSV_FIELDS})
+        writer.writerow({k: ("" if m.get(k) is None else csv_cell(m[k])) for k in CSV_FIELDS})
     return buf.getvalue()
 
 

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from viz.critical import FIDELITY_HEADER, PART_LABELS, STEP_HEADER, bound_rows, fidelity_line, step_rows
 from viz.formats import ms, pct
+from viz.safe_text import markdown_row, markdown_text, terminal_text
 from viz.scale_tables import MAX_RANK_ROWS, TOP_RANKS
 
 
@@ -50,23 +51,23 @@ RANK_HEADER = ["rank", "mean step ms", *PART_LABELS.values()]
 
 def critical_tables(cp: dict[str, Any]) -> list[Table]:
     steps = Table(title="critical path per step (the slowest rank's, in ms)", title_justify="left",
-                  header_style="bold", caption=fidelity_line(cp))
+                  header_style="bold", caption=terminal_text(fidelity_line(cp)))
     for h in STEP_HEADER:
         steps.add_column(h, justify="left" if h.startswith("late") else "right")
     for row in step_rows(cp):
-        steps.add_row(*row)
+        steps.add_row(*(terminal_text(c) for c in row))
     ranks = Table(title="critical path per rank (share of the mean step)", title_justify="left", header_style="bold",
                   caption=_rank_caption(cp) or None, caption_justify="left")
     for h in RANK_HEADER:
         ranks.add_column(h, justify="right")
     for row in _rank_rows(cp):
-        ranks.add_row(*row)
+        ranks.add_row(*(terminal_text(c) for c in row))
     bounds = bound_rows(cp)
     if bounds:
         why = Table(title=BOUNDS_TITLE, title_justify="left", show_header=False)
         why.add_column("", justify="left")
         for line in bounds:
-            why.add_row(line)
+            why.add_row(terminal_text(line))
         return [steps, why, ranks]
     return [steps, ranks]
 
@@ -77,19 +78,18 @@ BOUNDS_TITLE = ("what removing each cause would save (a part is charged only tha
 
 def critical_markdown(cp: dict[str, Any]) -> str:
     def table(header: list[str], rows: list[list[str]]) -> list[str]:
-        return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-                *("| " + " | ".join(r) + " |" for r in rows)]
+        return [markdown_row(header), "|" + "---|" * len(header), *(markdown_row(r) for r in rows)]
 
-    lines = ["### critical path", "", fidelity_line(cp), ""]
+    lines = ["### critical path", "", markdown_text(fidelity_line(cp)), ""]
     lines += table(STEP_HEADER, step_rows(cp)) + [""]
     if bound_rows(cp):
-        lines += [f"{BOUNDS_TITLE}:", "", *(f"- {line}" for line in bound_rows(cp)), ""]
+        lines += [f"{markdown_text(BOUNDS_TITLE)}:", "", *(f"- {markdown_text(line)}" for line in bound_rows(cp)), ""]
     lines += table(RANK_HEADER, _rank_rows(cp))
     if _rank_caption(cp):
-        lines += ["", _rank_caption(cp)]
+        lines += ["", markdown_text(_rank_caption(cp))]
     lines += ["", "<details><summary>replay fidelity per step</summary>", ""]
     from viz.critical import fidelity_rows
 
     lines += table(FIDELITY_HEADER, fidelity_rows(cp)) + ["", "</details>"]
-    lines += [f"- {n}" for n in _notes(cp)]
+    lines += [f"- {markdown_text(n)}" for n in _notes(cp)]
     return "\n".join(lines) + "\n"

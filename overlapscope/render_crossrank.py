@@ -7,11 +7,11 @@ HTML report; this module draws them for a terminal or a Markdown page.
 from __future__ import annotations
 
 from rich.console import RenderableType
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from viz.crossrank_tables import Doc, Section, sections
+from viz.safe_text import markdown_row, markdown_text, terminal_text
 
 LEFT_COLUMNS = ("next collective", "waited for", "host", "before its late arrivals")
 
@@ -27,22 +27,18 @@ def sections_table(secs: list[Section]) -> list[RenderableType]:
     tables: list[RenderableType] = []
     for s in secs:
         if not s.rows:
-            tables.append(Text(f"{s.title}: none." + (f" {s.caption}" if s.caption else "")))
+            tables.append(Text(f"{s.title}: none." + (f" {s.caption}" if s.caption else "")))  # Text: no markup
             continue
-        t = Table(title=s.title, title_justify="left", header_style="bold", caption=s.caption or None,
-                  caption_justify="left")
+        t = Table(title=terminal_text(s.title), title_justify="left", header_style="bold",
+                  caption=terminal_text(s.caption) if s.caption else None, caption_justify="left")
         for i, h in enumerate(s.header):
-            t.add_column(h, justify="left" if i == 0 or h in ("collective", "group", "note", "explains wait") or
-                         h.startswith("order") or h in LEFT_COLUMNS
-                         else "right")
+            left = i == 0 or h in ("collective", "group", "note", "explains wait") or h.startswith("order") or \
+                h in LEFT_COLUMNS
+            t.add_column(terminal_text(h), justify="left" if left else "right")
         for row in s.rows:
-            t.add_row(*(escape(c) for c in row))  # cells are data: "[stream 7]" is not markup
+            t.add_row(*(terminal_text(c) for c in row))  # cells are data: "[stream 7]" is not markup
         tables.append(t)
     return tables
-
-
-def _md_cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def cross_rank_markdown(report: Doc) -> str:
@@ -57,14 +53,14 @@ def sections_markdown(secs: list[Section]) -> str:
     """Sections as Markdown, one ### per table."""
     lines: list[str] = []
     for s in secs:
-        lines += [f"### {s.title}", ""]
+        lines += [f"### {markdown_text(s.title)}", ""]
         if s.rows:
-            lines.append("| " + " | ".join(_md_cell(h) for h in s.header) + " |")
+            lines.append(markdown_row(s.header))
             lines.append("|" + "|".join("---" for _ in s.header) + "|")
-            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in s.rows]
+            lines += [markdown_row(row) for row in s.rows]
         else:
             lines.append("(none)")
         if s.caption:
-            lines += ["", s.caption]
+            lines += ["", markdown_text(s.caption)]
         lines.append("")
     return "\n".join(lines)

@@ -10,7 +10,6 @@ from typing import Any
 
 import pandas as pd
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from analyzers.diff import TraceDiff
@@ -25,6 +24,8 @@ from viz.diff_tables import (
     rank_rows,
     value,
 )
+from viz.safe_text import markdown_row, markdown_text
+from viz.safe_text import terminal_text as escape  # a name as text: controls written out, markup escaped
 
 
 def _rank_list(ranks: list[int]) -> str:
@@ -133,31 +134,29 @@ def print_diff(d: TraceDiff, console: Console, top: int = 15) -> None:
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    def cell(x: str) -> str:
-        return x.replace("|", "\\|")
-    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(x) for x in r) + " |" for r in rows]
-    return lines
+    return [markdown_row(header), "|" + "---|" * len(header), *(markdown_row(r) for r in rows)]
 
 
 def to_markdown(d: TraceDiff, top: int = 15) -> str:
     """The same content as print_diff, as GitHub Markdown (for PR comments and CI summaries)."""
-    lines = [f"### {_title(d)}", "", f"**verdict:** {d.verdict}", ""]
+    md = markdown_text
+    lines = [f"### {md(_title(d))}", "", f"**verdict:** {md(d.verdict)}", ""]
     for side, label, src in zip("AB", d.labels, d.sources, strict=True):
-        lines.append(f"- {side} = {label}: `{', '.join(src)}`")
-    lines += [f"- note: {n}" for n in d.notes]
+        lines.append(f"- {side} = {md(label)}: {md(', '.join(src))}")
+    lines += [f"- note: {md(n)}" for n in d.notes]
     lines += ["", f"#### all ranks ({d.aggregation})", ""]
     lines += _md_table(["metric", "A", "B", "Δ", "Δ%"], metric_rows(d.aggregate, markup=False))
-    lines += ["", _iteration_line(d), "", "#### per rank", ""]
+    lines += ["", md(_iteration_line(d)), "", "#### per rank", ""]
     header, rows = rank_rows(d, markup=False)
     lines += _md_table(header, rows)
-    lines += [""] + [f"- {s}" for s in _sections_text(d)]
+    lines += [""] + [f"- {md(s)}" for s in _sections_text(d)]
     header, rows = collective_rows(d)
     if rows:
         lines += ["", "#### collectives: median bus bandwidth per operation and size", ""] + _md_table(header, rows)
     changed = changed_kernels(d)
     if changed.empty:
-        lines += ["", f"kernels ({d.kernel_names} names): no change in count or total time ({len(d.kernels)} names)"]
+        lines += ["", md(f"kernels ({d.kernel_names} names): no change in count or total time "
+                         f"({len(d.kernels)} names)")]
     else:
         header, rows = kernel_rows(d, top)
         lines += ["", f"#### kernels ({d.kernel_names} names, per rank) — {len(rows)} of {len(changed)} changed", ""]

@@ -12,6 +12,7 @@ from typing import Any
 from rich.table import Table
 
 from viz.critical import saving_text
+from viz.safe_text import markdown_code, markdown_text, terminal_text
 from viz.tables import Doc
 
 # Severity order as analyzers.findings.finding.SEVERITY_ORDER has it (importing that package loads the
@@ -76,13 +77,13 @@ def findings_table(findings: list[Doc], title: str = "findings") -> Table:
     shown, more = collapse(findings)
     for i, f in enumerate(shown):
         style = SEVERITY_STYLE.get(f["severity"], "")
-        sev = f"[{style}]{f['severity']}[/{style}]" if style else str(f["severity"])
+        sev = f"[{style}]{f['severity']}[/{style}]" if style else terminal_text(f["severity"])
         saves = _saves(f.get("saving_ns"), f.get("saving_fraction"))
-        table.add_row(sev, f["id"], _ranks(f["ranks"]), saves, f["title"], f["fix"])
+        table.add_row(sev, *(terminal_text(c) for c in (f["id"], _ranks(f["ranks"]), saves, f["title"], f["fix"])))
         if i in more:
             n, ranks = more[i]
-            table.add_row("", f["id"], "…", "", f"and {n} more {f['id']} findings (ranks {format_ranks(ranks, 8)}); "
-                                            "-f json lists every one", "")
+            table.add_row("", terminal_text(f["id"]), "…", "", terminal_text(
+                f"and {n} more {f['id']} findings (ranks {format_ranks(ranks, 8)}); -f json lists every one"), "")
     return table
 
 
@@ -107,8 +108,9 @@ def syncs_table(syncs: Doc, title: str = "blocking host syncs", limit: int = SYN
         return table
     for g in summary[:limit]:
         median = g["gpu_idle_ns_median"]
-        table.add_row(str(g["rank"]), g["api"], str(g["caller"])[:60], str(g["n"]), _ms(g["host_blocked_ns"]),
-                      _ms(g["gpu_idle_ns"]), "n/a" if median is None else f"{median / 1e3:.1f}", str(g["steps"]))
+        table.add_row(*(terminal_text(c) for c in (
+            g["rank"], g["api"], str(g["caller"])[:60], g["n"], _ms(g["host_blocked_ns"]), _ms(g["gpu_idle_ns"]),
+            "n/a" if median is None else f"{median / 1e3:.1f}", g["steps"])))
     n_groups = syncs.get("n_groups", len(summary))
     if n_groups > min(limit, len(summary)):
         table.caption = (f"{n_groups - min(limit, len(summary))} more groups; `analyze --tables DIR` lists every "
@@ -119,7 +121,8 @@ def syncs_table(syncs: Doc, title: str = "blocking host syncs", limit: int = SYN
             f"{len(listed)} ranks with blocking syncs; the {RANK_TOTALS_LIMIT} with the most GPU idle")
         listed = sorted(listed, key=lambda kv: -kv[1]["gpu_idle_ns"])[:RANK_TOTALS_LIMIT]
     table.caption = ((table.caption + "; ") if table.caption else "") + "; ".join(
-        f"rank {rk}: {d['n']} syncs, host blocked {_ms(d['host_blocked_ns'])} ms, GPU idle {_ms(d['gpu_idle_ns'])} ms"
+        f"rank {terminal_text(rk)}: {d['n']} syncs, host blocked {_ms(d['host_blocked_ns'])} ms, "
+        f"GPU idle {_ms(d['gpu_idle_ns'])} ms"
         for rk, d in listed)
     return table
 
@@ -145,16 +148,17 @@ def findings_markdown(findings: list[Doc], heading_level: int = 3) -> str:
     parts = []
     shown, more = collapse(findings)
     for i, f in enumerate(shown):
-        lines = [f"{h} {f['severity']}: `{f['id']}` — {f['title']}", "", f["explanation"], ""]
+        md = markdown_text  # every text of a finding may hold a kernel, stream or file name
+        lines = [f"{h} {md(f['severity'])}: {md(f['id'])} — {md(f['title'])}", "", md(f["explanation"]), ""]
         if f.get("start_ns") is not None and f.get("end_ns") is not None:
-            lines.append(f"- time range: {f['start_ns']} – {f['end_ns']} ns (ranks {_ranks(f['ranks'])})")
+            lines.append(f"- time range: {md(f['start_ns'])} – {md(f['end_ns'])} ns (ranks {md(_ranks(f['ranks']))})")
         for k, v in f["evidence"].items():
-            lines.append(f"- {k}: `{_evidence_value(v)}`")
+            lines.append(f"- {md(k)}: {markdown_code(_evidence_value(v))}")
         priced = saving_text(f.get("saving_ns"), f.get("saving_fraction"))
-        lines += ["", f"**Fix:** {f['fix']}" + (f" — {priced}" if priced else ""), ""]
+        lines += ["", f"**Fix:** {md(f['fix'])}" + (f" — {md(priced)}" if priced else ""), ""]
         if i in more:
             n, ranks = more[i]
-            lines += [f"… and {n} more `{f['id']}` findings (ranks {format_ranks(ranks, 8)}); `-f json` lists every "
-                      "one.", ""]
+            lines += [f"… and {n} more {md(f['id'])} findings (ranks {md(format_ranks(ranks, 8))}); `-f json` lists "
+                      "every one.", ""]
         parts.append("\n".join(lines))
     return "\n".join(parts)

@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from analyzers.io.atomic_write import atomic_path
+
 CACHE_VERSION = 1
 FINALISTS = 3  # the last round times the 3 best schedules and the best of the 3 best families again
 ENV_CACHE_DIR = "OVERLAPSCOPE_CACHE_DIR"  # the same override as the analyzer's caches
@@ -204,7 +206,6 @@ class TuneCache:
         entries = self._load()
         entries[key] = {"fingerprint": fp, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **result.record()}
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"version": CACHE_VERSION, "entries": entries}, indent=1))
-        tmp.replace(self.path)
+        with atomic_path(self.path) as tmp:
+            tmp.write_text(json.dumps({"version": CACHE_VERSION, "entries": entries}, indent=1))
 

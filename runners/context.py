@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from analyzers.io.atomic_write import atomic_path
 from runners.specs import AlgorithmSpec, ParamValue
 
 PREFIX = "[overlapscope]"
@@ -75,10 +76,9 @@ class StatusFile:
         self._test_hooks(phase)
         self.counter += 1
         self.phase, self.variant = phase, variant
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"rank": self.rank, "phase": phase, "variant": variant,
-                                   "progress": self.counter, "time": time.time(), "pid": os.getpid()}))
-        tmp.replace(self.path)
+        with atomic_path(self.path) as tmp:
+            tmp.write_text(json.dumps({"rank": self.rank, "phase": phase, "variant": variant,
+                                       "progress": self.counter, "time": time.time(), "pid": os.getpid()}))
 
     def _test_hooks(self, phase: str) -> None:
         p = self.params

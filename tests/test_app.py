@@ -23,7 +23,7 @@ import pytest
 from analyzers.io.load import load_traces
 from analyzers.report import analyze
 from analyzers.timeline import intervals as iv
-from app import data
+from app import data, uploads
 from tests.synth import COMM, GEMM, rank_trace
 from viz import labels
 from viz.figures import (
@@ -396,18 +396,18 @@ def test_server_source_refuses_symlinked_files_in_a_folder(tmp_path: Path, hta_d
 
 def test_save_uploads_checks(tmp_path: Path) -> None:
     with pytest.raises(data.UploadRejected, match="not a trace file"):
-        data.save_uploads([("notes.txt", b"x")], tmp_path)
+        uploads.save_uploads([("notes.txt", b"x")], tmp_path)
     with pytest.raises(data.UploadRejected, match="not a trace file"):
-        data.save_uploads([("trace.gz", b"x")], tmp_path)
+        uploads.save_uploads([("trace.gz", b"x")], tmp_path)
     with pytest.raises(data.UploadRejected, match="empty file"):
-        data.save_uploads([("a.json", b"")], tmp_path)
+        uploads.save_uploads([("a.json", b"")], tmp_path)
     with pytest.raises(data.UploadRejected, match="larger than the 1 MB limit"):
-        data.save_uploads([("a.json", b"x" * (1024 * 1024 + 1))], tmp_path, limit_mb=1)
+        uploads.save_uploads([("a.json", b"x" * (1024 * 1024 + 1))], tmp_path, limit_mb=1)
     with pytest.raises(data.UploadRejected, match="larger than the 1 MB limit"):  # the total counts
-        data.save_uploads([("a.json", b"x" * 600_000), ("b.json", b"x" * 600_000)], tmp_path, limit_mb=1)
-    src = data.save_uploads([("../../evil/rank0.json", b"{}")], tmp_path)
+        uploads.save_uploads([("a.json", b"x" * 600_000), ("b.json", b"x" * 600_000)], tmp_path, limit_mb=1)
+    src = uploads.save_uploads([("../../evil/rank0.json", b"{}")], tmp_path)
     assert Path(src.paths[0]).parent.parent == tmp_path and Path(src.paths[0]).name == "rank0.json"
-    data.discard_upload(src)
+    uploads.discard_upload(src)
     assert not Path(src.paths[0]).exists()
 
 

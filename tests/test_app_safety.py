@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from app import data
+from app import data, uploads
 
 from .conftest import NSYS_TRACES, ROOT
 from .test_app import KINETO_PAIR, make_samples
@@ -150,11 +150,11 @@ def test_path_box_is_confined_to_the_allowed_roots(app_env: Path, tmp_path: Path
 
 
 def test_upload_folder_is_private_and_names_are_stripped(tmp_path: Path) -> None:
-    src = data.save_uploads([("../../x/rank0 ✓.json", b"{}")], tmp_path)
+    src = uploads.save_uploads([("../../x/rank0 ✓.json", b"{}")], tmp_path)
     folder = Path(src.paths[0]).parent
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700  # other local users cannot read an upload
     assert folder.parent == tmp_path and Path(src.paths[0]).name == "rank0_.json"
-    data.discard_upload(src)
+    uploads.discard_upload(src)
 
 
 def test_sessions_do_not_see_each_others_uploads(app_env: Path, hta_dir: Path) -> None:

@@ -227,7 +227,8 @@ def bare_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, corpus: dict[str, 
 def test_app_shows_one_error_never_a_stack_trace(name: str, corpus: dict[str, Case], bare_app: Path) -> None:
     from streamlit.testing.v1 import AppTest
 
-    from app import data
+    from app import uploads
+    from viz.safe_text import markdown_text
 
     case = corpus[name]
     before = tree_digest(_case_root(case))
@@ -236,15 +237,15 @@ def test_app_shows_one_error_never_a_stack_trace(name: str, corpus: dict[str, Ca
     if case.uploadable:
         files = [(f.name, f.read_bytes(), "application/octet-stream") for f in case.files]
         at.sidebar.file_uploader[0].set_value(files if len(files) > 1 else files[0]).run()
-        shown = [data._SAFE.sub("_", f.name) for f in case.files]
+        shown = [markdown_text(uploads.upload_name(f.name, set())) for f in case.files]
     else:
         at.sidebar.text_input(key="os_server_path").set_value(str(case.given))
         at.sidebar.button[0].click().run()
-        shown = [str(case.names)]
+        shown = [markdown_text(case.names)]
     assert not at.exception, [e.value for e in at.exception]
     errors = [e.value for e in at.error]
     assert len(errors) == 1, errors
-    assert case.problem in errors[0] and any(s in errors[0] for s in shown), errors
+    assert markdown_text(case.problem) in errors[0] and any(s in errors[0] for s in shown), errors  # escaped
     assert "Traceback" not in errors[0] and "\n" not in errors[0]
     assert tree_digest(_case_root(case)) == before
 

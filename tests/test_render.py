@@ -11,6 +11,7 @@ from analyzers.io.load import load_traces
 from analyzers.report import analyze
 from overlapscope import render
 from overlapscope.render_json import report_json
+from viz.safe_text import markdown_text
 
 from .conftest import ROOT
 
@@ -34,7 +35,7 @@ def test_every_part_of_the_document_is_drawn(doc):
     assert all(f["id"] in text for f in doc["findings"])
     assert "rank 0 streams" in table_text(doc, streams=True) and "rank 0 streams" not in text
     md = render.to_markdown(doc)
-    assert md.startswith(f"### overlap — {doc['label']}") and "## Cross-rank" in md and "**Fix:**" in md
+    assert md.startswith(f"### overlap — {markdown_text(doc['label'])}") and "## Cross-rank" in md and "**Fix:**" in md
     csv = render.to_csv(doc).splitlines()
     assert csv[0].split(",") == render.CSV_FIELDS and len(csv) == 1 + len(doc["ranks"])
 

@@ -12,6 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from .figures import COLORS, TEMPLATE
+from .safe_text import plotly_text
 
 STATES = (("alone", False, COLORS["exposed_comm"]), ("overlapped with compute", True, COLORS["overlap"]))
 
@@ -30,7 +31,7 @@ def busbw_figure(rows: pd.DataFrame, link_gbps: float | None = None) -> go.Figur
         part = pts[pts["overlapped"] == flag]
         if part.empty:
             continue
-        text = [f"rank {r} · {op} · {lib}<br>{n}" for r, op, lib, n in
+        text = [plotly_text(f"rank {r} · {op} · {lib}") + "<br>" + plotly_text(n) for r, op, lib, n in
                 zip(part["rank"], part["op"], part["library"], part["name"].astype(str).str.slice(0, 60), strict=True)]
         fig.add_trace(go.Scatter(
             x=part["bytes"].to_numpy(dtype=float), y=part["busbw_gbps"].to_numpy(dtype=float), mode="markers",

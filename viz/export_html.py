@@ -12,7 +12,6 @@ Static images go through Plotly's export (kaleido) driven by the system Chromium
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import shutil
@@ -41,6 +40,7 @@ from .figures import iteration_figure, overview_bars, peer_wait_bars, skew_heatm
 from .formats import ms
 from .labels import header
 from .lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
+from .safe_text import html_text
 from .scale_tables import straggler_section
 from .tables import RANK_COLUMNS, rank_rows, sync_section
 from .timeline import SYNC_COLUMNS, TimelineData, lod_for_windows, normalize_syncs, prepare_timeline
@@ -154,7 +154,7 @@ def figure_image(fig: go.Figure, fmt: str = "png", width: int = 1600, height: in
 
 
 def _e(text: object) -> str:
-    return html.escape(str(text))
+    return html_text(text)
 
 
 def html_table(header: Sequence[str], rows: Sequence[Sequence[object]], text_cols: Sequence[int] = (0,)) -> str:

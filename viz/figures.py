@@ -27,6 +27,7 @@ from analyzers.report import AnalysisReport
 from .hover import hover_trace
 from .iterations_figure import iteration_figure  # noqa: F401 - the figures' one import place
 from .mix import mix_polygons, needs_mix, pixel_mix
+from .safe_text import plotly_text
 from .sync_markers import sync_traces
 from .timeline import CODE, CODES, N_CODES, LaneSegments
 
@@ -85,7 +86,7 @@ def overview_bars(reports: Sequence[tuple[str, AnalysisReport]]) -> go.Figure:
         if df.empty:
             break
         fig.add_trace(go.Bar(
-            y=df["y"], x=_ms(df[name].to_numpy()), name=name, orientation="h", marker_color=color,
+            y=df["y"].map(plotly_text), x=_ms(df[name].to_numpy()), name=name, orientation="h", marker_color=color,
             hovertemplate="%{y}<br>" + name + ": %{x:.3f} ms<extra></extra>",
         ))
     fig.update_layout(
@@ -154,7 +155,7 @@ def timeline_figure(
     fig = make_subplots(
         rows=n, cols=1, shared_xaxes=True, vertical_spacing=spacing if n > 1 else 0.0,
         row_heights=[c / sum(lane_counts) for c in lane_counts],
-        subplot_titles=[v.data.label for v in variants] if variants else None,
+        subplot_titles=[plotly_text(v.data.label) for v in variants] if variants else None,
     )
     widest = max((v.hi_ns - v.lo_ns for v in variants), default=1)
     min_width_ms = float(_ms(widest / max(1, width_px)))  # draw at least one pixel
@@ -181,7 +182,7 @@ def timeline_figure(
                 a, b = int(bounds[k]), int(bounds[k + 1])
                 g = int(seg.group[a])
                 lane, code = g // N_CODES, CODES[g % N_CODES]
-                lane_label = str(lanes["label"].iloc[lane])
+                lane_label = plotly_text(lanes["label"].iloc[lane])
                 x0 = _ms(seg.start[a:b] - v.origin_ns)
                 x1 = np.maximum(_ms(seg.end[a:b] - v.origin_ns), x0 + min_width_ms)
                 cnt = seg.count[a:b].astype(np.float32)
@@ -194,7 +195,7 @@ def timeline_figure(
                     ni = data.name_idx[seg.first[a:b]]
                     names = np.asarray(data.name_list, dtype=object)[ni]
                     names = np.where(seg.count[a:b] == 1, names, "")
-                    names = pd.Series(names, dtype=object).str.slice(0, NAME_CHARS).to_numpy(dtype=object)
+                    names = np.array([plotly_text(n[:NAME_CHARS]) for n in names], dtype=object)
                     text = np.stack([names, names, np.full(names.size, "", dtype=object)], axis=1).ravel()
                     hover = "%{text}<br>" + hover
                 show = code not in legend_done
@@ -222,7 +223,7 @@ def timeline_figure(
                     fig.add_trace(trace, row=row, col=1)
         yname = "yaxis" if row == 1 else f"yaxis{row}"
         fig.layout[yname].update(
-            tickvals=(top - lanes["lane"]).tolist(), ticktext=lanes["label"].tolist(),
+            tickvals=(top - lanes["lane"]).tolist(), ticktext=[plotly_text(x) for x in lanes["label"]],
             range=[-0.5, len(lanes) - 0.5], fixedrange=True, showgrid=False, zeroline=False,
         )
         if show_steps and not data.steps.empty:
@@ -288,13 +289,14 @@ def sync_figure(syncs: pd.DataFrame, t0_ns: int | None = None) -> go.Figure:
                   dict(symbol="circle-open", color=COLORS["harmless_sync"], line=dict(width=1)))
         fig.add_trace(go.Scattergl(
             x=_ms(g["start_ns"].to_numpy() - t0), y=g["rank"].to_numpy(), mode="markers",
-            name=str(name) if harmful else f"{name}, no GPU idle (harmless)",
+            name=plotly_text(name) if harmful else f"{plotly_text(name)}, no GPU idle (harmless)",
             marker=dict(size=size[syncs.index.get_indexer(idx)], **marker),
             customdata=np.stack([_ms(g["blocked_ns"].to_numpy(dtype=float)),
                                  _ms(g["gpu_idle_ns"].to_numpy(dtype=float))], axis=1),
-            text=g["caller"].to_numpy(dtype=object),
-            hovertemplate=f"<b>{name}</b> rank %{{y}}<br>%{{x:.3f}} ms<br>host blocked %{{customdata[0]:.4f}} ms"
-                          "<br>GPU idle caused %{customdata[1]:.4f} ms<br>%{text}<extra></extra>",
+            text=g["caller"].map(plotly_text).to_numpy(dtype=object),
+            hovertemplate=f"<b>{plotly_text(name)}</b> rank %{{y}}<br>%{{x:.3f}} ms<br>host blocked "
+                          "%{customdata[0]:.4f} ms<br>GPU idle caused %{customdata[1]:.4f} ms<br>%{text}"
+                          "<extra></extra>",
         ))
     fig.update_layout(template=TEMPLATE, height=160 + 40 * syncs["rank"].nunique(), xaxis_title="time (ms)",
                       yaxis=dict(title="rank", dtick=1), margin=dict(l=10, r=10, t=30, b=40))
@@ -341,7 +343,7 @@ def skew_heatmap(collectives: pd.DataFrame, ranks: Sequence[int], max_collective
         colls = colls.nlargest(max_collectives, "skew_ns").sort_values("coll_id")
     mat = arrival_lateness(colls, ranks)
     names = colls["coll_name"].astype(str).to_numpy() if "coll_name" in colls else np.full(len(colls), "")
-    labels = [f"#{int(c)} {n}" for c, n in zip(colls["coll_id"].to_numpy(), names, strict=True)]
+    labels = [plotly_text(f"#{int(c)} {n}") for c, n in zip(colls["coll_id"].to_numpy(), names, strict=True)]
     # Red where the skew made a peer wait (the table's max wait > 0), grey where it cost nothing: the colour's
     # emphasis says what the table says, so a large skew that nobody waited for is never the darkest column.
     z = _ms(mat.to_numpy(dtype=float))

@@ -12,11 +12,10 @@ Names go into hover text escaped, as plain text.
 
 from __future__ import annotations
 
-import html
-
 import numpy as np
 import plotly.graph_objects as go
 
+from .safe_text import plotly_text
 from .timeline import CODES, N_CODES, LaneSegments
 
 HOVER_BIN_PX = 4
@@ -65,7 +64,7 @@ def hover_trace(v: LaneSegments, width_px: int, top: int) -> go.Scattergl | None
     names = np.asarray(d.name_list + [""], dtype=object)[np.where(name_i >= 0, name_i, len(d.name_list))]
     dur = (d.ends[top_row] - d.starts[top_row]) / 1e6
     text = [
-        (f"<b>{html.escape(str(n)[:NAME_CHARS])}</b><br>" if n else "")
+        (f"<b>{plotly_text(str(n)[:NAME_CHARS])}</b><br>" if n else "")
         + f"{CODES[int(c)].replace('_', ' ')} · {dt:.4f} ms long<br>{int(k)} activit{'y' if k == 1 else 'ies'} in "
           f"this {bin_ns / 1e3:,.2f} µs, busy {min(100.0, 100 * bz / bin_ns):.0f}%"
         for n, c, dt, k, bz in zip(names, codes, dur, counts, busy, strict=True)]

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from analyzers.report import AnalysisReport
 
 from . import labels
+from .safe_text import plotly_text
 
 TEMPLATE = "plotly_white"
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
@@ -29,7 +30,7 @@ def iteration_figure(reports: Sequence[tuple[str, AnalysisReport]]) -> go.Figure
     width = min(0.6, 0.08 * max(0, len(series) - 1))
     for i, (label, m) in enumerate(series):
         it = m.iterations
-        name = f"{label} · rank {m.rank}" if len(reports) > 1 else f"rank {m.rank}"
+        name = plotly_text(f"{label} · rank {m.rank}" if len(reports) > 1 else f"rank {m.rank}")
         shift = (i / max(1, len(series) - 1) - 0.5) * width if len(series) > 1 else 0.0
         fig.add_trace(go.Scatter(
             x=it["step"].to_numpy() + shift, y=it["overlap_ratio"].astype(float).to_numpy() * 100,

@@ -8,11 +8,11 @@ the kernel lanes. Names (API, caller) go into hover text escaped, as plain text.
 
 from __future__ import annotations
 
-import html
-
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+
+from .safe_text import plotly_text
 
 MIN_GAP_PX = 14  # markers closer than this on one lane are one marker
 HARMFUL_COLOR, HARMLESS_COLOR = "#e377c2", "#9e9e9e"
@@ -51,7 +51,7 @@ def sync_traces(inside: pd.DataFrame, y: np.ndarray, origin_ns: int, lo_ns: int,
             continue
         custom = np.stack([shown["blocked_ns"].to_numpy() / 1e6, shown["gpu_idle_ns"].fillna(0).to_numpy() / 1e6,
                            shown["merged"].to_numpy(dtype=float)], axis=1).astype(np.float32)
-        text = [html.escape(f"{n} {c}".strip()) for n, c in zip(shown["name"], shown["caller"], strict=True)]
+        text = [plotly_text(f"{n} {c}".strip()) for n, c in zip(shown["name"], shown["caller"], strict=True)]
         out.append(go.Scattergl(
             x=((shown["start_ns"].to_numpy() - origin_ns) / 1e6).astype(np.float32),
             y=shown["y"].to_numpy(dtype=np.float32), mode="markers", marker=marker, customdata=custom, text=text,

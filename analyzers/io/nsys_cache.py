@@ -97,7 +97,7 @@ def reusable(out: Path) -> bool:
 def finish(out: Path, tmp: Path, meta: dict[str, Any]) -> None:
     """Move a made SQLite file into place with its sidecar, then keep the folder within its bounds."""
     meta = {**meta, "sqlite_sha256": _file_sha256(tmp)}
-    side_tmp = out.with_name(f".{out.stem}.{os.getpid()}.json.tmp")
+    side_tmp = tmp.with_name(tmp.name + ".json.tmp")  # beside tmp: in its private folder (atomic_write)
     side_tmp.write_text(json.dumps({"meta": meta, "check": _seal(meta)}))
     os.replace(tmp, out)
     os.replace(side_tmp, out.with_suffix(".json"))

@@ -10,11 +10,11 @@ The input is only ever read.
 from __future__ import annotations
 
 import gzip
-import os
 import zlib
 from pathlib import Path
 
 from analyzers.errors import BadInputError
+from analyzers.io.atomic_write import private_path
 from analyzers.io.input_limits import InputLimitError, gunzip_stream
 from analyzers.io.nsys_cache import entry_paths, finish, reusable
 
@@ -36,15 +36,13 @@ def gunzip_to_cache(path: Path) -> Path:
     if reusable(out):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.stem}.part-{os.getpid()}.sqlite")
-    try:
-        with path.open("rb") as src, tmp.open("wb") as dst:
-            gunzip_stream(src, path.stat().st_size, dst)  # bounded: a gzip bomb is refused, not unpacked
-        finish(out, tmp, {"source": str(path)})
+    try:  # written in a private folder, moved into place with its checked sidecar when whole
+        with private_path(out) as tmp:
+            with path.open("rb") as src, tmp.open("xb") as dst:
+                gunzip_stream(src, path.stat().st_size, dst)  # bounded: a gzip bomb is refused, not unpacked
+            finish(out, tmp, {"source": str(path)})
     except InputLimitError as exc:
         raise BadInputError(path, f"gzipped SQLite export: {exc.problem}") from None
     except OSError as exc:
         raise BadInputError(path, f"gzipped SQLite export cannot be unpacked ({exc})") from None
-    finally:
-        tmp.unlink(missing_ok=True)
     return out

@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 from analyzers.errors import BadInputError
+from analyzers.io.atomic_write import private_path
 from analyzers.io.nsys_cache import entry_paths, finish, in_cache, read_sidecar, reusable
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -80,8 +81,10 @@ def find_nsys() -> str | None:
 
 
 def export_command(path: Path, output: Path | None = None) -> str:
-    """The exact shell command that exports a report to SQLite."""
-    out = output if output is not None else path.with_name(path.name.rsplit(".", 1)[0] + ".sqlite")
+    """The exact shell command that exports a report to SQLite (absolute paths: a report named "--output=x"
+    must reach nsys as a file, never as an option)."""
+    path = path.absolute()
+    out = (output if output is not None else path.with_name(path.name.rsplit(".", 1)[0] + ".sqlite")).absolute()
     flags = " ".join(INCLUDE_JSON)
     return f"nsys export --type sqlite {flags} --output {shlex.quote(str(out))} {shlex.quote(str(path))}"
 
@@ -103,22 +106,26 @@ def nsys_rep_to_sqlite(path: str | Path) -> Path:
                   f"PATH, /opt/nvidia, /usr/local/cuda*); export it with nsys {version or ''} or newer: "
                   f"`{export_command(path)}`, then load the .sqlite".replace("  ", " "))
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.stem}.part-{os.getpid()}.sqlite")
-    cmd = [nsys, "export", "--type", "sqlite", "--output", str(tmp), str(path)]
-    with_json = True
-    try:
-        proc = subprocess.run(cmd[:4] + list(INCLUDE_JSON) + cmd[4:], capture_output=True, text=True, check=False)
-        if proc.returncode != 0 and INCLUDE_JSON[0].lstrip("-") in (proc.stderr or "") + (proc.stdout or ""):
-            with_json = False  # an nsys older than the flag: export what it can
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0 or not tmp.is_file():
-            lines = [ln.strip() for ln in (proc.stderr or proc.stdout or "").splitlines() if ln.strip()]
-            why = lines[-1] if lines else f"exit status {proc.returncode}"
-            raise BadInputError(path, f"nsys export failed ({why}); report {written_by}, nsys used: {nsys}")
+    with private_path(out) as tmp:  # a private folder: no planted file or link under a guessable name
+        with_json = _export(nsys, path, tmp, written_by)
         finish(out, tmp, {"source": str(path), "nsys": nsys, "report_version": version, "include_json": with_json})
-    finally:
-        tmp.unlink(missing_ok=True)
     return out
+
+
+def _export(nsys: str, path: Path, tmp: Path, written_by: str) -> bool:
+    """Run nsys export of path into tmp; whether the JSON payloads were included. The report is passed as an
+    absolute path, so a name starting with "-" can never be read as an option."""
+    cmd = [nsys, "export", "--type", "sqlite", "--output", str(tmp), str(path.absolute())]
+    with_json = True
+    proc = subprocess.run(cmd[:4] + list(INCLUDE_JSON) + cmd[4:], capture_output=True, text=True, check=False)
+    if proc.returncode != 0 and INCLUDE_JSON[0].lstrip("-") in (proc.stderr or "") + (proc.stdout or ""):
+        with_json = False  # an nsys older than the flag: export what it can
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0 or not tmp.is_file():
+        lines = [ln.strip() for ln in (proc.stderr or proc.stdout or "").splitlines() if ln.strip()]
+        why = lines[-1] if lines else f"exit status {proc.returncode}"
+        raise BadInputError(path, f"nsys export failed ({why}); report {written_by}, nsys used: {nsys}")
+    return with_json
 
 
 def export_notes(sqlite_path: Path) -> list[str]:

@@ -13,6 +13,7 @@ import streamlit as st
 from app import ui
 from app.tables import readable, show
 from viz.collectives_figure import busbw_figure, plottable
+from viz.safe_text import markdown_text as md  # names from trace files: text, never Markdown
 
 st.title("Collectives")
 runs = ui.load_selected()
@@ -20,7 +21,7 @@ if not runs:
     st.stop()
 
 for run in runs:
-    st.header(run.label)
+    st.header(md(run.label))
     report = run.report()
     table = report.collectives
     if table is None or table.rows.empty:
@@ -62,4 +63,4 @@ for run in runs:
                            "busbw_overlapped_median_gbps": "overlapped (GB/s)", "link_fraction": "of link"}),
          key=f"coll-table-{run.source.key}")
     for note in table.notes:
-        st.caption(note)
+        st.caption(md(note))

@@ -15,6 +15,7 @@ import streamlit as st
 from app import ranks, ui
 from app.tables import readable, show
 from viz.figures import peer_wait_bars, skew_heatmap
+from viz.safe_text import markdown_text as md  # names from trace files: text, never Markdown
 from viz.scale_figures import MANY_RANKS
 
 CLOCK_METHODS = {  # analyzers.crossrank.clock's methods, in words
@@ -40,13 +41,13 @@ def _pick_row(frame: pd.DataFrame, key: str, caption: str) -> int | None:
     state = st.session_state.get(key)
     rows = state["selection"]["rows"] if state else []
     if not rows or rows[0] >= len(frame):
-        st.caption(caption)
+        st.caption(md(caption))
         return None
     return int(rows[0])
 
 
 for run in runs:
-    st.header(run.label)
+    st.header(md(run.label))
     rep = run.cross_rank()
     if rep is None:
         st.info("Cross-rank analysis needs two or more ranks; this run has one.")
@@ -119,4 +120,4 @@ for run in runs:
     if rep.notes:
         with st.expander("Notes from the cross-rank analysis"):
             for n in rep.notes:
-                st.caption(n)
+                st.caption(md(n))

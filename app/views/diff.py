@@ -18,6 +18,7 @@ from viz.decision import best_comparison, diff_tone
 from viz.diff_tables import metric_rows
 from viz.figures import timeline_figure
 from viz.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
+from viz.safe_text import markdown_text as md  # names from trace files: text, never Markdown
 from viz.timeline import lod_for_windows
 
 st.title("Diff")
@@ -96,12 +97,12 @@ if d.findings.get("status") == "not analyzed":
 else:
     c = st.columns(2)
     for col, side, label in ((c[0], "only_a", names[0]), (c[1], "only_b", names[1])):
-        col.markdown(f"**Only in {label}**")
+        col.markdown(f"**Only in {md(label)}**")
         items = d.findings.get(side) or []
         if not items:
             col.caption("none")
         for f in items:
-            col.markdown(f"- `{f.get('id')}` {f.get('title')}")
+            col.markdown(f"- {md(f.get('id'))} {md(f.get('title'))}")
     if d.findings.get("both"):
         st.caption("In both: " + ", ".join(d.findings["both"]))
 
@@ -128,12 +129,12 @@ st.caption(f"Aligned at {al.get('how', '')}: A step {al.get('step_a')}, B step {
            "The Timeline page shows any other step or window of these runs.")
 for run, few in ((run_a, drawn[0]), (run_b, drawn[1])):
     if few is not None:
-        st.caption(f"{run.label}: ranks {', '.join(map(str, few))} of {len(run.report().ranks)} (the Timeline's ranks; "
-                   "pick others there).")
+        st.caption(f"{md(run.label)}: ranks {', '.join(map(str, few))} of {len(run.report().ranks)} (the Timeline's "
+                   "ranks; pick others there).")
 
 if d.not_analyzed:
     st.caption("Not compared (not analyzed): " + ", ".join(d.not_analyzed))
 if d.notes:
     with st.expander("Notes"):
         for n in d.notes:
-            st.caption(n)
+            st.caption(md(n))

@@ -20,6 +20,7 @@ from viz import labels
 from viz.critical import fidelity_line, saving_text
 from viz.critical_figures import attribution_figure
 from viz.figures import iteration_figure, overview_bars
+from viz.safe_text import markdown_text as md  # names from trace files: text, never Markdown
 from viz.scale_figures import MANY_RANKS, rank_distributions
 
 
@@ -49,7 +50,7 @@ quick = [(r.label, r.rank_report()) for r in runs]  # per-rank metrics only: no 
 for label, rep in quick:
     ratios = [m.overlap_ratio for m in rep.ranks if m.overlap_ratio is not None]
     hidden = [m.whole.hidden_fraction_of_min for m in rep.ranks if m.whole.hidden_fraction_of_min is not None]
-    head.markdown(f"**{label}** · {len(rep.ranks)} rank(s) · {rep.fmt}"
+    head.markdown(f"**{md(label)}** · {len(rep.ranks)} rank(s) · {md(rep.fmt)}"
                 + (f" · world size {rep.world_size}" if rep.world_size else ""))
     c = head.columns(5)
     c[0].metric("Overlap ratio (worst rank)", ui.pct(min(ratios) if ratios else None),
@@ -99,20 +100,20 @@ for run in runs:
     if findings is None:
         ui.not_available("Diagnosis of lost overlap (findings)", "analyzers.findings")
         break
-    st.markdown(f"**{run.label}**: {len(findings)} finding(s)")
+    st.markdown(f"**{md(run.label)}**: {len(findings)} finding(s)")
     if not findings:
         st.caption("Nothing found that breaks overlap.")
     for i, f in enumerate(findings):
         icon = {"critical": ":material/error:", "warning": ":material/warning:"}.get(str(f.severity),
                                                                                   ":material/info:")
-        box = st.expander(f.title, expanded=i == 0, icon=icon, key=f"finding-open-{run.source.key}-{i}",
+        box = st.expander(md(f.title), expanded=i == 0, icon=icon, key=f"finding-open-{run.source.key}-{i}",
                           on_change="rerun")
         with box:
-            st.markdown(f"`{f.id}` · {f.severity} · rank(s) {', '.join(map(str, f.ranks))}")
-            st.write(f.explanation)
-            st.markdown(f"**Known fix:** {f.fix}")
+            st.markdown(f"{md(f.id)} · {md(f.severity)} · rank(s) {md(', '.join(map(str, f.ranks)))}")
+            st.markdown(md(f.explanation))
+            st.markdown(f"**Known fix:** {md(f.fix)}")
             if f.saving_ns is not None:
-                st.markdown(f"**{saving_text(f.saving_ns, f.saving_fraction)}** (replay of `{f.saving_fix}`)")
+                st.markdown(f"**{md(saving_text(f.saving_ns, f.saving_fraction))}** (replay of {md(f.saving_fix)})")
             if f.evidence and box.open:
                 show_evidence(f.evidence, key=f"ev-{run.source.key}-{i}")
             ui.timeline_button("Show in timeline", run.source.key, f.start_ns, f.end_ns,
@@ -123,7 +124,7 @@ if priced:
     st.subheader("What sets the step: critical path per rank")
     for i, (label, rep, run) in enumerate(priced):
         cp = rep.critical_path
-        st.markdown(f"**{label}** · {fidelity_line(cp)}")
+        st.markdown(f"**{md(label)}** · {md(fidelity_line(cp))}")
         if len(rep.ranks) > MANY_RANKS:  # many ranks: the ones the Timeline draws, not a bar each
             keep = {str(r) for r in ranks.chosen_ranks(run)} & set(cp.get("per_rank", {}))
             cp = {**cp, "per_rank": {r: d for r, d in cp["per_rank"].items() if r in keep}}
@@ -136,4 +137,4 @@ notes = sorted({n for _, rep in reports for m in rep.ranks for n in m.notes} | {
 if notes:
     with st.expander("Notes from the analysis"):
         for n in notes:
-            st.caption(n)
+            st.caption(md(n))

@@ -15,6 +15,7 @@ import streamlit as st
 from app import data, ui
 from app.tables import entries
 from viz import labels
+from viz.safe_text import markdown_text as md  # names from trace files: text, never Markdown
 
 st.title("Run")
 with_manifest = {k: s for k, s in ui.sources().items() if s.manifest_path}
@@ -36,15 +37,15 @@ c[1].metric("Variant", str(manifest.get("variant", "–")))
 c[2].metric("Ranks", str(manifest.get("world_size", "–")))
 c[3].metric("Profiler", str(manifest.get("profiler", "–")))
 if manifest.get("variant_help"):
-    st.caption(str(manifest["variant_help"]))
+    st.caption(md(manifest["variant_help"]))
 timings = manifest.get("timings_ms") or {}
 if isinstance(timings, dict) and timings:
     st.markdown("**Recorded timings (ms, median of the slowest rank):** "
-                + " · ".join(f"{labels.label(k.removesuffix('_ms'))} {float(v):.3f}" for k, v in timings.items()
+                + " · ".join(f"{md(labels.label(k.removesuffix('_ms')))} {float(v):.3f}" for k, v in timings.items()
                              if isinstance(v, (int, float))))
 gpus = manifest.get("gpus") or []
 if gpus:
-    st.caption("Recorded on: " + ", ".join(sorted({str(g) for g in gpus})))
+    st.caption("Recorded on: " + md(", ".join(sorted({str(g) for g in gpus}))))
 
 default_out = data.runs_root() / f"{manifest.get('algorithm', 'run')}-{manifest.get('variant', '')}-" \
                                   f"{time.strftime('%Y%m%d-%H%M%S')}"
@@ -52,7 +53,7 @@ out = st.text_input("Output folder", value=str(default_out), key="run_out")
 try:
     cmd = data.reproduce_command(manifest, out)
 except ValueError as exc:
-    st.error(f"{src.label}: cannot build a command ({exc})")
+    st.error(f"{md(src.label)}: cannot build a command ({md(exc)})")
     st.stop()
 st.markdown("**Reproduce it** (on a host with the GPUs and torch, overlapscope installed):")
 st.code(shlex.join(cmd), language="bash", wrap_lines=True)
@@ -70,7 +71,7 @@ need = int(manifest.get("world_size") or 1)
 have = data.gpu_count()
 existing = data.existing_run_files(out, str(manifest.get("variant") or ""))
 if existing:
-    st.error(f"{out} already holds a run ({', '.join(p.name for p in existing[:3])}): choose another output "
+    st.error(f"{md(out)} already holds a run ({md(', '.join(p.name for p in existing[:3]))}): choose another output "
              "folder (a run never overwrites another).")
 elif not data.running_allowed():
     st.info("Running from the page is switched off on this server (OVERLAPSCOPE_ALLOW_RUN=0).")

@@ -13,6 +13,7 @@ import streamlit as st
 from analyzers.crossrank.stragglers import lateness_matrix
 from app import ranks, ui
 from app.tables import readable, show
+from viz.safe_text import markdown_text as md  # names from trace files: text, never Markdown
 from viz.scale_figures import MAX_COLUMNS, lateness_heatmap
 
 st.title("Stragglers")
@@ -21,7 +22,7 @@ if not runs:
     st.stop()
 
 for run in runs:
-    st.header(run.label)
+    st.header(md(run.label))
     rep = run.report()
     view = rep.stragglers
     if rep.cross_rank is None or not view or not view.get("ranks"):

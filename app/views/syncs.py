@@ -12,6 +12,7 @@ import streamlit as st
 from app import ranks, ui
 from app.tables import readable, show
 from viz.figures import sync_figure
+from viz.safe_text import markdown_text as md  # names from trace files: text, never Markdown
 
 st.title("Syncs")
 runs = ui.load_selected()
@@ -24,7 +25,7 @@ except ImportError:
     st.stop()
 
 for run in runs:
-    st.subheader(run.label)
+    st.subheader(md(run.label))
     n_ranks = len(run.report().ranks)
     few = ranks.drawn_ranks(run)
     data = run.timeline(few)  # the Timeline's own cache entry: these ranks only

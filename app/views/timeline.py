@@ -16,6 +16,7 @@ from app.tables import readable, show
 from viz.critical_figures import critical_overlay
 from viz.figures import figure_payload_bytes, timeline_figure
 from viz.lod import DEFAULT_MAX_SEGMENTS, DEFAULT_WIDTH_PX
+from viz.safe_text import markdown_text as md  # names from trace files: text, never Markdown
 from viz.timeline import lod_for_windows
 
 st.title("Timeline")
@@ -32,7 +33,7 @@ for r in runs:  # a run of many ranks draws the ranks picked here (default: slow
     if linked:
         ranks.set_ranks(r.source.key, linked)
         st.session_state[f"tl_ranks:{r.source.key}"] = linked
-    picked = st.multiselect(f"Ranks of {r.label} ({len(all_ranks)} ranks)", all_ranks, ranks.chosen_ranks(r),
+    picked = st.multiselect(f"Ranks of {md(r.label)} ({len(all_ranks)} ranks)", all_ranks, ranks.chosen_ranks(r),
                             key=f"tl_ranks:{r.source.key}",
                             help="A run of many ranks is drawn for the ranks picked here: by default the slowest "
                                  "(longest GPU span), the median and the fastest; the Stragglers page sends others.")
@@ -123,10 +124,10 @@ st.caption(f"{n_seg:,} segments drawn for {n_in:,} intervals in the window "
 missing = [r.label for r, d in zip(runs, datas, strict=True) if step != WHOLE and int(step) not in set(
     d.steps["step"].tolist())]
 if missing:
-    st.warning(f"Step {step} is not in {', '.join(missing)}: shown from its trace start instead.")
+    st.warning(f"Step {step} is not in {md(', '.join(missing))}: shown from its trace start instead.")
 for d in datas:
     for n in d.notes:
-        st.caption(n)
+        st.caption(md(n))
 
 st.subheader("Metrics in this window")
 rows = []
