@@ -123,6 +123,30 @@ def test_peer_wait_cause_names_the_activity():
     assert res["peer_wait"] == [{"late_rank": 1, "ns": 80 * US, "cause": "compute: k1.0"}]
 
 
+COPY, BARRIER = "Memcpy PtoP (Device -> Device)", "c10d::symmetric_memory::barrier_kernel"
+
+
+def test_peer_copies_join_no_one_and_barriers_join_all_four_ranks():
+    """Symmetric memory on 4 ranks: each rank's GEMM (rank r: 20 + 20r µs), a 30 µs peer copy, then a barrier
+    that ends when the last rank has arrived (rank 3, at 110 µs) plus 25 µs; rank 0 also runs a 50 µs kernel
+    between its copy and its barrier. The i-th copies of the ranks are matched across ranks, but a copy waits
+    for no peer: rank 0's ends at 50 µs, not when rank 3's copy starts (80 µs), which would push its kernel,
+    its barrier arrival and so every rank's step to 155 µs."""
+    g0 = _graph(0, [0, 20, 50, 100], [20, 50, 100, 135], prev=[-1, 0, 1, 2], cat=[0, 2, 0, 1],
+                names=["gemm", COPY, "add", BARRIER])
+    rest = [_graph(r, [0, 20 + 20 * r, 50 + 20 * r], [20 + 20 * r, 50 + 20 * r, 135], prev=[-1, 0, 1],
+                   cat=[0, 2, 1], names=["gemm", COPY, BARRIER]) for r in (1, 2, 3)]
+    members = pd.DataFrame({"coll_id": [0] * 4 + [1] * 4, "rank": [0, 1, 2, 3] * 2, "row": [1, 1, 1, 1, 3, 2, 2, 2]})
+    run = _run([g0, *rest], members)
+    assert run.sg.coll.tolist() == [-1, -1, -1, 0] + [-1, -1, 0] * 3  # only the barriers are a join
+    assert _us(run.base.end) == [20, 50, 100, 135] + [v for r in (1, 2, 3) for v in (20 + 20 * r, 50 + 20 * r, 135)]
+    assert run.replayed["dur_ns"].tolist() == [135 * US] * 4
+    # compute twice as fast: GEMMs end at 10 + 10r, copies 30 µs later, rank 0's kernel 25 µs after its copy
+    # (65); the barrier still waits for the last rank (rank 3, at 40 + 30 = 70) and ends 25 µs later everywhere
+    res = whatif(run, [parse_fix("compute-speed=2")])
+    assert {p["rank"]: p["predicted_step_ns"] for p in res["per_rank"]} == {r: 95 * US for r in range(4)}
+
+
 @pytest.mark.parametrize("with_wait", [False, True])
 def test_two_streams_with_and_without_event_wait(with_wait):
     # K1 100 µs on stream 0, K2 30 µs on stream 1, both launched at 0

@@ -2,7 +2,7 @@
 
 On a rank whose compute kernels never ran side by side, the replay keeps them in series in their measured order
 (fixes._compute_in_series): which stream's kernel the GPU started first is that rank's order. Where two ranks
-start their streams' kernels in different orders, the collectives and peer copies that follow each kernel on its
+start their streams' kernels in different orders, the collectives and barriers that follow each kernel on its
 stream reach their cross-rank joins at different times, and each rank waits for the other (PyTorch's
 symmetric-memory two-stream pipeline: a sleep kernel on one stream makes every rank start the same stream first).
 

@@ -2,7 +2,9 @@
 
 A matched collective (analyzers.crossrank, peers known) is a join across ranks: each rank's
 kernel starts when its own stream lets it (its arrival), the transfer starts when the last rank
-has arrived, and each rank's kernel ends its own measured transfer later. Global node ids are
+has arrived, and each rank's kernel ends its own measured transfer later. Peer-to-peer copies are
+matched across ranks too, but are one-sided (the copy engine moves the data, the peer waits for
+nothing): they join no one, and run their own measured duration. Global node ids are
 the ranks' GPU rows one rank after the other (``base[r] + row``).
 """
 
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from analyzers.crossrank.collective_table import comm_op
 from analyzers.graph.rank_graph import RankGraph
 from analyzers.graph.scan import grouped_cummax
 
@@ -66,6 +69,19 @@ class SetGraph:
             labels = self._labels = [self.graphs[r].names[j] for r in self.ranks
                                      for j in self.graphs[r].name_id.tolist()]
         return labels[i]
+
+
+def _one_sided(graphs: dict[int, RankGraph], ranks: list[int]) -> np.ndarray:
+    """Per node: a peer-to-peer copy. The copy engine reads or writes the peer's memory while the peer does
+    nothing, so the copy waits for no other rank: the i-th copies of the ranks are not a join (on more than
+    two ranks they copy to different peers, and one rank's copy often ends before another's starts). What
+    orders copies across ranks is the symmetric-memory barriers around them, which stay joins."""
+    parts = []
+    for r in ranks:
+        g = graphs[r]
+        named = np.asarray([comm_op(str(nm)) == "PeerCopy" for nm in g.names], dtype=bool)
+        parts.append(named[g.name_id] if len(named) else np.zeros(g.n, dtype=bool))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
 
 
 def _cat(parts: list[np.ndarray], dtype=np.int64) -> np.ndarray:
@@ -162,6 +178,8 @@ def build_set_graph(graphs: dict[int, RankGraph], offsets: dict[int, int], membe
         m = m.sort_values(["coll_id", "rank"], kind="stable")
         gid = np.asarray([base[int(r)] for r in m["rank"].to_numpy()], dtype=np.int64) + m["row"].to_numpy(np.int64)
         cid = m["coll_id"].to_numpy(np.int64)
+        joins = ~_one_sided(graphs, ranks)[gid]  # a peer copy waits for no other rank: no join
+        gid, cid = gid[joins], cid[joins]
         heads = np.flatnonzero(np.r_[True, cid[1:] != cid[:-1]]) if len(cid) else np.zeros(0, dtype=np.int64)
         sizes = np.diff(np.r_[heads, len(cid)])
         multi = np.repeat(sizes > 1, sizes)  # a join needs two ranks or more
