@@ -9,6 +9,7 @@ blocking host syncs. Expected numbers come from the analyzers, never from litera
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import shutil
@@ -572,7 +573,7 @@ def test_diff_page(app_env: Path, sample_sets) -> None:
     kin, nsy = sample_sets
     d = diff_reports(analyze(kin), analyze(nsy), kin, nsy, ("demo/kineto", "demo/nsys"))
     box = next(x.value for x in [*at.success, *at.info, *at.warning] if "Verdict" in x.value)
-    assert d.verdict.split(":")[0] in box.replace("\\", "")  # shown with its Markdown characters escaped
+    assert d.verdict.split(":")[0] in html.unescape(box.replace("\\", ""))  # shown with Markdown escaped
     agg = at.dataframe[0].value
     assert list(agg.columns[:3]) == ["metric", "demo/kineto", "demo/nsys"]
     assert "xaxis2" in _charts(at)[0]["layout"]  # both timelines, one figure

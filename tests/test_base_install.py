@@ -25,7 +25,7 @@ from .conftest import ROOT, SAMPLES
 DRAWING_LIBRARIES = ("plotly", "streamlit", "kaleido")
 # The modules that build figures; they alone may need the app extra (checked both ways below).
 FIGURE_MODULES = ("viz.figures", "viz.collectives_figure", "viz.critical_figures", "viz.scale_figures",
-                  "viz.export_html")
+                  "viz.export_html", "viz.hover", "viz.iterations_figure", "viz.sync_markers")
 HOST_SYNC = SAMPLES / "ag-gemm" / "host-sync"
 BEFORE_LOOP = SAMPLES / "ag-gemm" / "sync-before-loop"
 NSYS_SAMPLE = SAMPLES / "ag-gemm-nsys" / "sync-in-loop"

@@ -426,14 +426,14 @@ def test_json_to_a_terminal_escapes_what_the_terminal_would_run(run_dir: Path) -
 def test_the_nsys_unpack_never_follows_a_planted_link(tmp_path: Path, private_cache: Path) -> None:
     import gzip
 
+    from analyzers.io.nsys_cache import entry_paths
     from analyzers.io.nsys_gz import gunzip_to_cache
-    from analyzers.io.nsys_rep import _cache_paths
 
     from .bad_inputs import NSYS_SMALL
 
     packed = tmp_path / "r.sqlite.gz"
     packed.write_bytes(gzip.compress(NSYS_SMALL.read_bytes()))
-    out, _ = _cache_paths(packed)
+    out, _ = entry_paths(packed, "gunzip")
     out.parent.mkdir(parents=True)
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
