@@ -66,8 +66,7 @@ def test_trim_keeps_the_named_sections_and_names_the_others():
         "head line\nfirst\n┏━┓\n│1│\n... (second) ...\nthird\n┌─┐\n│3│\n")
 
 
-@pytest.mark.slow
 def test_example_blocks_are_what_the_commands_print_now():
-    """Runs every example command on the bundled samples (a few seconds) and compares each block."""
+    """Runs every example command on the bundled samples (slow: tests/tiers.py) and compares each block."""
     stale = build.stale(build.generated())
     assert not stale, "stale docs (python -m docs.build rewrites them): " + "; ".join(stale)
