@@ -7,9 +7,8 @@
     python -m docs.build           rewrite them
     python -m docs.build --check   rewrite nothing; exit 1 naming every stale block (tests/test_docs.py)
 
-Output is deterministic: relative paths, the piped (200-column, uncoloured) table width, a fresh cache
-folder (under pytest, the session's private one: a report-cache answer prints the same bytes); the
-commands print no timings or dates on stdout.
+Output is deterministic: relative paths, the piped (200-column, uncoloured) table width, a private
+cache folder; the commands print no timings or dates on stdout.
 """
 
 from __future__ import annotations
@@ -29,8 +28,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CLI_PAGE = ROOT / "docs" / "cli.md"
 BLOCK = re.compile(r"(<!-- begin: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end: (?P=name) -->)", re.S)
 TABLE_TOP = ("┏", "┌")
-CACHE_ENV = "OVERLAPSCOPE_CACHE_DIR"
-IN_TESTS = "PYTEST_CURRENT_TEST"
 
 
 @dataclass(frozen=True)
@@ -150,10 +147,8 @@ def render_examples(names: set[str]) -> dict[str, str]:
     if unknown:
         raise KeyError(f"blocks with no entry in docs/build.py EXAMPLES: {', '.join(unknown)}")
     commands = sorted({EXAMPLES[n].argv for n in names})
-    with tempfile.TemporaryDirectory(prefix="overlapscope-docs-") as fresh, \
+    with tempfile.TemporaryDirectory(prefix="overlapscope-docs-") as cache, \
             ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        # the test session's private cache when there is one (its answers are the same bytes), else a fresh one
-        cache = os.environ.get(CACHE_ENV, fresh) if os.environ.get(IN_TESTS) else fresh
         printed = dict(zip(commands, pool.map(lambda argv: run_command(argv, cache), commands), strict=True))
     return {n: example_block(EXAMPLES[n], printed[EXAMPLES[n].argv]) for n in names}
 
