@@ -131,3 +131,9 @@ def inputs_unchanged_by_the_suite():
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(NSYS_TRACES, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from .tiers import mark_slow
+
+    mark_slow(items)

@@ -97,8 +97,10 @@ def count_colour(png: bytes, rgb: tuple[int, int, int], tol: int = 12) -> int:
     return int((np.abs(img - np.array(rgb)).max(axis=2) <= tol).sum())
 
 
-@pytest.fixture()
-def served(tmp_path: Path, hta_dir: Path):
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, hta_dir: Path):
+    """One server per module: each test opens its own browser on it (a new Streamlit session)."""
+    tmp_path = tmp_path_factory.mktemp("served")
     samples = make_samples(tmp_path / "samples")
     env = dict(os.environ)
     env.update({data.ENV_SAMPLES: str(samples), data.ENV_RUNS_DIR: str(tmp_path / "runs"),

@@ -62,11 +62,17 @@ def _charts(at) -> list[dict]:
     return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
 
 
-def test_default_ranks_are_slowest_median_fastest(many_root: Path):
+@pytest.fixture(scope="module")
+def many_report(many_root: Path):
+    """The 20-rank run analyzed once for the module (the tests only read it)."""
     from analyzers.io.load import load_traces
     from analyzers.report import analyze
 
-    rep = analyze(load_traces([many_root / "demo" / "many"]))
+    return analyze(load_traces([many_root / "demo" / "many"]))
+
+
+def test_default_ranks_are_slowest_median_fastest(many_report):
+    rep = many_report
     by_span = sorted(rep.ranks, key=lambda m: (m.whole.span_ns, m.rank))
     picks = default_ranks(rep)
     assert picks == sorted({by_span[0].rank, by_span[len(by_span) // 2].rank, by_span[-1].rank})
@@ -114,11 +120,8 @@ def test_timeline_draws_default_ranks_only(many_env: Path):
     assert len(at.dataframe[0].value) == len(drawn)  # window metrics of the drawn ranks
 
 
-def test_crossrank_and_syncs_draw_the_timelines_ranks(many_env: Path):
-    from analyzers.io.load import load_traces
-    from analyzers.report import analyze
-
-    picks = default_ranks(analyze(load_traces([many_env / "demo" / "many"])))
+def test_crossrank_and_syncs_draw_the_timelines_ranks(many_env: Path, many_report):
+    picks = default_ranks(many_report)
     at = _app()
     at.switch_page("views/crossrank.py").run()
     _ok(at)

@@ -7,6 +7,7 @@ counts too: no module may import, directly or through others, a module that impo
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,16 @@ FORBIDDEN_PACKAGE_IMPORTS = {
 LAYERS = ("errors", "timeline", "io", "overlap", "syncs", "crossrank", "graph", "findings", "report", "diff", "export")
 
 
+@functools.cache
+def _parse(text: str, filename: str) -> ast.Module:
+    return ast.parse(text, filename)
+
+
+def parsed(path: Path) -> ast.Module:
+    """The file's syntax tree, parsed once per content for the whole module (the checks only read it)."""
+    return _parse(path.read_text(), str(path))
+
+
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -49,7 +60,7 @@ def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
     is_package = path.name == "__init__.py"
     here = name.split(".") if is_package else name.split(".")[:-1]
     targets: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             candidates = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -122,7 +133,7 @@ def missing_imports(name: str, path: Path, known: set[str]) -> list[str]:
     is_package = path.name == "__init__.py"
     here = name.split(".") if is_package else name.split(".")[:-1]
     wanted = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             wanted += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -168,7 +179,7 @@ def test_analyzers_import_no_renderer():
     forbidden = ("overlapscope", "app", "torch", "streamlit", "runners")
     wrong = []
     for path in sorted((ROOT / "analyzers").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             wrong += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in forbidden]
@@ -202,7 +213,7 @@ def test_viz_needs_no_dashboard():
     """The HTML report and the figures work without Streamlit (and torch): nothing in viz/ imports them."""
     wrong = []
     for path in sorted((ROOT / "viz").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             wrong += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in ("streamlit", "torch")]
@@ -228,5 +239,5 @@ def test_modules_stay_small(package):
 
 def test_every_module_says_its_job():
     missing = [str(p.relative_to(ROOT)) for pkg in SIZE_CHECKED for p in sorted((ROOT / pkg).rglob("*.py"))
-               if p.read_text().strip() and ast.get_docstring(ast.parse(p.read_text())) is None]
+               if p.read_text().strip() and ast.get_docstring(parsed(p)) is None]
     assert not missing, "modules without an opening docstring: " + ", ".join(missing)
