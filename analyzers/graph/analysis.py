@@ -20,7 +20,7 @@ from analyzers.graph.moves import MOVES, moved_replay
 from analyzers.graph.replay import Replay, loop_order
 from analyzers.graph.residency import residency
 from analyzers.graph.set_graph import SetGraph
-from analyzers.graph.steps import job_steps, median_ns, rank_steps
+from analyzers.graph.steps import job_steps, median_ns, rank_steps, step_records
 
 FIDELITY_TARGET = 0.03  # median over steps of |replayed - measured| / measured
 
@@ -148,34 +148,36 @@ def whatif(run: GraphRun, fixes: list[Fix]) -> dict[str, Any]:
     }
 
 
-def _walk_step(run: GraphRun, rank: int, row: pd.Series) -> dict[str, Any]:
-    node = int(row["last_node"])
-    res = walk(run.sg, run.base, run.inputs, rank, int(row["t0"]), int(row["t1"]), node, bool(row["ends_at_end"]))
+def _walk_step(run: GraphRun, rank: int, row: dict[str, Any]) -> dict[str, Any]:
+    res = walk(run.sg, run.base, run.inputs, rank, int(row["t0"]), int(row["t1"]), int(row["last_node"]),
+               bool(row["ends_at_end"]))
     return charge(run, rank, row, res)  # each cause charged only as far as removing it shortens the step
 
 
 def critical_path_section(run: GraphRun) -> dict[str, Any]:
-    """The `critical_path` section of analyze's JSON."""
+    """The `critical_path` section of analyze: every step's critical path (``steps``; the JSON document keeps the
+    slowest MAX_STEPS_LISTED of them, critical_path_document) and each rank's mean over its steps."""
     rep = run.replayed
     job = run.jobs[1]
     steps, per_rank, nodes = [], {}, {}
     walked: dict[tuple[int, int], dict[str, Any]] = {}
+    rows = step_records(rep[["rank", "step", "t0", "t1", "dur_ns", "last_node", "ends_at_end"]])
     for r in run.sg.ranks:
-        mine = rep[rep["rank"] == r]
+        mine = [row for row in rows if row["rank"] == r]
         parts, crit = [], []
-        for _, row in mine.iterrows():
+        for row in mine:
             res = _walk_step(run, r, row)
-            walked[(r, int(row["step"]))] = res
+            walked[(r, row["step"])] = res
             parts.append(res["parts"])
             crit.extend(res["nodes"])
         total = mean_parts(parts)
-        step_ns = int(round(float(mine["dur_ns"].mean()))) if len(mine) else 0
+        step_ns = int(round(float(np.mean([row["dur_ns"] for row in mine])))) if mine else 0
         per_rank[str(r)] = {"mean_step_ns": step_ns, "parts": total,
                             "shares": {k: (v / step_ns if step_ns else None) for k, v in total.items()}}
         c = np.asarray(crit, dtype=np.int64)
         nodes[str(r)] = np.unique(c[run.sg.rank_of[c] == r] - run.sg.base[r]) if len(c) else c
     release_removals(run)  # the attribution's replays are not kept past the walk
-    for _, row in job.iterrows():
+    for row in step_records(job[["rank", "step", "dur_ns"]]):
         r, s = int(row["rank"]), int(row["step"])
         res = walked[(r, s)]
         steps.append({"step": s, "rank": r, "replayed_ns": int(row["dur_ns"]), "parts": res["parts"],
