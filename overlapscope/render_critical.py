@@ -7,7 +7,16 @@ from typing import Any
 
 from rich.table import Table
 
-from viz.critical import FIDELITY_HEADER, PART_LABELS, STEP_HEADER, bound_rows, fidelity_line, step_rows
+from viz.critical import (
+    FIDELITY_HEADER,
+    PART_LABELS,
+    STEP_HEADER,
+    bound_rows,
+    fidelity_caption,
+    fidelity_line,
+    step_rows,
+    steps_caption,
+)
 from viz.formats import ms, pct
 from viz.scale_tables import MAX_RANK_ROWS, TOP_RANKS
 
@@ -50,7 +59,7 @@ RANK_HEADER = ["rank", "mean step ms", *PART_LABELS.values()]
 
 def critical_tables(cp: dict[str, Any]) -> list[Table]:
     steps = Table(title="critical path per step (the slowest rank's, in ms)", title_justify="left",
-                  header_style="bold", caption=fidelity_line(cp))
+                  header_style="bold", caption="\n".join(filter(None, [fidelity_line(cp), steps_caption(cp)])))
     for h in STEP_HEADER:
         steps.add_column(h, justify="left" if h.startswith("late") else "right")
     for row in step_rows(cp):
@@ -82,6 +91,8 @@ def critical_markdown(cp: dict[str, Any]) -> str:
 
     lines = ["### critical path", "", fidelity_line(cp), ""]
     lines += table(STEP_HEADER, step_rows(cp)) + [""]
+    if steps_caption(cp):
+        lines += [steps_caption(cp), ""]
     if bound_rows(cp):
         lines += [f"{BOUNDS_TITLE}:", "", *(f"- {line}" for line in bound_rows(cp)), ""]
     lines += table(RANK_HEADER, _rank_rows(cp))
@@ -90,6 +101,7 @@ def critical_markdown(cp: dict[str, Any]) -> str:
     lines += ["", "<details><summary>replay fidelity per step</summary>", ""]
     from viz.critical import fidelity_rows
 
-    lines += table(FIDELITY_HEADER, fidelity_rows(cp)) + ["", "</details>"]
+    lines += table(FIDELITY_HEADER, fidelity_rows(cp)) + ([""] + [fidelity_caption(cp)] if fidelity_caption(cp) else [])
+    lines += ["", "</details>"]
     lines += [f"- {n}" for n in _notes(cp)]
     return "\n".join(lines) + "\n"
