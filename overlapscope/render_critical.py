@@ -7,7 +7,16 @@ from typing import Any
 
 from rich.table import Table
 
-from viz.critical import FIDELITY_HEADER, PART_LABELS, STEP_HEADER, bound_rows, fidelity_line, step_rows
+from viz.critical import (
+    FIDELITY_HEADER,
+    PART_LABELS,
+    STEP_HEADER,
+    bound_rows,
+    fidelity_caption,
+    fidelity_line,
+    step_rows,
+    steps_caption,
+)
 from viz.formats import ms, pct
 from viz.safe_text import markdown_row, markdown_text, terminal_text
 from viz.scale_tables import MAX_RANK_ROWS, TOP_RANKS
@@ -51,7 +60,8 @@ RANK_HEADER = ["rank", "mean step ms", *PART_LABELS.values()]
 
 def critical_tables(cp: dict[str, Any]) -> list[Table]:
     steps = Table(title="critical path per step (the slowest rank's, in ms)", title_justify="left",
-                  header_style="bold", caption=terminal_text(fidelity_line(cp)))
+                  header_style="bold",
+                  caption=terminal_text("\n".join(filter(None, [fidelity_line(cp), steps_caption(cp)]))))
     for h in STEP_HEADER:
         steps.add_column(h, justify="left" if h.startswith("late") else "right")
     for row in step_rows(cp):
@@ -82,6 +92,8 @@ def critical_markdown(cp: dict[str, Any]) -> str:
 
     lines = ["### critical path", "", markdown_text(fidelity_line(cp)), ""]
     lines += table(STEP_HEADER, step_rows(cp)) + [""]
+    if steps_caption(cp):
+        lines += [markdown_text(steps_caption(cp)), ""]
     if bound_rows(cp):
         lines += [f"{markdown_text(BOUNDS_TITLE)}:", "", *(f"- {markdown_text(line)}" for line in bound_rows(cp)), ""]
     lines += table(RANK_HEADER, _rank_rows(cp))
@@ -90,6 +102,9 @@ def critical_markdown(cp: dict[str, Any]) -> str:
     lines += ["", "<details><summary>replay fidelity per step</summary>", ""]
     from viz.critical import fidelity_rows
 
-    lines += table(FIDELITY_HEADER, fidelity_rows(cp)) + ["", "</details>"]
+    lines += table(FIDELITY_HEADER, fidelity_rows(cp))
+    if fidelity_caption(cp):
+        lines += ["", markdown_text(fidelity_caption(cp))]
+    lines += ["", "</details>"]
     lines += [f"- {markdown_text(n)}" for n in _notes(cp)]
     return "\n".join(lines) + "\n"

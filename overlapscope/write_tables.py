@@ -14,6 +14,8 @@ form (one row per rank and item), readable with pandas (`pd.read_parquet`) or Du
   stragglers.parquet        one row per rank: the straggler view (times last, lateness, what came before)
   syncs.parquet             one row per blocking host sync, with its rank (the JSON: totals, groups, the top syncs)
   critical_rows.parquet     one row per (rank, GPU row) on that rank's replayed critical path (the JSON: counts)
+  critical_steps.parquet    one row per step: its slowest rank's critical path, parts as charged and as walked,
+                            the replay's error (the JSON: the slowest steps and the count n_steps)
 Tables a report does not have (one rank: no collectives) are not written.
 """
 
@@ -79,6 +81,10 @@ def table_chunks(report: AnalysisReport) -> dict[str, Iterator[pd.DataFrame]]:
         out["critical_rows"] = iter([pd.DataFrame({
             "rank": np.repeat(np.asarray([int(r) for r in crit], dtype=np.int64), [len(v) for v in crit.values()]),
             "row": np.concatenate([np.asarray(v, dtype=np.int64) for v in crit.values()])})])
+    if report.critical_path and report.critical_path.get("steps"):
+        from analyzers.graph.analysis import critical_steps_table
+
+        out["critical_steps"] = iter([critical_steps_table(report.critical_path)])
     return out
 
 

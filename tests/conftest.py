@@ -56,28 +56,33 @@ BROWSER_REQUIRED = os.environ.get("CI", "").lower() in ("1", "true") or os.envir
     "OVERLAPSCOPE_REQUIRE_BROWSER") == "1"
 
 
-@pytest.hookimpl(trylast=True)  # after -m / -k: a run that deselected the browser tests needs no chromium
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    needing = [item for item in items if item.get_closest_marker("browser")]
-    if not needing or Path(CHROMIUM).is_file():
-        return
-    items[:] = [item for item in items if not item.get_closest_marker("browser")]
-    config.hook.pytest_deselected(items=needing)
-    config.stash[BROWSER_TESTS_NOT_RUN] = len(needing)
+class BrowserGate:
+    """Leaves the browser tests out where chromium is missing. A plugin object of its own (registered in
+    pytest_configure), as its collection hook must run after -m / -k (a run that deselected the browser tests
+    needs no chromium) while this conftest's own collection hook marks the slow tier before them."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        needing = [item for item in items if item.get_closest_marker("browser")]
+        if not needing or Path(CHROMIUM).is_file():
+            return
+        items[:] = [item for item in items if not item.get_closest_marker("browser")]
+        config.hook.pytest_deselected(items=needing)
+        config.stash[BROWSER_TESTS_NOT_RUN] = len(needing)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if BROWSER_REQUIRED and not Path(CHROMIUM).is_file():  # in the controller and every xdist worker
+        raise pytest.UsageError(f"FAILED: the browser tests must run here (CI): {CHROMIUM_MISSING}")
+    config.pluginmanager.register(BrowserGate(), "overlapscope-browser-gate")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     not_run = config.stash.get(BROWSER_TESTS_NOT_RUN, 0)
-    if not_run:
-        verdict = "FAILED" if BROWSER_REQUIRED else "NOT RUN"
-        terminalreporter.write_line(f"{verdict}: {not_run} browser tests: {CHROMIUM_MISSING}", red=True,
-                                    bold=True)
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if BROWSER_REQUIRED and session.config.stash.get(BROWSER_TESTS_NOT_RUN, 0) and exitstatus in (pytest.ExitCode.OK,
-                                                                     pytest.ExitCode.NO_TESTS_COLLECTED):
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if not_run or (not Path(CHROMIUM).is_file() and getattr(config, "workerinput", None) is None
+                   and config.getoption("numprocesses", None)):  # xdist: the workers collected
+        count = f"{not_run} " if not_run else ""
+        terminalreporter.write_line(f"NOT RUN: {count}browser tests: {CHROMIUM_MISSING}", red=True, bold=True)
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,14 @@ import pandas as pd
 import pytest
 
 from analyzers.errors import BadInputError, OptionValueError
-from analyzers.graph.analysis import GraphRun, critical_path_section, whatif
+from analyzers.graph.analysis import (
+    MAX_STEPS_LISTED,
+    GraphRun,
+    critical_path_document,
+    critical_path_section,
+    critical_steps_table,
+    whatif,
+)
 from analyzers.graph.fixes import Fix, parse_fix
 from analyzers.graph.rank_graph import CAT_CODES, RankGraph
 from analyzers.graph.set_graph import build_set_graph
@@ -67,6 +74,43 @@ def test_launch_bound_chain():
     # launches that cost nothing: the kernels run back to back after one launch latency
     res = whatif(run, [Fix("launch-gaps")])
     assert res["predicted_step_ns"] == 30 * US and res["replayed_step_ns"] == 110 * US
+
+
+def test_many_launch_bound_steps_by_hand():
+    # 120 steps of one 10 µs kernel each, launched d_i µs apart (50..60, latency 5): step i (but the last) runs
+    # from kernel i's start to kernel i+1's, d_i µs, all of it the host's launches (walked launch gaps: the
+    # 5 µs latency and the host's d_i - 5 before it); with free launches the kernels run back to back, the step
+    # is 10 µs: d_i - 10 charged to the gaps, the 10 the path moves to go to compute. The last step: its kernel.
+    n = 120
+    gaps = [50 + (i * 37) % 11 for i in range(n - 1)]
+    off = np.r_[0, np.cumsum(gaps)].tolist()
+    g = _graph(0, [o + 5 for o in off], [o + 15 for o in off], prev=[-1, *range(n - 1)], off=off, latency=5,
+               step=list(range(n)))
+    run = _run([g])
+    cp = critical_path_section(run)
+    steps = cp["steps"]
+    assert [s["step"] for s in steps] == list(range(n))
+    assert [s["replayed_ns"] for s in steps] == [d * US for d in gaps] + [10 * US]
+    for s, d in zip(steps, gaps, strict=False):
+        assert s["walked"] == {**dict.fromkeys(s["walked"], 0), "launch_gaps": d * US}
+        assert s["parts"] == {**dict.fromkeys(s["parts"], 0), "launch_gaps": (d - 10) * US, "compute": 10 * US}
+    assert steps[-1]["parts"] == {**dict.fromkeys(steps[-1]["parts"], 0), "compute": 10 * US}
+    mean = (sum(gaps) + 10) / n
+    rank = cp["per_rank"]["0"]
+    assert rank["mean_step_ns"] == round(mean * US)
+    assert rank["parts"]["compute"] == 10 * US
+    assert rank["parts"]["launch_gaps"] == round((sum(gaps) - 10 * (n - 1)) / n * US)
+    assert cp["fidelity"]["median_abs_error"] == 0.0  # the replay of host-paced launches is exact
+    # the document lists the slowest MAX_STEPS_LISTED steps, in step order, and counts them all
+    doc = critical_path_document(cp)
+    slowest = sorted(range(n), key=lambda i: (-steps[i]["replayed_ns"], i))[:MAX_STEPS_LISTED]
+    assert [s["step"] for s in doc["steps"]] == sorted(slowest)
+    assert doc["n_steps"] == n and doc["fidelity"]["n_steps"] == n
+    assert len(doc["fidelity"]["steps"]) == MAX_STEPS_LISTED
+    table = critical_steps_table(cp)
+    assert table["launch_gaps_ns"].tolist() == [(d - 10) * US for d in gaps] + [0]
+    assert table["walked_launch_gaps_ns"].tolist() == [d * US for d in gaps] + [0]
+    assert (table["measured_ns"] == table["replayed_ns"]).all() and (table["error"] == 0).all()
 
 
 def test_blocking_sync_and_its_fix():

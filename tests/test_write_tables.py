@@ -22,7 +22,7 @@ def test_tables_hold_the_detail_the_document_leaves_out():
     doc = rep.to_dict()
     tabs = report_tables(rep)
     assert set(tabs) == {"ranks", "iterations", "collectives", "collective_ranks", "stragglers", "syncs",
-                         "critical_rows", "collective_activities"}
+                         "critical_rows", "critical_steps", "collective_activities"}
     assert len(tabs["collective_activities"]) == doc["collectives"]["n_rows"]
     # per-iteration rows: one per rank and step, the same as the report's
     its = tabs["iterations"]
@@ -45,6 +45,14 @@ def test_tables_hold_the_detail_the_document_leaves_out():
     crit = tabs["critical_rows"]
     assert {str(r): int(n) for r, n in crit.groupby("rank").size().items()} == doc["critical_path"]["critical_rows_n"]
     assert "critical_rows" not in doc["critical_path"]
+    # every step's critical path (the document lists the slowest, with the count)
+    steps = tabs["critical_steps"]
+    cp = doc["critical_path"]
+    assert len(steps) == cp["n_steps"] == len(cp["steps"])
+    assert steps["step"].tolist() == [s["step"] for s in cp["steps"]]
+    assert steps["compute_ns"].tolist() == [s["parts"]["compute"] for s in cp["steps"]]
+    assert steps["walked_launch_gaps_ns"].tolist() == [s["walked"]["launch_gaps"] for s in cp["steps"]]
+    assert steps["measured_ns"].tolist() == [s["measured_ns"] for s in cp["fidelity"]["steps"]]
 
 
 def test_cli_writes_readable_parquet(tmp_path):
@@ -55,7 +63,7 @@ def test_cli_writes_readable_parquet(tmp_path):
     doc = json.loads(r.stdout)
     assert sorted(p.name for p in out.iterdir()) == sorted(
         f"{n}.parquet" for n in ("ranks", "iterations", "collectives", "collective_ranks", "stragglers", "syncs",
-                                 "critical_rows", "collective_activities"))
+                                 "critical_rows", "critical_steps", "collective_activities"))
     ranks = pd.read_parquet(out / "ranks.parquet")
     assert ranks["overlap_ratio"].tolist() == [x["overlap_ratio"] for x in doc["ranks"]]
     assert len(pd.read_parquet(out / "collectives.parquet")) == doc["cross_rank"]["n_matched"]

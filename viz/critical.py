@@ -63,6 +63,19 @@ def bound_rows(cp: dict[str, Any]) -> list[str]:
             for line in bound_lines(s.get("bounds", []), s["replayed_ns"])]
 
 
+def steps_caption(cp: dict[str, Any]) -> str:
+    """Where the report lists only its slowest steps (a long trace), how many of how many."""
+    shown, n = len(cp.get("steps", [])), cp.get("n_steps", len(cp.get("steps", [])))
+    return "" if n <= shown else (f"the {shown} slowest of {n} steps shown; every step: analyze --tables "
+                                  "(critical_steps.parquet)")
+
+
+def fidelity_caption(cp: dict[str, Any]) -> str:
+    f = cp["fidelity"]
+    shown, n = len(f["steps"]), f.get("n_steps", len(f["steps"]))
+    return "" if n <= shown else f"the {shown} steps of {n} with the largest error shown"
+
+
 def fidelity_rows(cp: dict[str, Any]) -> list[list[str]]:
     return [[str(s["step"]), ms(s["measured_ns"]), ms(s["replayed_ns"]),
              pct(s["error"]) if s["error"] is not None else "n/a"] for s in cp["fidelity"]["steps"]]

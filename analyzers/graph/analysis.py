@@ -20,9 +20,10 @@ from analyzers.graph.moves import MOVES, moved_replay
 from analyzers.graph.replay import Replay, loop_order
 from analyzers.graph.residency import residency
 from analyzers.graph.set_graph import SetGraph
-from analyzers.graph.steps import job_steps, median_ns, rank_steps
+from analyzers.graph.steps import job_steps, median_ns, rank_steps, step_records
 
 FIDELITY_TARGET = 0.03  # median over steps of |replayed - measured| / measured
+MAX_STEPS_LISTED = 50  # steps the JSON lists (the slowest; every step: analyze --tables critical_steps.parquet)
 
 
 class GraphRun:
@@ -148,34 +149,36 @@ def whatif(run: GraphRun, fixes: list[Fix]) -> dict[str, Any]:
     }
 
 
-def _walk_step(run: GraphRun, rank: int, row: pd.Series) -> dict[str, Any]:
-    node = int(row["last_node"])
-    res = walk(run.sg, run.base, run.inputs, rank, int(row["t0"]), int(row["t1"]), node, bool(row["ends_at_end"]))
+def _walk_step(run: GraphRun, rank: int, row: dict[str, Any]) -> dict[str, Any]:
+    res = walk(run.sg, run.base, run.inputs, rank, int(row["t0"]), int(row["t1"]), int(row["last_node"]),
+               bool(row["ends_at_end"]))
     return charge(run, rank, row, res)  # each cause charged only as far as removing it shortens the step
 
 
 def critical_path_section(run: GraphRun) -> dict[str, Any]:
-    """The `critical_path` section of analyze's JSON."""
+    """The `critical_path` section of analyze: every step's critical path (``steps``; the JSON document keeps the
+    slowest MAX_STEPS_LISTED of them, critical_path_document) and each rank's mean over its steps."""
     rep = run.replayed
     job = run.jobs[1]
     steps, per_rank, nodes = [], {}, {}
     walked: dict[tuple[int, int], dict[str, Any]] = {}
+    rows = step_records(rep[["rank", "step", "t0", "t1", "dur_ns", "last_node", "ends_at_end"]])
     for r in run.sg.ranks:
-        mine = rep[rep["rank"] == r]
+        mine = [row for row in rows if row["rank"] == r]
         parts, crit = [], []
-        for _, row in mine.iterrows():
+        for row in mine:
             res = _walk_step(run, r, row)
-            walked[(r, int(row["step"]))] = res
+            walked[(r, row["step"])] = res
             parts.append(res["parts"])
             crit.extend(res["nodes"])
         total = mean_parts(parts)
-        step_ns = int(round(float(mine["dur_ns"].mean()))) if len(mine) else 0
+        step_ns = int(round(float(np.mean([row["dur_ns"] for row in mine])))) if mine else 0
         per_rank[str(r)] = {"mean_step_ns": step_ns, "parts": total,
                             "shares": {k: (v / step_ns if step_ns else None) for k, v in total.items()}}
         c = np.asarray(crit, dtype=np.int64)
         nodes[str(r)] = np.unique(c[run.sg.rank_of[c] == r] - run.sg.base[r]) if len(c) else c
     release_removals(run)  # the attribution's replays are not kept past the walk
-    for _, row in job.iterrows():
+    for row in step_records(job[["rank", "step", "dur_ns"]]):
         r, s = int(row["rank"]), int(row["step"])
         res = walked[(r, s)]
         steps.append({"step": s, "rank": r, "replayed_ns": int(row["dur_ns"]), "parts": res["parts"],
@@ -186,13 +189,51 @@ def critical_path_section(run: GraphRun) -> dict[str, Any]:
 
 
 def critical_path_document(section: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The section as the JSON document keeps it: each rank's critical activities (GPU rows, an array each:
-    thousands a rank) counted in `critical_rows_n`, listed in `analyze --tables` (critical_rows.parquet)."""
+    """The section as the JSON document keeps it, of a size that does not grow with ranks or steps: each rank's
+    critical activities (GPU rows, an array each: thousands a rank) counted in `critical_rows_n`; of the steps,
+    the MAX_STEPS_LISTED slowest (by replayed duration) and of the fidelity's steps the MAX_STEPS_LISTED worst
+    (by |error|), each list in step order with its full count in `n_steps`. Every row and every step is in
+    `analyze --tables` (critical_rows.parquet, critical_steps.parquet)."""
     if section is None:
         return None
     out = {k: v for k, v in section.items() if k != "critical_rows"}
     out["critical_rows_n"] = {r: len(v) for r, v in section.get("critical_rows", {}).items()}
+    steps = section.get("steps", [])
+    out["steps"] = _worst(steps, [-s["replayed_ns"] for s in steps])
+    out["n_steps"] = len(steps)
+    fid = section["fidelity"]
+    err = [-abs(s["error"]) if s["error"] is not None else 0.0 for s in fid["steps"]]
+    out["fidelity"] = {**fid, "steps": _worst(fid["steps"], err), "n_steps": len(fid["steps"])}
     return out
+
+
+def _worst(items: list[dict[str, Any]], order_key: list[float]) -> list[dict[str, Any]]:
+    """The MAX_STEPS_LISTED items lowest by order_key (the earlier step at ties), in their own order."""
+    if len(items) <= MAX_STEPS_LISTED:
+        return items
+    keep = np.sort(np.argsort(np.asarray(order_key, dtype=np.float64), kind="stable")[:MAX_STEPS_LISTED])
+    return [items[i] for i in keep.tolist()]
+
+
+def critical_steps_table(section: dict[str, Any]) -> pd.DataFrame:
+    """One row per step (its slowest rank): the replayed and measured step, the error of the replay, each part
+    as charged (<part>_ns) and as walked (walked_<part>_ns), the activities on the path, the ns waited for
+    late peers and how many parts the attribution recharged: what the JSON keeps of its slowest steps only."""
+    steps = section.get("steps", [])
+    measured = {s["step"]: s for s in section["fidelity"]["steps"]}
+    cols: dict[str, list[Any]] = {
+        "step": [s["step"] for s in steps], "rank": [s["rank"] for s in steps],
+        "replayed_ns": [s["replayed_ns"] for s in steps],
+        "measured_ns": [measured[s["step"]]["measured_ns"] if s["step"] in measured else None for s in steps],
+        "error": [measured[s["step"]]["error"] if s["step"] in measured else None for s in steps]}
+    for k in ATTRIBUTION:
+        cols[f"{k}_ns"] = [s["parts"][k] for s in steps]
+    for k in ATTRIBUTION:
+        cols[f"walked_{k}_ns"] = [s["walked"][k] for s in steps]
+    cols["n_activities"] = [s["n_activities"] for s in steps]
+    cols["late_peer_ns"] = [sum(p["ns"] for p in s["peer_wait"]) for s in steps]
+    cols["n_bounds"] = [len(s["bounds"]) for s in steps]
+    return pd.DataFrame(cols).astype({"measured_ns": "Int64", "error": "float64"})
 
 
 def finding_savings(run: GraphRun, finding_ids: list[str]) -> dict[str, dict[str, Any]]:

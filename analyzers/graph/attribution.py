@@ -27,14 +27,13 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from analyzers.graph.contention import contended_replay
 from analyzers.graph.critical import walk
 from analyzers.graph.fixes import Fix, ReplayInputs, apply_fixes
 from analyzers.graph.replay import Replay
 from analyzers.graph.set_graph import SetGraph
-from analyzers.graph.steps import rank_steps
+from analyzers.graph.steps import rank_steps, step_records
 
 GraphRun = Any  # analyzers.graph.analysis.GraphRun, which imports this module (its sg, order, run())
 
@@ -65,9 +64,8 @@ class _Removed:
 
     def __init__(self, sg: SetGraph, inp: ReplayInputs, rp: Replay) -> None:
         self.sg, self.inputs, self.replay = sg, inp, rp
-        steps = rank_steps(sg, rp.start, rp.end)
-        self.rows: dict[tuple[int, int], pd.Series] = {
-            (int(r["rank"]), int(r["step"])): r for _, r in steps.iterrows()}
+        self.rows: dict[tuple[int, int], dict[str, Any]] = {
+            (r["rank"], r["step"]): r for r in step_records(rank_steps(sg, rp.start, rp.end))}
 
 
 def _without_joins(sg: SetGraph) -> SetGraph:
@@ -117,7 +115,7 @@ def _spread(amount: int, growth: dict[str, int]) -> dict[str, int]:
     return {k: v for k, v in out.items() if v > 0}
 
 
-def charge(run: GraphRun, rank: int, row: pd.Series, walked: dict[str, Any]) -> dict[str, Any]:
+def charge(run: GraphRun, rank: int, row: dict[str, Any], walked: dict[str, Any]) -> dict[str, Any]:
     """The walk of (rank, step) with each cause part charged only as far as its removal shortens the step.
 
     Adds ``walked`` (the parts as walked) and ``bounds`` (per recharged part: its removal, the saving,
