@@ -116,6 +116,22 @@ def test_anything_that_changes_the_answer_misses(run_dir, analyses, capsys, monk
         assert out != first
 
 
+@pytest.mark.parametrize("spelling", ["relative", "symlink"])
+def test_the_same_files_named_otherwise_print_their_own_names(run_dir, capsys, monkeypatch, spelling):
+    """The document names the run and its files as given (label, sources): an entry made for the absolute
+    path must not answer the same bytes named relatively or through a link with the absolute names."""
+    assert run_cli(capsys, str(run_dir), "-f", "json")[0] == 0  # an entry for the absolute spelling
+    monkeypatch.chdir(run_dir.parent)
+    other = "run"
+    if spelling == "symlink":
+        other = "link"
+        Path(other).symlink_to(run_dir, target_is_directory=True)
+    fresh = run_cli(capsys, other, "-f", "json", "--no-cache")
+    assert fresh[0] == 0 and str(run_dir) not in fresh[1]
+    assert run_cli(capsys, other, "-f", "json")[:2] == fresh[:2]
+    assert run_cli(capsys, str(run_dir), "-f", "json")[1].count(str(run_dir)) >= 2  # its own entry still
+
+
 @pytest.mark.parametrize("damage", ["doc", "header"])
 def test_a_damaged_entry_is_removed_and_rewritten(run_dir, analyses, capsys, damage):
     fresh = run_cli(capsys, str(run_dir), "-f", "json")[1]

@@ -225,6 +225,7 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_every_format_is_served_by_the_one_document",
         "test_a_damaged_entry_is_removed_and_rewritten",
         "test_gates_give_the_same_verdict_on_a_hit",
+        "test_the_same_files_named_otherwise_print_their_own_names",
     ),
     "test_runners": (
         "test_hanging_rank_times_out_and_is_named",

@@ -2,7 +2,8 @@
 
 Re-running `analyze` on unchanged traces (a CI gate read twice, a table after the JSON, the
 same run opened again) should cost what reading the answer costs, not the analysis. An entry
-is keyed by every input file's resolved path and the SHA-256 of its bytes (analyzers/io/content_key.py,
+is keyed by every input file's path as given (the report's label and sources spell it so), its resolved
+path and the SHA-256 of its bytes (analyzers/io/content_key.py,
 remembered per inode, size, mtime and ctime: a writer can restore a size and an mtime, not the bytes
 or the ctime), the analysis settings the
 command was given (steps, rules file contents, --comm-kernel, alignment, diagnosis...) and a
@@ -100,7 +101,9 @@ def _canonical(project: str) -> str:
 class ReportKey:
     """What an entry must match: the files as they are now, what was asked, the code that answered."""
 
-    files: tuple[tuple[str, str], ...]  # (resolved path, SHA-256 of its bytes), in input order
+    # (path as given, resolved path, SHA-256 of its bytes), in input order: the document names the files as
+    # given (label, sources), so the same bytes named otherwise (relative, absolute, a link) are another entry
+    files: tuple[tuple[str, str, str], ...]
     settings: str  # the command's analysis settings, canonical JSON
     code: str
     stats: tuple[tuple[int, ...], ...] = ()  # each file's stat when hashed (not part of the key)
@@ -112,10 +115,10 @@ class ReportKey:
         for p in expand_paths(inputs):
             try:
                 stats.append(stat_token(p))
-                files.append((str(p.resolve()), file_digest(p)))
+                files.append((str(p), str(p.resolve()), file_digest(p)))
             except OSError:  # gone or unreadable: the loader names the problem; this key matches nothing
                 stats.append(())
-                files.append((str(p), "unreadable"))
+                files.append((str(p), str(p), "unreadable"))
         return cls(tuple(files), msgspec.json.encode(dict(sorted(settings.items()))).decode(), code_fingerprint(),
                    tuple(stats))
 
@@ -123,7 +126,7 @@ class ReportKey:
         """Whether every file is as it was when the key was taken (an answer made while one changed is
         not stored: it may be of either version)."""
         try:
-            return tuple(stat_token(Path(f)) for f, _ in self.files) == self.stats
+            return tuple(stat_token(Path(f)) for _, f, _ in self.files) == self.stats
         except OSError:
             return False
 
