@@ -444,7 +444,7 @@ def test_rendering_tables_and_markdown():
     md = cross_rank_markdown(rep)
     assert "## Cross-rank" in md and "| rank |" in md and "42.0 µs" in md
     swap = cross_rank_markdown(analyze_cross_rank(two_stream_run()).to_dict())
-    assert "Scheduling-order mismatches" in swap and "barrier_kernel" in swap
+    assert "Scheduling-order mismatches" in swap and "barrier\\_kernel" in swap  # names as Markdown text
 
 
 # --------------------------------------------------------------------------- real traces (tests/data/public)

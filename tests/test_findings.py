@@ -492,7 +492,7 @@ def test_findings_render_as_table_and_markdown():
     text = console.export_text()
     assert "host-blocking-sync" in text and "serialized-streams" in text
     md = findings_markdown(fs)
-    assert md.count("**Fix:**") == 2 and "- n_syncs: `11`" in md
+    assert md.count("**Fix:**") == 2 and "- n\\_syncs: `11`" in md
     syncs = trace_set_syncs(ts)
     section = syncs_document({int(r): df for r, df in syncs.groupby("rank")})
     summary = section["groups"]

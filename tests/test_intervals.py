@@ -82,3 +82,16 @@ def test_overlaps_any_matches_brute_force(rows, windows):
     got = iv.overlaps_any(*arrays(rows), *arrays(windows))
     want = [any(e > lo and s < hi for lo, hi in windows) for s, e in rows]
     assert got.tolist() == want
+
+
+def test_compute_on_two_streams_of_zero_length_kernels_is_zero():
+    # a window whose only kernels last 0 ns adds no piece: the sweep has nothing to count (was an IndexError)
+    from analyzers.overlap.window_table import _compute_on_two_streams
+    from analyzers.timeline.grouped_intervals import _grouped_cumsum
+
+    assert _grouped_cumsum(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)).size == 0
+    w, s, e = np.array([0, 0]), np.array([5, 5]), np.array([5, 5])
+    assert _compute_on_two_streams(w, np.array([1, 2]), s, e, 1).tolist() == [0]
+    # two streams overlapping 3 ns in window 0 (by hand: [2, 5) on both), none in window 1
+    w, s, e = np.array([0, 0, 1]), np.array([0, 2, 10]), np.array([5, 9, 12])
+    assert _compute_on_two_streams(w, np.array([1, 2, 1]), s, e, 2).tolist() == [3, 0]

@@ -57,7 +57,7 @@ def test_an_unregistered_key_still_reads_as_words():
 def test_deltas_and_relative_changes():
     assert labels.delta("ratio", 0.123) == "+12.3 pt"
     assert labels.delta("time", -2_478_000) == "-2.478 ms"
-    assert labels.delta("count", 0) == "0"
+    assert labels.delta("count", 0) == "no change" and labels.delta("time", 0) == "0.000 ms"
     assert labels.delta("time", None) == "n/a"
     assert labels.relative(-0.17) == "-17.0%"
     assert labels.relative(None) == "n/a"  # A was 0: a relative change is undefined

@@ -23,7 +23,7 @@ def test_many_ranks_give_distributions_and_top_ranks():
     assert sum(1 for ln in lines if "(lowest overlap)" in ln) == 5
     st = lines.index(next(ln for ln in lines if ln.startswith("### Stragglers")))
     assert lines[st + 4].startswith("| rank 37 (outlier) | node4 | 6 / 6 | 300.0 µs")
-    assert "Outliers (robust z >= 3.5): 37." in md and "node4 300.0 µs" not in md  # host median, not the rank's
+    assert "Outliers (robust z &gt;= 3.5): 37." in md and "node4 300.0 µs" not in md  # host median, not the rank's
     assert "- ranks 0-59: no ProfilerStep / step ranges found" in md  # a note all ranks share, said once
     peer = lines.index("### Peer wait per rank")
     assert "10 of 60 ranks shown" in "\n".join(lines[peer:peer + 20])

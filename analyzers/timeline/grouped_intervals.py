@@ -62,6 +62,10 @@ def time_reaching(group: np.ndarray, s: np.ndarray, e: np.ndarray, amount: np.nd
 
 
 def _grouped_cumsum(g: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The running sum of values within each run of equal g (g sorted); empty for no values (e.g. a window
+    whose intervals all have zero length)."""
+    if not len(g):
+        return np.zeros(0, dtype=np.asarray(values).dtype)
     total = np.cumsum(values)
     heads = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
     offset = np.repeat(total[heads] - values[heads], np.diff(np.r_[heads, len(g)]))
