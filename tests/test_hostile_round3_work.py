@@ -315,3 +315,42 @@ def test_one_long_name_shared_by_many_nsys_rows_stays_one_string(tmp_path: Path)
     assert doc["ranks"][0]["n_compute"] == 1200
     # the rows share the one string: a few copies of 1 MB, not one per row (3.5 GB before)
     assert peak_mb < 1200, f"{peak_mb:.0f} MB"
+
+
+def _in_a_thread(fn):
+    """fn() run off the main thread (as in a Dask worker or the app's script thread): its result or error."""
+    import threading
+
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+            box["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "the pattern ran unbounded off the main thread"
+    return box
+
+
+@pytest.mark.parametrize("pattern", [*EVIL_PATTERNS, r"(a|aa)+$"])
+def test_off_the_main_thread_every_pattern_is_bounded_too(pattern: str, monkeypatch):
+    monkeypatch.setenv(user_regex.ENV_REGEX_SECONDS, "0.5")
+    t = time.monotonic()
+    box = _in_a_thread(lambda: user_regex.search_each(pattern, ["ok", "a" * 60 + "!"], "--step-pattern"))
+    assert time.monotonic() - t < 10
+    if "error" in box:  # the regex engine's own timeout, the same one line as under the timer
+        assert isinstance(box["error"], OptionValueError) and "backtracks" in str(box["error"])
+    if pattern == r"(a|aa)+$":  # no engine answers this one in time: it must be stopped
+        assert "error" in box
+
+
+def test_off_the_main_thread_a_legitimate_pattern_finds_the_same_names():
+    names = [f"ProfilerStep#{i}" for i in range(5_000)] + ["aten::mm", "ProfilerStep#x"]
+    pattern = r"^ProfilerStep\s*#\s*(\d+)$"
+    box = _in_a_thread(lambda: user_regex.search_each(pattern, names, "--step-pattern"))
+    assert box["value"].tolist() == user_regex.search_each(pattern, names, "--step-pattern").tolist()
+    assert box["value"].sum() == 5_000

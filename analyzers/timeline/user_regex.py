@@ -10,9 +10,10 @@ to change it) and a pattern that passes it stops with an OptionValueError (one l
 option, the pattern and the name it was matching. Patterns run once per distinct name (names are
 interned), so a legitimate pattern spends microseconds per name, far inside the bound.
 
-The timer needs the main thread of a POSIX process: there (the CLI, its pool workers) every pattern is
-bounded. In another thread (a Dask worker's, the app's script thread) no timer can be set and the
-patterns run unbounded: bounded_search says so in its docstring, and docs/limits.md.
+The timer needs the main thread of a POSIX process: there (the CLI, its pool workers) `re` runs under it.
+In another thread (a Dask worker's, the app's script thread) no timer can be set, so there the same pattern
+runs on the `regex` package, whose matcher takes a timeout itself (and accepts `re`'s syntax): the bound is
+the same everywhere, the error the same one line.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import re
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -70,18 +72,50 @@ def _time_bound(seconds: float) -> Iterator[None]:
             signal.setitimer(signal.ITIMER_REAL, *outer)
 
 
-def each(pattern: str, what: str, values: Iterable[str], fn: Callable[[re.Pattern[str], str], Any]) -> list[Any]:
+class _TimedPattern:
+    """A `regex` pattern whose search / match / fullmatch share one deadline (the bound of a whole batch),
+    for threads where no SIGALRM timer can be set."""
+
+    def __init__(self, rx: Any, deadline: float) -> None:
+        self.rx, self.deadline = rx, deadline
+
+    def _left(self) -> float:
+        return max(self.deadline - time.monotonic(), 1e-3)
+
+    def search(self, text: str) -> Any:
+        return self.rx.search(text, timeout=self._left())
+
+    def match(self, text: str) -> Any:
+        return self.rx.match(text, timeout=self._left())
+
+    def fullmatch(self, text: str) -> Any:
+        return self.rx.fullmatch(text, timeout=self._left())
+
+
+def _thread_pattern(pattern: str, seconds: float) -> Any:
+    """The pattern on the `regex` engine with a deadline, or None where that engine reads it otherwise."""
+    import regex
+
+    try:
+        return _TimedPattern(regex.compile(pattern), time.monotonic() + seconds)
+    except regex.error:
+        return None
+
+
+def each(pattern: str, what: str, values: Iterable[str], fn: Callable[[Any, str], Any]) -> list[Any]:
     """[fn(compiled pattern, value) for each value], all of it within the time bound; an OptionValueError
     naming `what` (the option: "--step-pattern", "--fix drop=") when it runs past it."""
-    rx = re.compile(pattern)
+    rx: Any = re.compile(pattern)
     seconds = regex_seconds()
+    if not can_bound():
+        rx = _thread_pattern(pattern, seconds) or rx
     out: list[Any] = []
     current = ""
     try:
         with _time_bound(seconds):
             for current in values:
                 out.append(fn(rx, current))
-    except _Timeout:
+    except (_Timeout, TimeoutError):
         shown = ascii(current[:40]) + ("..." if len(current) > 40 else "")
         raise OptionValueError(
             f"{what} {ascii(pattern)}: matching ran past {seconds:g} s on a name of {len(current)} characters "
