@@ -17,20 +17,35 @@ EVERY_TEST = "*"
 # module name -> the test functions in it that are slow (parametrized cases included), or EVERY_TEST
 SLOW: dict[str, tuple[str, ...]] = {
     "test_app": (
-        "test_opens_on_the_bundled_sample_traces",
-        "test_finding_links_to_its_time_range",
-        "test_overview_page",
-        "test_diff_page",
-        "test_good_upload_becomes_a_selected_run",
         "test_command_line_paths_are_the_default_selection",
+        "test_crossrank_page",
+        "test_diff_page",
+        "test_figure_modules_do_not_import_streamlit",
+        "test_finding_links_to_its_time_range",
+        "test_good_upload_becomes_a_selected_run",
+        "test_opens_on_the_bundled_sample_traces",
+        "test_overview_page",
         "test_timeline_page",
     ),
     "test_app_browser": (EVERY_TEST,),
+    "test_app_browser_decision": (EVERY_TEST,),
     "test_app_browser_safety": (
         "test_bad_uploads_and_path_escapes_show_an_error_never_a_stack_trace",
         "test_two_browsers_do_not_see_each_others_uploads",
         "test_hostile_links_render_without_errors",
         "test_menu_is_a_readers_no_deploy",
+    ),
+    "test_app_decision": (
+        "test_diff_box_follows_the_verdict_and_reads_forward",
+        "test_disagreement_is_warned_only_beyond_both_spreads",
+        "test_every_command_line_run_is_selected_and_a_run_without_manifest_uses_its_traced_step",
+        "test_overview_ranks_runs_by_the_runners_timing_with_price_and_fix_all",
+    ),
+    "test_app_harmless_syncs": (
+        "test_syncs_page_and_diff_count_only_syncs_that_idled_the_gpu",
+    ),
+    "test_app_opening": (
+        "test_toolbar_is_in_viewer_mode_however_the_app_starts",
     ),
     "test_app_run": (
         "test_run_button_reproduces_a_sample",
@@ -56,6 +71,19 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_every_table_on_the_test_samples",
         "test_every_table_on_sample_runs",
     ),
+    "test_app_url": (
+        "test_a_link_opens_the_timeline_on_its_runs_step_and_window",
+        "test_runs_follow_the_selection_and_show_in_timeline_keeps_them",
+    ),
+    "test_app_words": (
+        "test_no_raw_numbers_on_any_page",
+    ),
+    "test_architecture": (
+        "test_every_project_import_exists",
+    ),
+    "test_attribution": (
+        "test_each_large_part_comes_with_a_fix_that_removes_it",
+    ),
     "test_bad_inputs": (
         "test_analyze_refuses_with_one_line",
         "test_app_shows_one_error_never_a_stack_trace",
@@ -67,6 +95,7 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_corpus_holds_every_case",
         "test_bombs_leave_no_partial_unpacked_export",
     ),
+    "test_base_install": (EVERY_TEST,),
     "test_cli": (
         "test_gate_exit_codes",
         "test_table_md_csv",
@@ -121,16 +150,17 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_example_blocks_are_what_the_commands_print_now",
     ),
     "test_edges": (
+        "test_cuda_runtime_syncs_still_judged",
+        "test_deepep_kernels_are_communication_by_default",
         "test_findings_syncs_and_cross_rank_honour_the_selected_steps",
-        "test_unknown_step_is_refused_listing_the_steps_present",
-        "test_whole_window_of_steps_apart_leaves_out_the_steps_between",
+        "test_gate_with_nothing_selected_fails_and_recognised_comm_passes_silently",
+        "test_hip_syncs_are_recognised",
+        "test_like_hta_cuts_where_hta_does",
         "test_nsys_doubled_runtime_rows_are_counted_once",
         "test_sync_idle_beyond_the_span_is_flagged",
         "test_undefined_ratio_fails_the_gate_and_names_the_rule",
-        "test_gate_with_nothing_selected_fails_and_recognised_comm_passes_silently",
-        "test_deepep_kernels_are_communication_by_default",
-        "test_hip_syncs_are_recognised",
-        "test_cuda_runtime_syncs_still_judged",
+        "test_unknown_step_is_refused_listing_the_steps_present",
+        "test_whole_window_of_steps_apart_leaves_out_the_steps_between",
     ),
     "test_export": (
         "test_cli_svg_and_diff",
@@ -169,6 +199,9 @@ SLOW: dict[str, tuple[str, ...]] = {
     "test_graph_idle_waits": (
         "test_fixes_that_remove_waits_never_predict_a_slower_step",
     ),
+    "test_graph_pricing": (
+        "test_forked_pricing_gives_the_serial_figures",
+    ),
     "test_graph_run": (
         "test_graph_run_predicts_what_analyze_graph_predicts",
     ),
@@ -176,6 +209,45 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_a_table_name_is_never_pasted_into_sql",
         "test_standard_output_on_a_full_disk_is_one_line",
         "test_more_jobs_than_open_files_allow_still_answer",
+    ),
+    "test_hostile_round3_app": (
+        "test_a_run_with_a_rank_without_gpu_work_opens_on_every_page",
+        "test_every_page_shows_hostile_names_as_text",
+    ),
+    "test_hostile_round3_browser": (EVERY_TEST,),
+    "test_hostile_round3_cache": (
+        "test_a_flipped_bit_in_a_report_cache_entry_is_detected",
+        "test_every_flipped_bit_in_a_parse_cache_entry_is_detected",
+        "test_the_unpacked_sqlite_gz_follows_the_file_no_cache_and_cache_clear",
+    ),
+    "test_hostile_round3_data": (
+        "test_a_kernel_at_the_edge_of_int64_is_refused_not_wrapped",
+        "test_a_set_moved_to_negative_time_gives_the_same_analysis",
+        "test_extreme_speed_factors_are_a_usage_error",
+        "test_negative_time_keeps_steps_syncs_and_the_host_sync_saving",
+        "test_negative_time_through_nsys_keeps_launches_and_steps",
+        "test_speed_factors_at_the_bounds_predict_without_wrapping",
+    ),
+    "test_hostile_round3_render": (
+        "test_a_closed_stdout_is_one_line_and_a_gone_reader_a_quiet_141",
+        "test_a_rank_without_gpu_work_is_analyzed_not_a_traceback",
+        "test_analyze_prints_hostile_names_as_text_in_every_format",
+        "test_commands_without_output_run_with_stdout_closed",
+        "test_csv_outputs_neutralise_formulas",
+        "test_diff_and_whatif_markdown_and_tables_hold_names_as_text",
+        "test_html_report_holds_names_as_text",
+        "test_json_to_a_terminal_escapes_what_the_terminal_would_run",
+        "test_the_progress_bar_shows_file_names_as_text",
+    ),
+    "test_hostile_round3_work": (
+        "test_fix_drop_pattern_that_backtracks_is_one_line_exit_2",
+        "test_front_loaded_rows_of_all_windows_at_once_equal_the_window_by_window_ones",
+        "test_iteration_table_equals_the_window_by_window_metrics_on_every_sample",
+        "test_one_long_name_shared_by_many_nsys_rows_stays_one_string",
+        "test_pool_workers_end_when_analyze_is_killed",
+        "test_rules_pattern_that_backtracks_is_one_line_exit_2",
+        "test_step_pattern_that_backtracks_is_one_line_exit_2",
+        "test_the_same_patterns_on_names_they_match_quickly_still_work",
     ),
     "test_kernel_names": (
         "test_normalization_is_idempotent_and_never_empty",
@@ -235,6 +307,9 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_torch_profiler_writes_traces_and_manifest",
         "test_failing_rank_is_named",
     ),
+    "test_runners_thunder": (
+        "test_the_rank_imports_thunder",
+    ),
     "test_runners_tuning": (
         "test_tuned_run_searches_then_reuses_retunes_and_replaces_a_stale_choice",
         "test_gemm_rs_operand_exchange_is_offered_where_it_moves_less_and_passes_the_check",
@@ -267,10 +342,14 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_figure_shows_both_categories_of_a_dense_lane",
     ),
     "test_whatif_cli": (
+        "test_analyze_json_prices_findings_and_has_the_critical_path",
         "test_analyze_table_and_md_show_the_critical_path_and_savings",
         "test_whatif_json_predicts_the_step_without_host_syncs",
+        "test_whatif_repeated_question_is_answered_from_the_report_cache",
         "test_whatif_several_fixes_and_markdown",
-        "test_analyze_json_prices_findings_and_has_the_critical_path",
+    ),
+    "test_whatif_moves": (
+        "test_moves_on_the_repository_traces",
     ),
     "test_write_tables": (
         "test_cli_writes_readable_parquet",
