@@ -53,7 +53,6 @@ def _answers(port: int) -> bool:
         return False
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from Linux /proc")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signal_to_the_command_stops_the_server(signum: int, tmp_path: Path, hta_dir: Path) -> None:
     samples = make_samples(tmp_path / "samples")

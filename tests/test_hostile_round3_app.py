@@ -1,4 +1,4 @@
-"""The dashboard against hostile inputs (issue 44, round three): manifests that lead out of the allowed roots,
+"""The dashboard against hostile inputs: manifests that lead out of the allowed roots,
 uploads whose names collide, hold a NUL or are 300 characters long, upload folders left behind, and trace
 names that try to become Markdown (images that fetch a URL, links, HTML, forged rows) on every page.
 

@@ -1,5 +1,5 @@
 """The real app in Debian's Chromium (Playwright) on a run whose kernel and folder names carry Markdown, HTML,
-links and image references (issue 44, round three): no page makes the browser fetch an outside URL, no name
+links and image references: no page makes the browser fetch an outside URL, no name
 becomes a link, an image or a tag, and uploads with a NUL or a 300-character name give a line, not a stack
 trace. Every request the page makes is recorded; anything not for the app's own server is blocked and fails
 the test.

@@ -1,4 +1,4 @@
-"""Names that try to inject into what the CLI prints and writes (issue 44, round three): terminal control
+"""Names that try to inject into what the CLI prints and writes: terminal control
 sequences and rich markup in tables, Markdown and HTML in `-f md`, formulas in every CSV, names in the HTML
 report and its Plotly figures; temporary files a planted link could redirect; a report named like an option.
 

@@ -126,7 +126,6 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
 def test_pool_workers_end_when_analyze_is_killed(tmp_path: Path):
     import os
     import signal
