@@ -14,7 +14,7 @@ import pandas as pd
 
 from analyzers.graph.attribution import charge, release_removals
 from analyzers.graph.contention import contended_replay, estimate
-from analyzers.graph.critical import ATTRIBUTION, mean_parts, walk
+from analyzers.graph.critical import ATTRIBUTION, drop_lists, mean_parts, walk
 from analyzers.graph.fixes import FIX_OF_FINDING, Fix, ReplayInputs, apply_fixes
 from analyzers.graph.moves import MOVES, moved_replay
 from analyzers.graph.replay import Replay, loop_order
@@ -178,6 +178,7 @@ def critical_path_section(run: GraphRun) -> dict[str, Any]:
         c = np.asarray(crit, dtype=np.int64)
         nodes[str(r)] = np.unique(c[run.sg.rank_of[c] == r] - run.sg.base[r]) if len(c) else c
     release_removals(run)  # the attribution's replays are not kept past the walk
+    drop_lists(run.sg, run.base, run.inputs)
     for row in step_records(job[["rank", "step", "dur_ns"]]):
         r, s = int(row["rank"]), int(row["step"])
         res = walked[(r, s)]

@@ -30,10 +30,29 @@ _CAT_PART = {CAT_CODES["compute"]: "compute", CAT_CODES["comm"]: "comm_transfer"
 MAX_STEPS_WALKED = 10_000_000  # a guard against a cycle (a graph is acyclic: never reached)
 
 
+def lists_of(obj: Any, *names: str) -> list[list]:
+    """obj's arrays as Python lists, made once per object and kept on it: the walk reads one element at a
+    time, and a list's element costs a fraction of a numpy scalar's (drop_lists frees them)."""
+    cache: dict[str, list] = obj.__dict__.setdefault("_lists", {})
+    out = []
+    for k in names:
+        if k not in cache:
+            a = getattr(obj, k)
+            cache[k] = a.tolist() if a is not None else None
+        out.append(cache[k])
+    return out
+
+
+def drop_lists(*objs: Any) -> None:
+    """Free the lists lists_of kept on these objects."""
+    for o in objs:
+        o.__dict__.pop("_lists", None)
+
+
 class _Walk:
     """Accumulates the attribution of one rank's step while the path is walked back."""
 
-    def __init__(self, sg: SetGraph, rank: int, lo: int, hi: int) -> None:
+    def __init__(self, sg: SetGraph, rp: Replay, inp: ReplayInputs, rank: int, lo: int, hi: int) -> None:
         self.sg, self.rank, self.lo, self.hi = sg, rank, lo, hi
         self.parts: dict[str, int] = dict.fromkeys(ATTRIBUTION, 0)
         self.late: dict[int, int] = defaultdict(int)
@@ -41,10 +60,24 @@ class _Walk:
         self.away: int | None = None  # the late rank while the path runs on another rank
         self.nodes: list[int] = []
         self.frontier = hi  # the path is walked back in time: everything after this is attributed
+        (self.rank_of, self.coll, self.cat, self.prev, self.seg, self.seg_opened_by, self.sync_awaited,
+         self.sync_seg) = lists_of(sg, "rank_of", "coll", "cat", "prev", "seg", "seg_opened_by", "sync_awaited",
+                                   "sync_seg")
+        (self.start, self.end, self.why, self.arrival, self.late_of, self.seg_time, self.sync_call,
+         self.sync_resume, self.sync_gpu_bound) = lists_of(rp, "start", "end", "why", "arrival", "late", "seg_time",
+                                                           "sync_call", "sync_resume", "sync_gpu_bound")
+        self.dep, self.dep2, self.gate, self.off, self.sync_blocks = lists_of(inp, "dep", "dep2", "gate", "off",
+                                                                               "sync_blocks")
 
-    def add(self, part: str, a: int, b: int, label: str = "") -> None:
-        """Attribute [a, b) to part, less what the walk already attributed (each ns counts once)."""
-        a, b = max(a, self.lo), min(b, self.hi, self.frontier)
+    def add(self, part: str, a: int, b: int, node: int = -1) -> None:
+        """Attribute [a, b) to part, less what the walk already attributed (each ns counts once); node: the
+        activity that ran then (its name goes with peer wait)."""
+        if a < self.lo:
+            a = self.lo
+        if b > self.hi:
+            b = self.hi
+        if b > self.frontier:
+            b = self.frontier
         if b <= a:
             return
         self.frontier = a
@@ -53,66 +86,72 @@ class _Walk:
         else:
             self.parts["peer_wait"] += b - a
             self.late[self.away] += b - a
+            label = self.sg.node_label(node) if node >= 0 else ""
             self.causes[self.away][f"{part}: {label}" if label else part] += b - a
 
+    def enter(self, r: int) -> None:
+        """The path reaches an activity of rank r."""
+        if self.away is None and r != self.rank:
+            self.away = r
+        elif self.away is not None and r == self.rank:
+            self.away = None
 
-def _execute(w: _Walk, rp: Replay, i: int, t: int) -> tuple[int, int] | None:
+
+def _execute(w: _Walk, i: int, t: int) -> tuple[int, int] | None:
     """Attribute node i's run below time t; return (node, time) whose start explains it next."""
-    sg = w.sg
-    if w.away is None and int(sg.rank_of[i]) != w.rank:
-        w.away = int(sg.rank_of[i])
-    elif w.away is not None and int(sg.rank_of[i]) == w.rank:
-        w.away = None
+    w.enter(w.rank_of[i])
     w.nodes.append(i)
-    s, e = int(rp.start[i]), min(int(rp.end[i]), t)
-    label = sg.node_label(i)
-    c = int(sg.coll[i])
+    s, e = w.start[i], w.end[i]
+    if t < e:
+        e = t
+    c = w.coll[i]
     if c >= 0:
-        a = max(int(rp.arrival[c]), s)
-        w.add("comm_transfer", a, e, label)
-        q = int(rp.late[c])
+        a = w.arrival[c]
+        if s > a:
+            a = s
+        w.add("comm_transfer", a, e, i)
+        q = w.late_of[c]
         if q >= 0 and q != i and a > s:
-            return _execute_arrival(w, rp, q, a)
-        w.add("comm_transfer", s, min(a, e), label)
+            return _execute_arrival(w, q, a)
+        w.add("comm_transfer", s, min(a, e), i)
         return i, s
-    w.add(_CAT_PART[int(sg.cat[i])], s, e, label)
+    w.add(_CAT_PART[w.cat[i]], s, e, i)
     return i, s
 
 
-def _execute_arrival(w: _Walk, rp: Replay, q: int, t: int) -> tuple[int, int]:
+def _execute_arrival(w: _Walk, q: int, t: int) -> tuple[int, int]:
     """The path reaches collective member q (another rank's) at its arrival t."""
-    r = int(w.sg.rank_of[q])
+    r = w.rank_of[q]
     if w.away is None and r != w.rank:
         w.away = r
     elif r == w.rank:
         w.away = None
     w.nodes.append(q)
-    s = int(rp.start[q])
+    s = w.start[q]
     w.add("other", s, t)
     return q, s
 
 
-def _explain_host(w: _Walk, rp: Replay, inp: ReplayInputs, seg: int, t: int,
-                  part: str) -> tuple[tuple[int, int] | None, int]:
+def _explain_host(w: _Walk, seg: int, t: int, part: str) -> tuple[tuple[int, int] | None, int]:
     """The host segment seg reached the time t; walk the host back to the GPU work it waited for.
 
     Returns that work (node, time), or None where the host's chain ends, and how far back the walk
     attributed time (what is left before it is the step's unexplained start).
     """
-    sg = w.sg
+    blocks = w.sync_blocks
     for _ in range(MAX_STEPS_WALKED):
-        base = int(rp.seg_time[seg])
-        y = int(sg.seg_opened_by[seg])
-        w.add("sync_idle" if y >= 0 and inp.sync_blocks[y] else part, base, t)
+        base = w.seg_time[seg]
+        y = w.seg_opened_by[seg]
+        w.add("sync_idle" if y >= 0 and blocks[y] else part, base, t)
         if y < 0 or base <= w.lo:
             return None, base
-        call, res = int(rp.sync_call[y]), int(rp.sync_resume[y])
-        if inp.sync_blocks[y] and rp.sync_gpu_bound[y]:
-            a = int(sg.sync_awaited[y])
-            w.add("sync_idle", int(rp.end[a]), res)
-            return (a, int(rp.end[a])), int(rp.end[a])
-        w.add("sync_idle" if inp.sync_blocks[y] else part, call, res)
-        seg, t = int(sg.sync_seg[y]), call
+        call, res = w.sync_call[y], w.sync_resume[y]
+        if blocks[y] and w.sync_gpu_bound[y]:
+            a = w.sync_awaited[y]
+            w.add("sync_idle", w.end[a], res)
+            return (a, w.end[a]), w.end[a]
+        w.add("sync_idle" if blocks[y] else part, call, res)
+        seg, t = w.sync_seg[y], call
         if seg < 0:
             return None, call
     return None, t
@@ -121,42 +160,39 @@ def _explain_host(w: _Walk, rp: Replay, inp: ReplayInputs, seg: int, t: int,
 def walk(sg: SetGraph, rp: Replay, inp: ReplayInputs, rank: int, lo: int, hi: int, node: int,
          at_end: bool) -> dict[str, Any]:
     """Attribution of [lo, hi) on rank's path ending at node's end (at_end) or start."""
-    w = _Walk(sg, rank, lo, hi)
-    cur: tuple[int, int] | None = _execute(w, rp, node, hi) if at_end else (node, int(rp.start[node]))
-    reached = hi
-    dep, dep2 = inp.dep, inp.dep2
+    w = _Walk(sg, rp, inp, int(rank), int(lo), int(hi))
+    node = int(node)
+    cur: tuple[int, int] | None = _execute(w, node, w.hi) if at_end else (node, w.start[node])
+    reached = w.hi
+    why_of, end, prev = w.why, w.end, w.prev
     for _ in range(MAX_STEPS_WALKED):
         if cur is None:
             break
         i, t = cur
         reached = t
-        if t <= lo:
+        if t <= w.lo:
             break
-        why = int(rp.why[i])
-        if why == STREAM:
-            p = int(sg.prev[i])
-            w.add("other", int(rp.end[p]), t)
-            cur = _execute(w, rp, p, min(t, int(rp.end[p])))
-        elif why in (DEP, DEP2, GATE):
-            p = int(dep[i] if why == DEP else dep2[i] if why == DEP2 else inp.gate[i])  # type: ignore[index]
-            w.add("other", int(rp.end[p]), t)
-            cur = _execute(w, rp, p, min(t, int(rp.end[p])))
+        why = why_of[i]
+        if why == STREAM or why == DEP or why == DEP2 or why == GATE:
+            p = prev[i] if why == STREAM else w.dep[i] if why == DEP else w.dep2[i] if why == DEP2 else w.gate[i]
+            w.add("other", end[p], t)
+            cur = _execute(w, p, min(t, end[p]))
         elif why == LAUNCH:
-            s = int(sg.seg[i])
-            ready = int(rp.seg_time[s]) + int(inp.off[i])
+            s = w.seg[i]
+            ready = w.seg_time[s] + w.off[i]
             w.add("launch_gaps", ready, t)
-            y = int(sg.seg_opened_by[s])
-            part = "launch_gaps" if y < 0 or not inp.sync_blocks[y] else "sync_idle"
-            host, back_to = _explain_host(w, rp, inp, s, ready, part)
+            y = w.seg_opened_by[s]
+            part = "launch_gaps" if y < 0 or not w.sync_blocks[y] else "sync_idle"
+            host, back_to = _explain_host(w, s, ready, part)
             if host is None:
                 reached = back_to
                 cur = None
             else:
-                cur = _execute(w, rp, host[0], host[1])
+                cur = _execute(w, host[0], host[1])
         else:
             cur = None
     w.away = None
-    w.add("other", lo, max(min(reached, hi), lo))
+    w.add("other", w.lo, max(min(reached, w.hi), w.lo))
     late = [{"late_rank": r, "ns": int(ns),
              "cause": max(w.causes[r].items(), key=lambda kv: kv[1])[0] if w.causes[r] else ""}
             for r, ns in sorted(w.late.items(), key=lambda kv: -kv[1])]
