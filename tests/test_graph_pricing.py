@@ -36,5 +36,26 @@ def test_a_dead_pricing_process_is_redone_here(monkeypatch):
     rep = analyze(load_traces([ROOT / "sample_traces/ag-gemm/host-sync"]))
     ids = rep.finding_ids()
     serial = _answers(rep.graph_run, ids, False)
-    monkeypatch.setattr(pricing, "_price_here", lambda _ids: os._exit(3))  # the child dies at once
+    monkeypatch.setattr(pricing, "_replay_here", lambda _fixes: os._exit(3))  # the child dies at once
     assert _answers(rep.graph_run, ids, True) == serial
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_fix_that_prices_a_finding_and_removes_a_cause_is_replayed_once(monkeypatch, parallel):
+    rep = analyze(load_traces([ROOT / "sample_traces/ag-gemm/host-sync"]))
+    ids = rep.finding_ids()
+    assert "host-blocking-sync" in ids  # its fix, host-syncs, is also the removal of the path's sync idle
+    fresh = GraphRun(rep.graph_run.sg)
+    made: list[tuple] = []
+    run = GraphRun.run
+
+    def counted(self, fixes):
+        if "_replays" in self.__dict__ and tuple(fixes) not in self.__dict__["_replays"]:
+            made.append(tuple(f.label for f in fixes))
+        return run(self, fixes)
+
+    monkeypatch.setattr(GraphRun, "run", counted)
+    pricing.section_and_savings(fresh, ids, parallel)
+    # serial: made once here, read by the charge and the price; forked: made in the child, read here
+    assert made.count(("host-syncs",)) == (0 if parallel else 1)
+    assert len(made) == len(set(made))

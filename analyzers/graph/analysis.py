@@ -7,12 +7,13 @@ per-rank attribution); ``finding_savings`` prices each finding by replaying its 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from analyzers.graph.attribution import charge, release_removals
+from analyzers.graph.attribution import charge, release_removals, removals_needed
 from analyzers.graph.contention import contended_replay, estimate
 from analyzers.graph.critical import ATTRIBUTION, drop_lists, mean_parts, walk
 from analyzers.graph.fixes import FIX_OF_FINDING, Fix, ReplayInputs, apply_fixes
@@ -43,13 +44,29 @@ class GraphRun:
     def run(self, fixes: list[Fix]) -> tuple[ReplayInputs, Replay]:
         if any(f.name in MOVES for f in fixes):  # a new graph: prefetch, coalesce (graph.moves)
             return moved_replay(self, fixes)
+        kept = self.__dict__.get("_replays")  # while pricing: the replays made so far, by their fixes
+        key = tuple(fixes)
+        if kept is not None and key in kept:
+            inp, rp, unsettled = kept[key]
+            self.unsettled = self.unsettled or unsettled
+            return inp, rp
         inp = apply_fixes(self.sg, fixes)
         if _same_inputs(inp, self.unfixed):  # the fix changes nothing in this graph: the replay is the base
             return self.inputs, self.base
         res = contended_replay(self.sg, inp, self.order)
         if not res.converged:
             self.unsettled = True
+        if kept is not None:
+            kept[key] = (res.inputs, res.replay, not res.converged)
         return res.inputs, res.replay
+
+    def keep_replays(self, made: dict[tuple[Fix, ...], tuple[ReplayInputs, Replay, bool]] | None) -> None:
+        """Start (a dict: replays made elsewhere, by their fixes) or stop (None) keeping each fix's replay, so
+        that a fix that both prices a finding and removes a cause of the critical path is replayed once."""
+        if made is None:
+            self.__dict__.pop("_replays", None)
+        else:
+            self.__dict__.setdefault("_replays", {}).update(made)
 
     def notes(self) -> list[str]:
         out = list(self.sg.notes) + estimate(self.sg).notes + residency(self.sg).notes
@@ -149,25 +166,29 @@ def whatif(run: GraphRun, fixes: list[Fix]) -> dict[str, Any]:
     }
 
 
-def _walk_step(run: GraphRun, rank: int, row: dict[str, Any]) -> dict[str, Any]:
-    res = walk(run.sg, run.base, run.inputs, rank, int(row["t0"]), int(row["t1"]), int(row["last_node"]),
-               bool(row["ends_at_end"]))
-    return charge(run, rank, row, res)  # each cause charged only as far as removing it shortens the step
+def _walk(run: GraphRun, row: dict[str, Any]) -> dict[str, Any]:
+    return walk(run.sg, run.base, run.inputs, int(row["rank"]), int(row["t0"]), int(row["t1"]),
+                int(row["last_node"]), bool(row["ends_at_end"]))
 
 
-def critical_path_section(run: GraphRun) -> dict[str, Any]:
+def critical_path_section(run: GraphRun, before_charge: Callable[[set[str]], None] | None = None
+                          ) -> dict[str, Any]:
     """The `critical_path` section of analyze: every step's critical path (``steps``; the JSON document keeps the
-    slowest MAX_STEPS_LISTED of them, critical_path_document) and each rank's mean over its steps."""
+    slowest MAX_STEPS_LISTED of them, critical_path_document) and each rank's mean over its steps. Every step is
+    walked first, then charged; before_charge(parts) is told which cause parts the charge will replay removed."""
     rep = run.replayed
     job = run.jobs[1]
     steps, per_rank, nodes = [], {}, {}
     walked: dict[tuple[int, int], dict[str, Any]] = {}
     rows = step_records(rep[["rank", "step", "t0", "t1", "dur_ns", "last_node", "ends_at_end"]])
+    as_walked = {(row["rank"], row["step"]): _walk(run, row) for row in rows}
+    if before_charge is not None:
+        before_charge(removals_needed([(row, as_walked[(row["rank"], row["step"])]) for row in rows]))
     for r in run.sg.ranks:
         mine = [row for row in rows if row["rank"] == r]
         parts, crit = [], []
         for row in mine:
-            res = _walk_step(run, r, row)
+            res = charge(run, r, row, as_walked[(r, row["step"])])  # each cause charged as far as its removal saves
             walked[(r, row["step"])] = res
             parts.append(res["parts"])
             crit.extend(res["nodes"])

@@ -94,6 +94,22 @@ def _removed(run: GraphRun, part: str) -> _Removed:
     return cache[part]
 
 
+def removals_needed(walks: list[tuple[dict[str, Any], dict[str, Any]]]) -> set[str]:
+    """The cause parts whose removal charge() replays for these (step row, walk) pairs (its first test)."""
+    out = set()
+    for row, walked in walks:
+        step_ns = int(row["t1"]) - int(row["t0"])
+        if step_ns > 0:
+            out |= {p for p in CAUSES if int(walked["parts"].get(p, 0)) >= MIN_SHARE * step_ns}
+    return out
+
+
+def prepare_removals(run: GraphRun, parts: list[str]) -> None:
+    """Replay these parts' removals now (charge reads them later)."""
+    for part in parts:
+        _removed(run, part)
+
+
 def release_removals(run: GraphRun) -> None:
     """Drop the removals' replays (a few arrays per activity each) once every step is charged."""
     run.__dict__.pop("_removals", None)

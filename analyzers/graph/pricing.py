@@ -1,14 +1,15 @@
 """The graph's two answers for `analyze` side by side: the critical path and the findings' prices.
 
-Once the unmodified replay is made (GraphRun), the critical path walk and each fix's replay read it
-and nothing of each other, and by then the per-rank workers have finished: the cores they used are
-free. Where the machine has two cores or more and can fork, the fixes' replays run in one forked
-process (it inherits the GraphRun: nothing is pickled to it, a few figures per fix come back) while
-the caller walks the critical path; the figures are those of the serial order (the same code on the
-same inputs), and a failed child is redone here. Elsewhere both run here, one after the other; so
-they do while another thread runs in this process (a progress display, a Dask client's loop): a
-fork copies only the forking thread, and a lock another thread held at that moment stays held in
-the child.
+Once the unmodified replay is made (GraphRun), the rest is replays of fixes and walks of the replays.
+A finding's fix and the removal the critical path's attribution replays to charge a cause are often
+the same fix (host-syncs, launch-gaps, no-copies): each is replayed once (GraphRun.keep_replays).
+Where the machine has two cores or more and can fork, the findings' fixes are replayed in one forked
+process (it inherits the GraphRun: nothing is pickled to it; their replays come back) while the caller
+walks every step's path and replays the removals that no finding's fix makes; the charge then reads
+both. The figures are those of the serial order (the same code on the same inputs), and a failed child
+is redone here. Elsewhere all runs here, one after the other; so it does while another thread runs in
+this process (a progress display, a Dask client's loop): a fork copies only the forking thread, and a
+lock another thread held at that moment stays held in the child.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from analyzers.graph.analysis import GraphRun, critical_path_section, finding_savings
-from analyzers.graph.fixes import FIX_OF_FINDING
+from analyzers.graph.attribution import CAUSES, prepare_removals
+from analyzers.graph.fixes import FIX_OF_FINDING, Fix
 
 _RUN: GraphRun | None = None  # the run a forked pricing process reads (set only while one runs)
+Made = dict[tuple[Fix, ...], tuple[Any, Any, bool]]  # fixes -> (inputs, replay, unsettled)
 
 
 def _cores() -> int:
@@ -33,34 +36,56 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _price_here(finding_ids: list[str]) -> tuple[dict[str, dict[str, Any]], bool]:
-    """In the forked process: the savings, and whether a replay stopped at its round limit."""
+def _replay_here(fixes: list[Fix]) -> Made:
+    """In the forked process: each fix's replay (GraphRun.run), to send back."""
     assert _RUN is not None
-    return finding_savings(_RUN, finding_ids), _RUN.unsettled
+    _RUN.keep_replays({})
+    for f in fixes:
+        _RUN.run([f])
+    return dict(_RUN.__dict__["_replays"])
+
+
+def _finding_fixes(finding_ids: list[str]) -> list[Fix]:
+    names = dict.fromkeys(FIX_OF_FINDING[f] for f in finding_ids if f in FIX_OF_FINDING)
+    return [Fix(n) for n in names]
 
 
 def section_and_savings(run: GraphRun, finding_ids: list[str], parallel: bool | None = None
                         ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """critical_path_section(run) and finding_savings(run, finding_ids), as computed one after the other
-    (the section's notes see only the replays made before it), the savings in a forked process where
-    parallel (default: two cores or more and fork available, and a fix to replay)."""
+    (the section's notes see only the replays made before it), the findings' fixes replayed in a forked
+    process where parallel (default: two cores or more and fork available, and a fix to replay)."""
     global _RUN
-    fixes = {FIX_OF_FINDING[f] for f in finding_ids if f in FIX_OF_FINDING}
+    fixes = _finding_fixes(finding_ids)
     if parallel is None:
         parallel = (bool(fixes) and _cores() > 1 and sys.platform.startswith("linux")
                     and threading.active_count() == 1)
-    if not parallel:
-        return critical_path_section(run), finding_savings(run, finding_ids)
-    _RUN = run
+    run.keep_replays({})
     try:
-        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork")) as pool:
-            pending = pool.submit(_price_here, finding_ids)  # forks now: the child sees _RUN
+        if not parallel:
             section = critical_path_section(run)
+        else:
+            _RUN = run
             try:
-                savings, unsettled = pending.result()
-            except Exception:  # a child that died or failed: the same work here
-                savings, unsettled = finding_savings(run, finding_ids), run.unsettled
+                with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork")) as pool:
+                    pending = pool.submit(_replay_here, fixes)  # forks now: the child sees _RUN
+                    made: Made = {}
+
+                    def before_charge(parts: set[str]) -> None:
+                        mine = {p for p in parts if CAUSES[p][1] not in fixes}
+                        prepare_removals(run, sorted(mine))  # the removals the child does not make, meanwhile
+                        try:
+                            made.update(pending.result())
+                        except Exception:  # a child that died or failed: its replays are made here when read
+                            pass
+                        # a removal read from the child's replays marks its run unsettled on use (GraphRun.run)
+                        run.keep_replays(made)
+
+                    section = critical_path_section(run, before_charge)
+            finally:
+                _RUN = None
+        savings = finding_savings(run, finding_ids)  # the kept replays mark the run unsettled as they are read
     finally:
-        _RUN = None
-    run.unsettled = run.unsettled or unsettled
+        run.keep_replays(None)
     return section, savings
+
