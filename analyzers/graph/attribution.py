@@ -84,14 +84,23 @@ def _removed(run: GraphRun, part: str) -> _Removed:
     if part not in cache:
         how = CAUSES[part][1]
         if how == NO_PEER_WAIT:
-            sg = _without_joins(run.sg)
-            res = contended_replay(sg, apply_fixes(run.sg, []), run.order)
-            cache[part] = _Removed(sg, res.inputs, res.replay)
+            adopt_no_peer_wait(run, *no_peer_wait_replay(run))
         else:
             assert isinstance(how, Fix)
             inp, rp = run.run([how])
             cache[part] = _Removed(run.sg, inp, rp)
     return cache[part]
+
+
+def no_peer_wait_replay(run: GraphRun) -> tuple[ReplayInputs, Replay]:
+    """The replay with no cross-rank joins (the peer-wait removal), made anywhere that holds the run."""
+    res = contended_replay(_without_joins(run.sg), apply_fixes(run.sg, []), run.order)
+    return res.inputs, res.replay
+
+
+def adopt_no_peer_wait(run: GraphRun, inp: ReplayInputs, rp: Replay) -> None:
+    """Keep the peer-wait removal's replay (no_peer_wait_replay, made here or in another process)."""
+    run.__dict__.setdefault("_removals", {})["peer_wait"] = _Removed(_without_joins(run.sg), inp, rp)
 
 
 def removals_needed(walks: list[tuple[dict[str, Any], dict[str, Any]]]) -> set[str]:

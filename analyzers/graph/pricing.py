@@ -22,7 +22,14 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from analyzers.graph.analysis import GraphRun, critical_path_section, finding_savings
-from analyzers.graph.attribution import CAUSES, prepare_removals
+from analyzers.graph.attribution import (
+    CAUSES,
+    NO_PEER_WAIT,
+    adopt_no_peer_wait,
+    no_peer_wait_replay,
+    prepare_removals,
+)
+from analyzers.graph.critical import ATTRIBUTION
 from analyzers.graph.fixes import FIX_OF_FINDING, Fix
 
 _RUN: GraphRun | None = None  # the run a forked pricing process reads (set only while one runs)
@@ -42,7 +49,15 @@ def _replay_here(fixes: list[Fix]) -> Made:
     _RUN.keep_replays({})
     for f in fixes:
         _RUN.run([f])
-    return dict(_RUN.__dict__["_replays"])
+    kept = _RUN.__dict__["_replays"]
+    return {(f,): kept[(f,)] for f in fixes if (f,) in kept}
+
+
+def _removals_here(parts: list[str]) -> tuple[Made, tuple[Any, Any] | None]:
+    """In the forked process: the removals of these cause parts (attribution.CAUSES), to send back."""
+    assert _RUN is not None
+    made = _replay_here([how for p in parts if isinstance(how := CAUSES[p][1], Fix)])
+    return made, (no_peer_wait_replay(_RUN) if any(CAUSES[p][1] == NO_PEER_WAIT for p in parts) else None)
 
 
 def _finding_fixes(finding_ids: list[str]) -> list[Fix]:
@@ -72,10 +87,21 @@ def section_and_savings(run: GraphRun, finding_ids: list[str], parallel: bool | 
                     made: Made = {}
 
                     def before_charge(parts: set[str]) -> None:
-                        mine = {p for p in parts if CAUSES[p][1] not in fixes}
-                        prepare_removals(run, sorted(mine))  # the removals the child does not make, meanwhile
+                        # the removals no finding's fix makes: all but one to the child, after the fixes (the
+                        # caller walks every step meanwhile and walks the removed paths after), one here
+                        rest = [p for p in ATTRIBUTION if p in parts and CAUSES[p][1] not in fixes]
+                        try:
+                            more = pool.submit(_removals_here, rest[1:]) if len(rest) > 1 else None
+                        except Exception:  # the child already died: all here, when read
+                            more = None
+                        prepare_removals(run, rest[:1])
                         try:
                             made.update(pending.result())
+                            if more is not None:
+                                got, no_joins = more.result()
+                                made.update(got)
+                                if no_joins is not None:
+                                    adopt_no_peer_wait(run, *no_joins)
                         except Exception:  # a child that died or failed: its replays are made here when read
                             pass
                         # a removal read from the child's replays marks its run unsettled on use (GraphRun.run)
