@@ -59,3 +59,21 @@ def test_a_fix_that_prices_a_finding_and_removes_a_cause_is_replayed_once(monkey
     # serial: made once here, read by the charge and the price; forked: made in the child, read here
     assert made.count(("host-syncs",)) == (0 if parallel else 1)
     assert len(made) == len(set(made))
+
+
+
+def test_the_forked_process_makes_removals_and_the_figures_stay_the_serial_ones(monkeypatch):
+    rep = analyze(load_traces([ROOT / "sample_traces/ag-gemm/host-sync"]))
+    ids = rep.finding_ids()
+    serial = _answers(rep.graph_run, ids, False)
+    here: list[list[str]] = []
+    adopted: list[int] = []
+    prepare, adopt = pricing.prepare_removals, pricing.adopt_no_peer_wait
+    monkeypatch.setattr(pricing, "prepare_removals", lambda run, parts: (here.append(list(parts)), prepare(run, parts)))
+    monkeypatch.setattr(pricing, "adopt_no_peer_wait", lambda run, inp, rp: (adopted.append(len(rp.end)),
+                                                                             adopt(run, inp, rp)))
+    assert _answers(rep.graph_run, ids, True) == serial
+    # this set's walks charge exposed transfer and peer wait, which no finding's fix removes: the caller
+    # replays the first, the child the other (the no-joins replay comes back to the caller)
+    assert here == [["comm_transfer"]]
+    assert adopted == [rep.graph_run.sg.n]
