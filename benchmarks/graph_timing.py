@@ -4,7 +4,7 @@ usage: python benchmarks/graph_timing.py OUT.json ARGS...
 
 Runs the command unchanged and writes OUT.json at exit: the wall time from this process's start, the
 caller's graph stage (report._price: set graph, unmodified replay, critical path, every finding's replay),
-of it the set graph and unmodified replay alone (report._graph_run: caller_setup), and the graph's part
+of it the set graph and unmodified replay alone (report._graph_run: caller_base), and the graph's part
 of the per-rank stage (report.build_rank_graph and the step it measures, in the pool's workers, which
 fork from this process and so inherit the timers; each rank's seconds travel back on its RankResults),
 summed over ranks, with the number of ranks and of workers. Each as wall and CPU seconds (the caller's
@@ -35,7 +35,7 @@ def main() -> None:
     with analysis_stack_imports():
         import analyzers.report as report
     spent = {"rank": 0.0, "rank_cpu": 0.0}
-    figures = {"caller_graph_s": 0.0, "caller_graph_cpu_s": 0.0, "caller_setup_s": 0.0, "caller_setup_cpu_s": 0.0,
+    figures = {"caller_graph_s": 0.0, "caller_graph_cpu_s": 0.0, "caller_base_s": 0.0, "caller_base_cpu_s": 0.0,
                "worker_graph_s": 0.0, "worker_graph_cpu_s": 0.0, "ranks": 0}
 
     def timed(fn, key):
@@ -55,7 +55,7 @@ def main() -> None:
     report.build_rank_graph = timed(report.build_rank_graph, "rank")
     report.measured_mean_step_ns = timed(report.measured_mean_step_ns, "rank")
     report._price = timed(report._price, "caller_graph_s")
-    report._graph_run = timed(report._graph_run, "caller_setup_s")
+    report._graph_run = timed(report._graph_run, "caller_base_s")
     stage_call = report.RankStage.__call__
 
     def rank_stage(self, trace):  # in the worker: the rank's graph seconds ride on its results
