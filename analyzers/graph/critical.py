@@ -52,6 +52,11 @@ def drop_lists(*objs: Any) -> None:
 class _Walk:
     """Accumulates the attribution of one rank's step while the path is walked back."""
 
+    __slots__ = ("sg", "rank", "lo", "hi", "parts", "late", "causes", "away", "nodes", "frontier", "rank_of", "coll",
+                 "cat", "prev", "seg", "seg_opened_by", "sync_awaited", "sync_seg", "start", "end", "why", "arrival",
+                 "late_of", "seg_time", "sync_call", "sync_resume", "sync_gpu_bound", "dep", "dep2", "gate", "off",
+                 "sync_blocks")
+
     def __init__(self, sg: SetGraph, rp: Replay, inp: ReplayInputs, rank: int, lo: int, hi: int) -> None:
         self.sg, self.rank, self.lo, self.hi = sg, rank, lo, hi
         self.parts: dict[str, int] = dict.fromkeys(ATTRIBUTION, 0)
