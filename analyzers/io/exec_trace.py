@@ -11,8 +11,10 @@ beside a Kineto trace of the same steps (runners/profiling.py), it names the dat
   is allocated again or written by another collective; where that op is a copy (FSDP's copy-out, a
   ``split_with_sizes_copy``, ``copy_``, ``cat``), it is the collective's *copy-out* and the first reader of
   what it wrote is followed instead, at most ``MAX_COPY_HOPS`` copies deep;
-- a collective's *producer*: the last op before it that wrote (not only viewed) the storage it reads and
-  does not write (an all-gather's input shard: FSDP's copy-in).
+- a collective's *producer*: the last op before it that wrote (not only viewed) the bytes it reads, other
+  than the bytes it writes in place (an all-gather's input shard: FSDP's copy-in, which sits inside the
+  output buffer), climbed to the outermost op that wrote them (``fsdp::all_gather_copy_in``, not its
+  ``copy_``). An op writes what its outputs hold and the arguments its schema marks ``(a!)``.
 
 Ops are named by (name, k): the k-th op of that name in the process, by id; the Kineto trace's host ops are
 numbered the same way by start (analyzers/graph/et_roles.py maps them onto GPU activities). Reading is
@@ -40,6 +42,7 @@ MAX_COPY_HOPS = 3  # copies followed from a collective's output to the op that c
 COLLECTIVE_OP = re.compile(r"^(?:c10d|_c10d_functional|c10d_functional)::(?!(?:monitored_)?barrier)")
 GATHER_OP = re.compile(r"all_?gather|broadcast", re.I)  # collectives whose input the step does not compute
 COPY_OP = re.compile(r"copy|split_with_sizes|^aten::(?:cat|clone|contiguous|_to_copy|to)$|^fsdp::", re.I)
+COMM_INTERNAL = re.compile(r"^(?:gloo|nccl|ucc|mpi):|record_param_comms")  # a collective's own work, no reader
 VIEW_OP = re.compile(r"^aten::(?:view|_?reshape|as_strided|narrow|slice|select|chunk|split|unbind|expand|t|"
                      r"transpose|permute|alias|detach|resolve_conj|resolve_neg|unsqueeze|squeeze|flatten|"
                      r"_unsafe_view|unflatten|lift_fresh)(?:\.|$)")
@@ -93,6 +96,7 @@ class ExecTrace:
     pid: int
     n_nodes: int
     links: tuple[EtLink, ...] = field(default_factory=tuple)
+    counts: dict[str, int] = field(default_factory=dict)  # ops of each name the links use, in the whole file
 
     @property
     def n_consumers(self) -> int:
@@ -128,12 +132,37 @@ def _decode(path: Path) -> _Doc:
         raise BadInputError(path, json_problem(bytes(data[:1 << 20]), str(exc))) from None
 
 
+def _mutated(schema: str) -> list[bool]:
+    """Per argument of an op schema, whether the op writes it (``Tensor(a!)``); the bare ``*`` is no argument."""
+    args = schema.partition("(")[2].rpartition(") ->")[0]
+    out, depth, cur = [], 0, ""
+    for ch in args + ",":
+        if ch == "," and depth == 0:
+            if cur.strip() and cur.strip() != "*":
+                out.append("!" in cur.split()[0] if cur.split() else False)
+            cur = ""
+            continue
+        depth += (ch in "([") - (ch in ")]")
+        cur += ch
+    return out
+
+
+def _schema(n: _Node) -> str:
+    return next((str(a.value) for a in n.attrs if a.name == "op_schema"), "")
+
+
 def _refs(nodes: list[_Node]) -> pd.DataFrame:
-    """One row per (op, tensor, direction): node index, storage, byte range, out (True: written)."""
-    rows = [(i, s, lo, hi, o) for i, n in enumerate(nodes)
-            for o, io in ((False, n.inputs), (True, n.outputs)) for s, lo, hi in _tensors(io.values, io.types)]
-    return pd.DataFrame(rows, columns=["node", "sid", "lo", "hi", "out"]).astype(
-        {"node": np.int64, "sid": np.int64, "lo": np.int64, "hi": np.int64, "out": bool})
+    """One row per (op, tensor, direction): node index, storage, byte range, out (True: written). An input the
+    op's schema marks as written (``out=`` arguments, ``copy_``'s self) is written, not read."""
+    rows = []
+    for i, n in enumerate(nodes):
+        mut = _mutated(_schema(n))
+        for k, (v, t) in enumerate(zip(n.inputs.values, n.inputs.types, strict=False)):
+            w = k < len(mut) and mut[k]
+            rows += [(i, s, lo, hi, w, True) for s, lo, hi in _tensors([v], [t])]
+        rows += [(i, s, lo, hi, True, False) for s, lo, hi in _tensors(n.outputs.values, n.outputs.types)]
+    return pd.DataFrame(rows, columns=["node", "sid", "lo", "hi", "out", "arg"]).astype(
+        {"node": np.int64, "sid": np.int64, "lo": np.int64, "hi": np.int64, "out": bool, "arg": bool})
 
 
 class _Graph:
@@ -156,7 +185,9 @@ class _Graph:
         self.reads = refs[~refs["out"]]
         self.writes = refs[refs["out"]]
         both = self.reads.merge(self.writes, on=["node", "sid"])
-        self.in_place = set(zip(both["node"].tolist(), both["sid"].tolist(), strict=True))
+        self.in_place = set(zip(both["node"].tolist(), both["sid"].tolist(), strict=True))  # views, in-place ops
+        args = refs[refs["arg"]]
+        self.given = set(zip(args["node"].tolist(), args["sid"].tolist(), strict=True))  # storages an op was passed
 
     def inside(self, i: int, root: int) -> bool:
         p = i
@@ -177,13 +208,14 @@ class _Graph:
             later = self.reads[(self.reads["sid"] == sid) & (self.reads["node"] > i) & (self.reads["lo"] < hi)
                                & (self.reads["hi"] > lo)]["node"].to_numpy(np.int64)
             w = self.writes[(self.writes["sid"] == sid) & (self.writes["node"] > i)]["node"].to_numpy(np.int64)
-            ends = [int(x) for x in w if (int(x), int(sid)) not in self.in_place
-                    or COLLECTIVE_OP.match(self.names[int(x)])]
+            # the storage's next allocation (written, never passed in), or another collective writing it
+            ends = [int(x) for x in w if (int(x), int(sid)) not in self.given
+                    or (COLLECTIVE_OP.match(self.names[int(x)]) and not self.inside(int(x), i))]
             end = min(ends) if ends else np.iinfo(np.int64).max
             for x in later.tolist():
                 if x >= end:
                     break
-                if (x, int(sid)) in self.in_place or self.inside(x, i):
+                if (x, int(sid)) in self.in_place or self.inside(x, i) or COMM_INTERNAL.search(self.names[x]):
                     continue
                 if best < 0 or x < best:
                     best = x
@@ -194,10 +226,13 @@ class _Graph:
         """The last op before collective c that wrote (not only viewed) a storage c reads and does not write."""
         best = -1
         mine = self.reads[self.reads["node"] == c]
-        for sid in mine["sid"].unique().tolist():
-            if (c, sid) in self.in_place:
+        out = self.writes[self.writes["node"] == c]
+        for sid, lo, hi in mine[["sid", "lo", "hi"]].itertuples(index=False):
+            o = out[out["sid"] == sid]
+            if ((o["lo"] == lo) & (o["hi"] == hi)).any():  # the very bytes it writes: in place, not an input
                 continue
-            w = self.writes[(self.writes["sid"] == sid) & (self.writes["node"] < c)]["node"].to_numpy(np.int64)
+            w = self.writes[(self.writes["sid"] == sid) & (self.writes["node"] < c) & (self.writes["lo"] < hi)
+                            & (self.writes["hi"] > lo)]["node"].to_numpy(np.int64)
             w = [int(x) for x in w if not VIEW_OP.match(self.names[int(x)]) and self.names[int(x)] != "aten::empty"
                  and not self.inside(c, int(x))]
             if w:
@@ -249,5 +284,38 @@ def read_exec_trace(path: Path) -> ExecTrace:
                                   "root node)")
     g = _Graph(doc.nodes)
     colls = [i for i, nm in enumerate(g.names) if COLLECTIVE_OP.match(nm) and g.outermost_collective(i)]
-    return ExecTrace(str(path), rank_from_filename(path), doc.pid, len(doc.nodes),
-                     tuple(_link(g, c) for c in colls))
+    links = tuple(_link(g, c) for c in colls)
+    used = {k[0] for lk in links for k in (lk.collective, lk.producer, lk.consumer, *lk.copy_outs) if k}
+    return ExecTrace(str(path), rank_from_filename(path), doc.pid, len(doc.nodes), links,
+                     {nm: sum(n == nm for n in g.names) for nm in sorted(used)})
+
+
+def exec_trace_of(traces: tuple[ExecTrace, ...], rank: int) -> ExecTrace | None:
+    """The rank's Execution Trace: the one whose file name names the rank (one unnamed file: rank 0's)."""
+    return next((e for e in traces if (e.rank if e.rank is not None else 0) == rank), None)
+
+
+def read_exec_traces(paths: list[Path]) -> tuple[ExecTrace, ...]:
+    """Every --et file, read and checked: one per rank, each naming its rank unless there is only one."""
+    out = tuple(read_exec_trace(p) for p in paths)
+    if len(out) > 1:
+        for e in out:
+            if e.rank is None:
+                raise BadInputError(e.path, "names no rank: with several --et files each must name its rank "
+                                            "(rank3.et.json.gz, as the runners write them)")
+    seen: dict[int, str] = {}
+    for e in out:
+        r = e.rank if e.rank is not None else 0
+        if r in seen:
+            raise BadInputError(e.path, f"a second Execution Trace for rank {r} (the first: {seen[r]})")
+        seen[r] = e.path
+    return out
+
+
+def check_exec_ranks(traces: tuple[ExecTrace, ...], ranks: list[int]) -> None:
+    """Refuse an Execution Trace of a rank the trace set does not hold."""
+    for e in traces:
+        r = e.rank if e.rank is not None else 0
+        if r not in ranks:
+            raise BadInputError(e.path, f"is rank {r}'s Execution Trace, but the traces hold rank(s) "
+                                        f"{', '.join(map(str, ranks))}")
