@@ -6,12 +6,12 @@ whole trace where the Execution Trace recorded the same steps, else within each 
 step of the same program (the runners record it on a step of its own: the observer slows the host), each
 step whose op counts differ from the Execution Trace's being left out (the note counts them). A process id
 that differs is refused (another rank's, or another run's, Execution Trace). Each GPU activity whose
-launching call sits in a matched op (same thread) takes that op's part: the collective's communication kernels, its producer's activities
-(copy-in), its copy-outs' and its consumer's compute. For the collectives the Execution Trace ties to a
-all-gather consumer, these roles replace the ones the CPU op tree's ranges gave (graph.dataflow): the
-tensors an op read and wrote say more than the range it was launched in. Each all-gather (in each step)
-is a module of its own, ``et:NAME#k``, so the moves (graph.prefetch) can say which source each consumer
-came from.
+launching call sits in a matched op (same thread) takes that op's part: the collective's communication
+kernels, its producer's activities (copy-in), its copy-outs' and its consumer's compute. For the
+collectives the Execution Trace ties to a consumer, these roles replace the ones the CPU op tree's ranges
+gave (graph.dataflow): the tensors an op read and wrote say more than the range it was launched in. Each
+all-gather (in each step) is a module of its own, ``et:NAME#k``, so the moves (graph.prefetch) can say
+which source each consumer came from.
 """
 
 from __future__ import annotations

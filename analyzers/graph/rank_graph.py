@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.graph import deps
-from analyzers.graph.dataflow import module_roles
+from analyzers.graph.dataflow import module_roles, roles_note
 from analyzers.graph.et_roles import check_process, et_roles
 from analyzers.io.exec_trace import ExecTrace
 from analyzers.timeline.constants import NO_TIME
@@ -207,6 +207,8 @@ def build_rank_graph(trace: RankTrace, syncs: pd.DataFrame, step_pattern: str,
     used, name_code = np.unique(gpu["name_id"].to_numpy(np.int64), return_inverse=True)
     res_id, res = kernel_resources(trace)
     role, module, modules = module_roles(trace.host_ops, trace.names, launch, ltid)
+    if note := roles_note(trace.rank, trace.fmt, len(trace.host_ops), modules):
+        notes.append(note)
     cat = _category_codes(gpu)
     if et is not None:
         check_process(et, trace.host_ops, trace.rank)
