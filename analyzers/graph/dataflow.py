@@ -14,7 +14,9 @@ The ranges come from the host ops table: in a Kineto trace the profiler's ``reco
 Nsight Systems export its NVTX ranges (NVTX_EVENTS: the same names where the program pushes them, as
 ``torch.autograd.profiler.emit_nvtx`` does for every ``record_function``). Traces without these ranges (no
 FSDP, an nsys export without NVTX) get no roles, and the moves fall back to the recorded waits; the note
-says which source the roles came from (roles_note). Everything is vectorized over ranges and activities; loops run over range kinds and modules.
+says which source the roles came from (roles_note). An Execution Trace, where given, replaces these roles
+for the all-gathers it ties to a consumer (graph.et_roles). Everything is vectorized over ranges and
+activities; loops run over range kinds and modules.
 """
 
 from __future__ import annotations
