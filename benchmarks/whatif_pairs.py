@@ -20,6 +20,7 @@ usage: python benchmarks/whatif_pairs.py [--samples DIR] [--no-et] [--only TEXT]
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -124,6 +125,18 @@ def _host_drift(a, b) -> str:
     return ", ".join(f"r{r} {100 * (hb[r] / ha[r] - 1):+.1f} %" for r in sorted(set(ha) & set(hb)) if ha[r]) or "—"
 
 
+def _unprofiled(a: str, b: str, replayed: int, predicted: int | None) -> str:
+    """The runner's own timing of both variants (CUDA events, median of many steps, no profiler: manifest.json),
+    fixed over unfixed, beside the prediction over the replay: what the fix bought without the profiler's host
+    overhead, which differs between variants (a diagnostic; the prediction never reads it)."""
+    try:
+        ta, tb = (json.loads((_path(x) / "manifest.json").read_text())["timings_ms"]["variant_ms"] for x in (a, b))
+    except (OSError, KeyError, ValueError):
+        return "—"
+    pred = f"{100 * (predicted / replayed - 1):+.1f} %" if predicted and replayed else "—"
+    return f"{100 * (tb / ta - 1):+.1f} % vs {pred}"
+
+
 def _drift(speeds: dict[int, float]) -> str:
     return ", ".join(f"r{r} {100 * (v - 1):+.1f} %" for r, v in speeds.items()) or "—"
 
@@ -166,11 +179,13 @@ def main() -> None:
         same = _at_fixed_speed(run, fix, speeds) if fix and not why_not and speeds else None
         same_s = f"{100 * (same - fixed) / fixed:+.1f} %" if same else "—"
         rows.append((a, fix or "—", b, what, why_not, res["measured_step_ns"], res["replayed_step_ns"], pred, fixed,
-                     err, f"{_drift(speeds)} | {same_s} | {_host_drift(ra, rb)}"))
+                     err, f"{_drift(speeds)} | {same_s} | {_host_drift(ra, rb)} | "
+                          f"{_unprofiled(a, b, res['replayed_step_ns'], pred)}"))
     print("| unfixed set | fix | fixed set | what differs | unfixed measured | replayed | predicted | "
           "fixed measured | error | busiest GEMM alone, fixed run vs unfixed | error at the fixed run's GPU speed | "
-          "host time per step, fixed run vs unfixed |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "host time per step, fixed run vs unfixed | "
+          "unprofiled step, fixed vs unfixed (runner) vs predicted vs replayed |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for a, fix, b, what, why_not, m, r, p, f, e, drift in rows:
         ps = f"{p / 1e6:.3f} ms" if p is not None else "—"
         es = f"{100 * e:+.1f} %" if e is not None else "—"
