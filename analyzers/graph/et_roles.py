@@ -73,15 +73,13 @@ def check_process(et: ExecTrace, ops: pd.DataFrame, rank: int) -> None:
 
 
 def et_roles(et: ExecTrace, ops: pd.DataFrame, names: Sequence[str], launch: np.ndarray, ltid: np.ndarray,
-             cat: np.ndarray, steps: list[tuple[int, int]], role: np.ndarray, module: np.ndarray,
-             modules: list[str]) -> str:
+             cat: np.ndarray, cat_codes: dict[str, int], steps: list[tuple[int, int]], role: np.ndarray,
+             module: np.ndarray, modules: list[str]) -> str:
     """Set role and module (in place; modules grows) of the rows the Execution Trace ties to its all-gathers'
-    consumers, in each host window it maps onto (steps: the host step ranges); returns the note that says what
-    came from it."""
-    from analyzers.graph.rank_graph import CAT_CODES  # rank_graph calls this module
-
-    comm_code, compute_code = CAT_CODES["comm"], CAT_CODES["compute"]
-    others = tuple(c for c in CAT_CODES.values() if c != comm_code)
+    consumers, in each host window it maps onto (steps: the host step ranges; cat: each row's category code, as
+    cat_codes, rank_graph.CAT_CODES, names them); returns the note that says what came from it."""
+    comm_code, compute_code = cat_codes["comm"], cat_codes["compute"]
+    others = tuple(c for c in cat_codes.values() if c != comm_code)
     by_name = _numbered(ops, names, set(et.counts))
     windows, unmatched = _windows(et, by_name, steps)
     order = np.argsort(launch, kind="stable")
@@ -110,7 +108,7 @@ def et_roles(et: ExecTrace, ops: pd.DataFrame, names: Sequence[str], launch: np.
             m = len(modules)
             modules.append(f"{ET_MODULE_PREFIX}{lk.collective[0]}#{lk.collective[1]}" + (f"@{w}" if w else ""))
             parts = [(comm, GATHER), (rows_of(lk.producer, lo, hi, others), GATHER),
-                     *((rows_of(k, lo, hi, tuple(CAT_CODES.values())), COPY_OUT) for k in lk.copy_outs), (use, FORWARD)]
+                     *((rows_of(k, lo, hi, tuple(cat_codes.values())), COPY_OUT) for k in lk.copy_outs), (use, FORWARD)]
             for rows, code in parts:
                 role[rows], module[rows] = code, m
             used += 1

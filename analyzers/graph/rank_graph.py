@@ -213,8 +213,8 @@ def build_rank_graph(trace: RankTrace, syncs: pd.DataFrame, step_pattern: str,
     if et is not None:
         check_process(et, trace.host_ops, trace.rank)
         windows = list(zip(steps["host_start_ns"].tolist(), steps["host_end_ns"].tolist(), strict=True))
-        notes.append(f"rank {trace.rank}: " + et_roles(et, trace.host_ops, trace.names, launch, ltid, cat, windows,
-                                                       role, module, modules))
+        notes.append(f"rank {trace.rank}: " + et_roles(et, trace.host_ops, trace.names, launch, ltid, cat, CAT_CODES,
+                                                       windows, role, module, modules))
     return RankGraph(
         rank=trace.rank, start=start, end=end, cat=cat, stream=stream,
         name_id=name_code.astype(np.int64), prev=prev, seg=seg, off=off, dep=dep, dep_lat=dep_lat, step=step,
