@@ -100,10 +100,13 @@ def test_bad_execution_traces_are_one_line_refusals(tmp_path: Path):
         read_exec_trace(_gz(tmp_path, "rank0.et.json.gz", raw[: len(raw) // 2]))
     with pytest.raises(BadInputError, match="not a PyTorch Execution Trace"):
         read_exec_trace(AG / "rank0.json.gz")  # a Kineto trace
-    with pytest.raises(BadInputError, match="not a PyTorch Execution Trace"):
+    with pytest.raises(BadInputError, match="schema 1 this reader does not know .*missing required field `name`"):
         read_exec_trace(_gz(tmp_path, "x.et.json.gz", json.dumps({"schema": "1", "nodes": [{"id": 1}]}).encode()))
     with pytest.raises(BadInputError, match="not a PyTorch Execution Trace"):
         read_exec_trace(_gz(tmp_path, "y.et.json.gz", b"[1, 2]"))
+    old = {"schema": "1.0.1", "nodes": [{"id": 1, "name": "x", "inputs": [1], "outputs": []}]}  # inputs as lists
+    with pytest.raises(BadInputError, match="of schema 1.0.1 this reader does not know"):
+        read_exec_trace(_gz(tmp_path, "z.et.json.gz", json.dumps(old).encode()))
     with pytest.raises(BadInputError, match="second Execution Trace for rank 0"):
         read_exec_traces([AG / "rank0.et.json.gz", AG / "rank0.et.json.gz"])
 

@@ -73,7 +73,12 @@ class _Doc(msgspec.Struct, gc=False):
     pid: int = -1
 
 
+class _SchemaOnly(msgspec.Struct):
+    schema: str = ""
+
+
 _DECODER = msgspec.json.Decoder(_Doc)
+_SCHEMA_ONLY = msgspec.json.Decoder(_SchemaOnly)
 
 
 @dataclass(frozen=True)
@@ -126,8 +131,14 @@ def _decode(path: Path) -> _Doc:
     try:
         return _DECODER.decode(data)
     except msgspec.ValidationError as exc:
-        raise BadInputError(path, f"not a PyTorch Execution Trace ({exc}; expected schema, pid and nodes with "
-                                  "id, name, ctrl_deps, inputs and outputs)") from None
+        try:
+            schema = _SCHEMA_ONLY.decode(data).schema
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            schema = ""
+        what = f"an Execution Trace of schema {schema} this reader does not know" if schema else \
+            "not a PyTorch Execution Trace"
+        raise BadInputError(path, f"{what} ({exc}; expected schema, pid and nodes with id, name, ctrl_deps and "
+                                  "inputs / outputs as {values, types}, as torch 2.1 and later write)") from None
     except msgspec.DecodeError as exc:
         raise BadInputError(path, json_problem(bytes(data[:1 << 20]), str(exc))) from None
 
