@@ -22,6 +22,7 @@ from analyzers.graph.pricing import section_and_savings
 from analyzers.graph.rank_graph import RankGraph, build_rank_graph
 from analyzers.graph.set_graph import build_set_graph
 from analyzers.graph.subset import SlowestRanks, bounded_rank_graphs, measured_mean_step_ns, subset_note
+from analyzers.io.exec_trace import ExecTrace, check_exec_ranks, exec_trace_of
 from analyzers.io.parallel import PER_RANK_KEY
 from analyzers.io.plain import to_plain
 from analyzers.overlap.metrics import AnalysisOptions, RankMetrics, rank_metrics
@@ -120,12 +121,14 @@ class RankStage:
     diagnose: bool = True
     send_host_tables: bool = True
     graph_only: bool = False  # for graph_run (`whatif`): no metrics, sync notes or findings
+    exec_traces: tuple[ExecTrace, ...] = ()  # `whatif --et`: each rank's Execution Trace (exec_trace_of)
 
     def __call__(self, trace: RankTrace) -> RankResults:
         if self.graph_only:
             res = RankResults(self.options, True, table_fingerprint(trace), None, cross_steps=rank_steps(trace))
             res.syncs = blocking_syncs(trace, None)
-            res.graph = build_rank_graph(trace, res.syncs, FindingParams().step_pattern)
+            res.graph = build_rank_graph(trace, res.syncs, FindingParams().step_pattern,
+                                         exec_trace_of(self.exec_traces, trace.rank))
             res.graph_step_ns = measured_mean_step_ns(res.graph)
             return res
         metrics = rank_metrics(trace, self.options)
@@ -331,7 +334,8 @@ def _price(report: AnalysisReport, traces: TraceSet, pre: dict[int, RankResults]
 
 
 def _graph_run(traces: TraceSet, syncs: dict[int, pd.DataFrame], cr: CrossRankReport | None,
-               offsets: dict[int, int], pre: dict[int, RankResults] | None, pattern: str) -> GraphRun:
+               offsets: dict[int, int], pre: dict[int, RankResults] | None, pattern: str,
+               exec_traces: tuple[ExecTrace, ...] = ()) -> GraphRun:
     """The graphs come from the per-rank stage (pre: those it kept, analyzers.graph.subset), else are
     built here; past GRAPH_MAX_RANKS ranks the slowest are replayed, with a note."""
     ids = traces.rank_ids()
@@ -339,7 +343,8 @@ def _graph_run(traces: TraceSet, syncs: dict[int, pd.DataFrame], cr: CrossRankRe
         graphs = bounded_rank_graphs([r for r in ids if pre[r].graph is not None], lambda r: pre[r].graph,
                                      lambda g: _step_of(pre[g.rank], g))
     else:
-        graphs = bounded_rank_graphs(ids, lambda r: build_rank_graph(traces.ranks[r], syncs[r], pattern))
+        graphs = bounded_rank_graphs(ids, lambda r: build_rank_graph(traces.ranks[r], syncs[r], pattern,
+                                                                     exec_trace_of(exec_traces, r)))
     sg = build_set_graph(graphs, offsets, cr.members if cr is not None else None,
                          cr.collectives if cr is not None else None)
     if note := subset_note(len(graphs), len(ids)):
@@ -351,7 +356,8 @@ def _step_of(res: RankResults, g: RankGraph) -> float:
     return res.graph_step_ns if res.graph_step_ns is not None else measured_mean_step_ns(g)
 
 
-def graph_run(traces: TraceSet, options: AnalysisOptions | None = None) -> GraphRun:
+def graph_run(traces: TraceSet, options: AnalysisOptions | None = None,
+              exec_traces: tuple[ExecTrace, ...] = ()) -> GraphRun:
     """The set's dependency graph and its unmodified replay, as `analyze` (all steps) makes them, without
     the sections `whatif` does not read (collectives table, stragglers, findings, critical path,
     savings): the same graph, so the same predictions."""
@@ -367,5 +373,6 @@ def graph_run(traces: TraceSet, options: AnalysisOptions | None = None) -> Graph
         if cr.clock is not None:
             offsets = dict(cr.clock.offsets_ns)
     syncs = {r: pre[r].syncs if pre else blocking_syncs(traces.ranks[r], None) for r in ids}
+    check_exec_ranks(exec_traces, ids)
     return _graph_run(traces, syncs, cr, offsets, pre or None,
-                      FindingParams().step_pattern)
+                      FindingParams().step_pattern, exec_traces)

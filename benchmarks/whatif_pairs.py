@@ -9,14 +9,18 @@ two runs' GPUs: the median duration of each rank's busiest compute kernel run al
 other class beside it), fixed run over unfixed run: what the prediction cannot know. Prints the
 Markdown table of docs/whatif.md.
 
-usage: python benchmarks/whatif_pairs.py [--samples DIR]
+usage: python benchmarks/whatif_pairs.py [--samples DIR] [--no-et] [--only TEXT]
   DIR: a tree laid out as sample_traces/ whose sets replace the repository's (sets it lacks come from
-  sample_traces/), e.g. benchmarks/recordings/ag-gemm-second, a second recording of the ag-gemm pairs
+  sample_traces/), e.g. benchmarks/recordings/ag-gemm-second, a second recording of the ag-gemm pairs, or
+  benchmarks/recordings/fsdp-et, the FSDP pairs recorded with their Execution Traces
+  An unfixed set with Execution Traces beside its traces (rank{R}.et.json.gz, as the runners record them) is
+  replayed with them, as `whatif --et` does; --no-et leaves them out (the op tree's module ranges alone).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -31,8 +35,9 @@ from analyzers.graph.fixes import apply_fixes, baseline_inputs, parse_fix  # noq
 from analyzers.graph.moves import MOVES, apply_moves  # noqa: E402
 from analyzers.graph.rank_graph import CAT_CODES  # noqa: E402
 from analyzers.graph.steps import job_steps, median_ns, rank_steps  # noqa: E402
+from analyzers.io.exec_trace import read_exec_traces  # noqa: E402
 from analyzers.io.load import load_traces  # noqa: E402
-from analyzers.report import analyze  # noqa: E402
+from analyzers.report import analyze, graph_run  # noqa: E402
 
 # (unfixed set, fix or None, fixed set, what differs, None when predictable else why not)
 PAIRS = [
@@ -52,12 +57,25 @@ PAIRS = [
 
 
 SAMPLES = ROOT / "sample_traces"
+USE_ET = True
+
+
+def _path(folder: str) -> Path:
+    """The set from --samples where it has it, else the repository's sample_traces."""
+    path = SAMPLES / folder
+    return path if path.is_dir() else ROOT / "sample_traces" / folder
 
 
 def _report(folder: str):
-    """The set from --samples where it has it, else the repository's sample_traces."""
-    path = SAMPLES / folder
-    return analyze(load_traces([path if path.is_dir() else ROOT / "sample_traces" / folder]))
+    return analyze(load_traces([_path(folder)]))
+
+
+def _et_run(folder: str):
+    """The set's graph with the Execution Traces beside its traces (None where it has none)."""
+    ets = sorted(_path(folder).glob("rank*.et.json*"))
+    if not ets or not USE_ET:
+        return None
+    return graph_run(load_traces([_path(folder)]), None, read_exec_traces(ets))
 
 
 def _busiest_alone(rep) -> dict[int, float]:
@@ -107,14 +125,25 @@ def _host_drift(a, b) -> str:
     return ", ".join(f"r{r} {100 * (hb[r] / ha[r] - 1):+.1f} %" for r in sorted(set(ha) & set(hb)) if ha[r]) or "—"
 
 
+def _unprofiled(a: str, b: str, replayed: int, predicted: int | None) -> str:
+    """The runner's own timing of both variants (CUDA events, median of many steps, no profiler: manifest.json),
+    fixed over unfixed, beside the prediction over the replay: what the fix bought without the profiler's host
+    overhead, which differs between variants (a diagnostic; the prediction never reads it)."""
+    try:
+        ta, tb = (json.loads((_path(x) / "manifest.json").read_text())["timings_ms"]["variant_ms"] for x in (a, b))
+    except (OSError, KeyError, ValueError):
+        return "—"
+    pred = f"{100 * (predicted / replayed - 1):+.1f} %" if predicted and replayed else "—"
+    return f"{100 * (tb / ta - 1):+.1f} % vs {pred}"
+
+
 def _drift(speeds: dict[int, float]) -> str:
     return ", ".join(f"r{r} {100 * (v - 1):+.1f} %" for r, v in speeds.items()) or "—"
 
 
-def _at_fixed_speed(rep, fix: str, speeds: dict[int, float]) -> int | None:
+def _at_fixed_speed(run, fix: str, speeds: dict[int, float]) -> int | None:
     """The prediction with each rank's compute durations scaled to the fixed run's GPU speed (a diagnostic:
     the ratio comes from the fixed run, which a prediction cannot see)."""
-    run = rep.graph_run
     sg = run.sg
     fixes = [parse_fix(fix)]
     moved = apply_moves(sg, fixes) if any(f.name in MOVES for f in fixes) else None
@@ -128,27 +157,35 @@ def _at_fixed_speed(rep, fix: str, speeds: dict[int, float]) -> int | None:
 
 
 def main() -> None:
-    global SAMPLES
+    global SAMPLES, USE_ET
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=Path, default=SAMPLES,
                     help="a tree laid out as sample_traces/ (e.g. a second recording of some of its sets)")
-    SAMPLES = ap.parse_args().samples
+    ap.add_argument("--no-et", action="store_true", help="replay without the sets' Execution Traces")
+    ap.add_argument("--only", default="", help="only the pairs whose unfixed set contains this text (e.g. fsdp/)")
+    args = ap.parse_args()
+    SAMPLES, USE_ET = args.samples, not args.no_et
     rows = []
     for a, fix, b, what, why_not in PAIRS:
+        if args.only not in a:
+            continue
         ra, rb = _report(a), _report(b)
         fixed = rb.critical_path["fidelity"]["measured_step_ns"]
-        res = whatif(ra.graph_run, [parse_fix(fix)] if fix else [])
+        run = _et_run(a) or ra.graph_run
+        res = whatif(run, [parse_fix(fix)] if fix else [])
         pred = res["predicted_step_ns"] if fix else None
         err = (pred - fixed) / fixed if pred is not None else None
         speeds = _speeds(ra, rb)
-        same = _at_fixed_speed(ra, fix, speeds) if fix and not why_not and speeds else None
+        same = _at_fixed_speed(run, fix, speeds) if fix and not why_not and speeds else None
         same_s = f"{100 * (same - fixed) / fixed:+.1f} %" if same else "—"
         rows.append((a, fix or "—", b, what, why_not, res["measured_step_ns"], res["replayed_step_ns"], pred, fixed,
-                     err, f"{_drift(speeds)} | {same_s} | {_host_drift(ra, rb)}"))
+                     err, f"{_drift(speeds)} | {same_s} | {_host_drift(ra, rb)} | "
+                          f"{_unprofiled(a, b, res['replayed_step_ns'], pred)}"))
     print("| unfixed set | fix | fixed set | what differs | unfixed measured | replayed | predicted | "
           "fixed measured | error | busiest GEMM alone, fixed run vs unfixed | error at the fixed run's GPU speed | "
-          "host time per step, fixed run vs unfixed |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "host time per step, fixed run vs unfixed | "
+          "unprofiled step, fixed vs unfixed (runner) vs predicted vs replayed |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for a, fix, b, what, why_not, m, r, p, f, e, drift in rows:
         ps = f"{p / 1e6:.3f} ms" if p is not None else "—"
         es = f"{100 * e:+.1f} %" if e is not None else "—"

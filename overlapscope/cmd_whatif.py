@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import msgspec
@@ -29,6 +30,9 @@ from .common import (
 )
 from .stack_imports import analysis_stack_imports
 
+ET_HELP = ("PyTorch Execution Trace of a rank (torch.profiler.ExecutionTraceObserver JSON, .json or .json.gz; "
+           "repeatable, one per rank, matched by the rank in its name: rank3.et.json.gz, as the runners record one "
+           "beside each trace): which ops read each collective's output, the data dependencies the moves use.")
 FIX_HELP = ("A fix to replay (repeatable; applied together): host-syncs, peer-wait, launch-gaps, comm-contention, "
             "serialized-streams, no-copies, prefetch[=N], coalesce, comm-first, agreed-order, "
             "drop=REGEX (those kernels take no time), comm-speed=F, compute-speed=F (F: how many times as fast). "
@@ -45,6 +49,7 @@ def whatif_cmd(
     step_pattern: StepPatternOpt = DEFAULT_STEP_PATTERN,
     jobs: JobsOpt = None,
     no_cache: NoCacheOpt = False,
+    et: Annotated[list[Path] | None, typer.Option("--et", metavar="FILE", help=ET_HELP)] = None,
 ) -> None:
     """Predict each step's time with fixes applied, by replaying the trace set's dependency graph.
 
@@ -61,17 +66,21 @@ def whatif_cmd(
     # fix applies to what the ones before it gave).
     key = None if no_cache else report_cache.ReportKey.of(paths, {
         "command": "whatif", "fixes": [f.label for f in fixes], "rules": _file_digest(rules),
-        "comm_kernel": comm_kernel or [], "step_pattern": step_pattern})
+        "comm_kernel": comm_kernel or [], "step_pattern": step_pattern,
+        "et": [_file_digest(p) for p in et or []]})
     doc = report_cache.get(key) if key is not None else None
     if doc is None:
         with analysis_stack_imports():
             from analyzers.graph.analysis import whatif
+            from analyzers.io.exec_trace import read_exec_traces
             from analyzers.io.plain import json_bytes
             from analyzers.report import graph_run
         options = options_from(None, False, step_pattern)
+        exec_traces = read_exec_traces(et or [])
         traces = load_set(paths, rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache,
-                          options=options, diagnose=True, host_tables=False, graph_only=True)
-        result = whatif(graph_run(traces, options), fixes)
+                          options=options, diagnose=True, host_tables=False, graph_only=True,
+                          exec_traces=exec_traces)
+        result = whatif(graph_run(traces, options, exec_traces), fixes)
         result["label"] = traces.label
         doc = json_bytes(result)
         if key is not None:

@@ -126,14 +126,15 @@ def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = 
              comm_kernel: list[str] | None = None, label: str = "", jobs: int | None = None,
              cache: bool = True, scheduler: str | None = None, options: AnalysisOptions | None = None,
              diagnose: bool = True, require_gpu: bool = True, host_tables: bool = True,
-             ranks: str | None = None, graph_only: bool = False) -> TraceSet:
+             ranks: str | None = None, graph_only: bool = False, exec_traces: tuple = ()) -> TraceSet:
     """Load a trace set with progress on stderr (several files) and classification rules.
 
     Files are parsed in parallel (jobs workers, default one per core, or on the Dask cluster
     at scheduler / $OVERLAPSCOPE_SCHEDULER), through the parse cache unless cache=False; with
     options, the per-rank analysis runs beside the parse. host_tables=False: the caller analyzes
     with exactly these options and reads no host table itself, so the workers keep them (RankStage).
-    graph_only: the workers compute only what report.graph_run reads (`whatif`).
+    graph_only: the workers compute only what report.graph_run reads (`whatif`); exec_traces: the ranks'
+    Execution Traces (analyzers.io.exec_trace), which the workers lay onto each rank's graph.
     """
     from analyzers.io.load import load_traces
     from analyzers.report import RankStage
@@ -154,7 +155,7 @@ def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = 
     with load_progress(many and err_console.is_terminal) as progress:
         return load_traces(paths, rank=rank, rules=rule_list, label=label, progress=progress, jobs=jobs,
                            cache=cache, scheduler=scheduler_from_env(scheduler),
-                           per_rank=(RankStage(options, diagnose, host_tables, graph_only)
+                           per_rank=(RankStage(options, diagnose, host_tables, graph_only, exec_traces)
                                      if options is not None else None),
                            require_gpu=require_gpu, ranks=selected)
 

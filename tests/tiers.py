@@ -162,6 +162,11 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_unknown_step_is_refused_listing_the_steps_present",
         "test_whole_window_of_steps_apart_leaves_out_the_steps_between",
     ),
+    "test_exec_trace": (
+        "test_fsdp_all_gathers_have_copy_in_copy_out_and_the_module_compute",
+        "test_the_execution_trace_sets_the_roles_in_each_step",
+        "test_whatif_et_bad_file_exit_3",
+    ),
     "test_export": (
         "test_cli_svg_and_diff",
         "test_cli_writes_all_files",

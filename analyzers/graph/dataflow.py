@@ -10,8 +10,13 @@ compute is launched between the end of ``FSDP::pre_forward (blocks.3)`` and the 
 ``FSDP::post_backward_*``). Each GPU activity gets the module and role of the range its launching call
 sits in (same thread); the first compute of a module after its all-gather is that all-gather's consumer.
 
-Traces without these ranges (no FSDP, nsys without NVTX) get no roles, and the moves fall back to the
-recorded waits. Everything is vectorized over ranges and activities; loops run over range kinds and modules.
+The ranges come from the host ops table: in a Kineto trace the profiler's ``record_function`` ranges, in an
+Nsight Systems export its NVTX ranges (NVTX_EVENTS: the same names where the program pushes them, as
+``torch.autograd.profiler.emit_nvtx`` does for every ``record_function``). Traces without these ranges (no
+FSDP, an nsys export without NVTX) get no roles, and the moves fall back to the recorded waits; the note
+says which source the roles came from (roles_note). An Execution Trace, where given, replaces these roles
+for the all-gathers it ties to a consumer (graph.et_roles). Everything is vectorized over ranges and
+activities; loops run over range kinds and modules.
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ import pandas as pd
 from analyzers.timeline.constants import NO_TIME
 
 NONE, GATHER, COPY_OUT, FORWARD, BACKWARD = 0, 1, 2, 3, 4
+# an NVTX range of the same name may carry emit_nvtx's suffix (", seq = 3, op_id = 7")
 _HOOK = re.compile(r"^FSDP::(all_gather|all_gather_copy_out|pre_forward|post_forward|pre_backward|"
-                   r"post_backward_\w+) \((.+)\)$")
+                   r"post_backward_\w+) \(([^()]+)\)(?:, .*)?$")
 
 
 def _hooks(ops: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
@@ -93,3 +99,14 @@ def module_roles(ops: pd.DataFrame, names: Sequence[str], launch: np.ndarray,
     _assign(role, module, FORWARD, _windows(h, "pre_forward", "post_forward$", True), mods, launch, ltid)
     _assign(role, module, BACKWARD, _windows(h, "pre_backward", "post_backward_", True), mods, launch, ltid)
     return role, module, list(mods)
+
+
+def roles_note(rank: int, fmt: str, n_host_ops: int, modules: list[str]) -> str | None:
+    """Which source the module roles came from, or why there are none where the format could have them."""
+    if modules:
+        src = "NVTX ranges (Nsight Systems)" if fmt == "nsys" else "record_function ranges (CPU op tree)"
+        return f"rank {rank}: data dependencies: FSDP module roles of {len(modules)} modules from {src}"
+    if fmt == "nsys" and not n_host_ops:
+        return (f"rank {rank}: data dependencies: the export has no NVTX ranges, so no module roles; the moves "
+                "read recorded stream waits only")
+    return None

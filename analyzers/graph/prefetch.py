@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analyzers.graph.dataflow import BACKWARD, COPY_OUT, FORWARD, GATHER
+from analyzers.graph.et_roles import ET_MODULE_PREFIX
 from analyzers.graph.fixes import ReplayInputs
 from analyzers.graph.rank_graph import CAT_CODES
 from analyzers.graph.set_graph import SetGraph
@@ -42,10 +43,11 @@ PREFETCH_KINDS = ("AllGather", "all_gather", "Broadcast")  # collectives whose i
 class _Roles:
     role: np.ndarray
     module: np.ndarray  # set-wide: rank-local module ids offset so no two ranks share one
+    from_et: np.ndarray  # bool: the role came from an Execution Trace (graph.et_roles), not the op tree's ranges
 
 
 def _roles(sg: SetGraph) -> _Roles:
-    role, module = [], []
+    role, module, et = [], [], []
     shift = 0
     for r in sg.ranks:
         g = sg.graphs[r]
@@ -53,8 +55,10 @@ def _roles(sg: SetGraph) -> _Roles:
         role.append(g.role if has else np.zeros(g.n, dtype=np.int8))
         m = g.module if has else np.full(g.n, -1, dtype=np.int64)
         module.append(np.where(m >= 0, m + shift, -1))
+        named = np.asarray([x.startswith(ET_MODULE_PREFIX) for x in g.modules] + [False], dtype=bool)
+        et.append(named[m] if len(g.modules) else np.zeros(g.n, dtype=bool))
         shift += len(g.modules) + 1
-    return _Roles(np.concatenate(role), np.concatenate(module))
+    return _Roles(np.concatenate(role), np.concatenate(module), np.concatenate(et))
 
 
 def _copy_in(sg: SetGraph, names: np.ndarray, ag: int, roles: _Roles) -> list[int]:
@@ -188,6 +192,7 @@ def prefetch(sg: SetGraph, inp: ReplayInputs, depth: int, names: np.ndarray,
     plan = StreamPlan(sg, inp)
     ags = np.flatnonzero((sg.coll >= 0) & of_kind)
     moved = by_ops = kept = 0
+    source = {"the Execution Trace": 0, "FSDP module ranges": 0, "recorded stream waits": 0}
     for r in sg.ranks:
         mine = ags[sg.rank_of[ags] == r]
         mine = mine[np.lexsort((sg.start[mine], sg.step[mine]))]
@@ -232,16 +237,18 @@ def prefetch(sg: SetGraph, inp: ReplayInputs, depth: int, names: np.ndarray,
                         inp.off[[*group, ag]] = np.minimum(inp.off[[*group, ag]], inp.off[gate])
                 plan.moved[[*group, ag]] = True
                 moved += 1
+                source["the Execution Trace" if roles.from_et[ag] else "FSDP module ranges" if roles.module[ag] >= 0
+                       else "recorded stream waits"] += 1
     dropped = topological_keys(plan, inp)
     if not moved:
         return plan.prev, plan.key, ["prefetch: no all-gather waits for a copy-in and has a consumer that waits for "
                                      "it (recorded stream waits, FSDP module ranges): nothing moved"]
     note = f"prefetch: {moved} all-gathers issued ahead of their consumers with their copy-in on a stream of its own"
+    note += " (consumers from " + ", ".join(f"{k}: {v}" for k, v in source.items() if v) + ")"
     if kept:
         note += f"; {kept} issued in a new order on their stream (their consumers' order)"
     if by_ops:
-        note += (f"; {by_ops} copy-outs moved next to the compute the CPU op tree says reads them (FSDP module "
-                 "ranges)")
+        note += f"; {by_ops} copy-outs moved next to the compute that reads them"
     if dropped:
         note += f"; {dropped} waits that would point back in the replay's order dropped"
     notes = [note]

@@ -24,7 +24,9 @@ import numpy as np
 import pandas as pd
 
 from analyzers.graph import deps
-from analyzers.graph.dataflow import module_roles
+from analyzers.graph.dataflow import module_roles, roles_note
+from analyzers.graph.et_roles import check_process, et_roles
+from analyzers.io.exec_trace import ExecTrace
 from analyzers.timeline.constants import NO_TIME
 from analyzers.timeline.iterations import assign_steps, host_steps
 from analyzers.timeline.model import RankTrace, require_host_tables
@@ -172,8 +174,10 @@ def _segments(launch: np.ndarray, ltid: np.ndarray, syncs: pd.DataFrame
     return seg, np.maximum(off, 0), seg_base, seg_opened_by, sync_seg, np.maximum(sync_off, 0)
 
 
-def build_rank_graph(trace: RankTrace, syncs: pd.DataFrame, step_pattern: str) -> RankGraph:
-    """The rank's graph from its tables and its blocking syncs (analyzers.syncs.blocking_syncs)."""
+def build_rank_graph(trace: RankTrace, syncs: pd.DataFrame, step_pattern: str,
+                     et: ExecTrace | None = None) -> RankGraph:
+    """The rank's graph from its tables and its blocking syncs (analyzers.syncs.blocking_syncs); et: the rank's
+    Execution Trace, whose data dependencies replace the op tree's where it names them (graph.et_roles)."""
     require_host_tables(trace)
     gpu = trace.gpu
     notes: list[str] = []
@@ -203,8 +207,16 @@ def build_rank_graph(trace: RankTrace, syncs: pd.DataFrame, step_pattern: str) -
     used, name_code = np.unique(gpu["name_id"].to_numpy(np.int64), return_inverse=True)
     res_id, res = kernel_resources(trace)
     role, module, modules = module_roles(trace.host_ops, trace.names, launch, ltid)
+    if note := roles_note(trace.rank, trace.fmt, len(trace.host_ops), modules):
+        notes.append(note)
+    cat = _category_codes(gpu)
+    if et is not None:
+        check_process(et, trace.host_ops, trace.rank)
+        windows = list(zip(steps["host_start_ns"].tolist(), steps["host_end_ns"].tolist(), strict=True))
+        notes.append(f"rank {trace.rank}: " + et_roles(et, trace.host_ops, trace.names, launch, ltid, cat, CAT_CODES,
+                                                       windows, role, module, modules))
     return RankGraph(
-        rank=trace.rank, start=start, end=end, cat=_category_codes(gpu), stream=stream,
+        rank=trace.rank, start=start, end=end, cat=cat, stream=stream,
         name_id=name_code.astype(np.int64), prev=prev, seg=seg, off=off, dep=dep, dep_lat=dep_lat, step=step,
         seg_base=seg_base, seg_opened_by=seg_opened_by, sync_seg=sync_seg, sync_off=sync_off,
         sync_awaited=awaited, sync_lat=sync_lat,

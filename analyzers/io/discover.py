@@ -17,9 +17,11 @@ from analyzers.errors import BadInputError
 MAX_DEPTH = 32  # folders below a given one: a run folder holds its ranks' files one or two levels down
 MAX_ENTRIES = 1_000_000  # files and folders searched below a given folder
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
-# Files the runners write beside a run's traces (runners/harness.py, runners/launch.py): a run
-# folder is analyzed as it is, so directory search leaves these out.
-RUN_METADATA = re.compile(r"^(?:manifest(?:\.failed)?|rank\d+\.(?:status|error)|.*\.partial)\.json$")
+# Files the runners write beside a run's traces (runners/harness.py, runners/launch.py, the Execution
+# Traces of runners/profiling.py, read by `whatif --et`): a run folder is analyzed as it is, so directory
+# search leaves these out.
+RUN_METADATA = re.compile(r"^(?:(?:manifest(?:\.failed)?|rank\d+\.(?:status|error)|.*\.partial)\.json"
+                          r"|.*\.et\.json(?:\.gz)?)$")
 
 JOURNALS = ("-wal", "-journal")  # SQLite's companions: what they hold is part of what the export reads
 
