@@ -44,6 +44,9 @@ SLOW: dict[str, tuple[str, ...]] = {
     "test_app_harmless_syncs": (
         "test_syncs_page_and_diff_count_only_syncs_that_idled_the_gpu",
     ),
+    "test_app_hover": (
+        "test_bundled_runs_every_kernel_answers_at_its_middle_at_every_zoom",
+    ),
     "test_app_opening": (
         "test_toolbar_is_in_viewer_mode_however_the_app_starts",
     ),
