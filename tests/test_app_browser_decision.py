@@ -23,15 +23,16 @@ from .conftest import ROOT
 from .test_app_browser import ERROR_SELECTORS, free_port, launch_browser
 
 VARIANTS = ("baseline", "sync-in-loop", "sync-before-loop", "host-sync", "tuned")
-# Where kernels are: the hover layer's own points (each a bin some kernel covers), 5 per lane on 2 lanes, spread
-# out, as fractions of the plot area.
+# Where kernels are: the middles of the hover rows' cells (each an activity, or a run of sub-pixel ones), 5 per
+# lane on 2 lanes, spread out, as fractions of the plot area.
 SPOTS_JS = """() => {
   const gd = document.querySelector('[data-testid="stPlotlyChart"] .js-plotly-plot');
-  const h = gd._fullData.find(t => t.name === 'hover');
-  const xs = Array.from(h.x), ys = Array.from(h.y), out = [];
-  for (const ln of [...new Set(ys)].slice(0, 2)) {
-    const mine = xs.filter((x, i) => ys[i] === ln);
-    for (const q of [0.1, 0.3, 0.5, 0.7, 0.9]) out.push([mine[Math.floor(q * (mine.length - 1))], ln]);
+  const rows = gd._fullData.filter(t => t.type === 'heatmap' && t.name === 'hover').slice(-2), out = [];
+  for (const h of rows) {
+    const x = Array.from(h.x), mids = [];
+    for (let i = 0; i + 1 < x.length; i++) if (h.text[0][i]) mids.push((x[i] + x[i + 1]) / 2);
+    const y = (h.y[0] + h.y[1]) / 2;
+    for (const q of [0.1, 0.3, 0.5, 0.7, 0.9]) out.push([mids[Math.floor(q * (mids.length - 1))], y]);
   }
   const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
   return out.map(([x, y]) => [(x - xa.range[0]) / (xa.range[1] - xa.range[0]),
