@@ -113,7 +113,11 @@ def test_a_kernel_answers_at_its_middle_after_zooming_in_the_browser(ring: str) 
             geo = page.evaluate(CELLS_JS)
             assert abs(geo["xrange"][0] - lo) < 0.02 * (hi - lo) and abs(geo["xrange"][1] - hi) < 0.02 * (hi - lo)
             inside = [c for c in geo["cells"] if lo < (c["x0"] + c["x1"]) / 2 < hi]
-            picked = inside[:: max(1, len(inside) // 8)][:8]
+            per_px = (geo["xrange"][1] - geo["xrange"][0]) / area["width"]
+            restable = [c for c in inside if c["x1"] - c["x0"] >= 3 * per_px  # a mouse can rest on it, off the edges
+                        and 10 * per_px < (c["x0"] + c["x1"]) / 2 - geo["xrange"][0] < geo["xrange"][1] - 10 * per_px
+                        - geo["xrange"][0]]
+            picked = restable[:: max(1, len(restable) // 8)][:8]
             assert len(picked) >= 4
             for c in picked:  # the middle of kernels of the step: each answers, naming what it holds
                 tip = _tooltip_at(page, area, geo, (c["x0"] + c["x1"]) / 2, c["y"])

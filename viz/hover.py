@@ -22,6 +22,7 @@ from .timeline import CODE, CODES, N_CODES, LaneSegments
 
 MAX_CELLS = 12_000  # per variant: past this, runs of sub-pixel activities merge at a coarser pixel
 NAME_CHARS = 60
+HOVER_MIN_PX = 3
 WORDS = {"other": "other", "memset": "memset", "copy": "copy", "compute": "compute", "comm": "communication",
          "overlap": "overlap (communication hidden by compute)", "exposed_comm": "exposed communication"}
 _TRANSPARENT = [[0.0, "rgba(0,0,0,0)"], [1.0, "rgba(0,0,0,0)"]]
@@ -88,7 +89,9 @@ def hover_cells(v: LaneSegments, width_px: int, max_cells: int = MAX_CELLS) -> H
     start, end, lane = s[first], e[last], lanes[first]
     next_start = np.r_[start[1:], hi].astype(np.float64)
     next_start[np.r_[lane[1:] != lane[:-1], True]] = hi
-    drawn_end = np.minimum(np.maximum(end, start + pixel), np.maximum(next_start, end))
+    # at least HOVER_MIN_PX pixels wide (a mouse lands on whole pixels of a plot that may be narrower than width_px),
+    # never into the lane's next cell
+    drawn_end = np.minimum(np.maximum(end, start + HOVER_MIN_PX * pixel), np.maximum(next_start, end))
     return HoverCells(lane=lane, start=start, end=drawn_end, last_end=end, count=counts,
                       busy=np.add.reduceat(width, first) if n else width, longest=longest, merge_px_ns=merge_px)
 
