@@ -509,7 +509,8 @@ def test_timeline_page(app_env: Path, sample_sets) -> None:
     at.switch_page("views/timeline.py").run()
     _no_errors(at)
     fig = _charts(at)[0]
-    assert {t["type"] for t in fig["data"]} == {"scattergl"}
+    assert {t["type"] for t in fig["data"]} == {"scattergl", "heatmap"}  # WebGL drawing, hover rows
+    assert all(t.get("name") == "hover" for t in fig["data"] if t["type"] == "heatmap")
     assert any(t.get("name") == "critical path" and t["x"] for t in fig["data"])  # critical activities outlined
     assert "xaxis2" in fig["layout"]  # both runs in one figure
     assert fig["layout"]["yaxis"]["ticktext"][0] == "rank 0 · overlap / exposed"
