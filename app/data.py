@@ -269,16 +269,15 @@ def fingerprint(paths: Iterable[str]) -> Fingerprint:
     return tuple(out)
 
 
-def load_analysis_set(fp: Fingerprint, label: str = "", diagnose: bool = True) -> TraceSet:
+def load_analysis_set(fp: Fingerprint, label: str = "") -> TraceSet:
     """The files a fingerprint names, loaded as `overlapscope analyze` loads them (the Streamlit layer caches
-    this by fp): the per-rank part of the analysis runs in the parse workers, which keep each rank's host
-    tables and send back its GPU table packed (a third of the bytes). diagnose=False: the per-rank metrics
-    only (no syncs, findings or rank graphs), what the Overview's first chart reads."""
+    this by fp): the per-rank part of the analysis (metrics, syncs, findings, rank graphs) runs in the parse
+    workers, which keep each rank's host tables and send back its GPU table packed (a third of the bytes)."""
     from analyzers.overlap.metrics import AnalysisOptions
     from analyzers.report import RankStage
 
     return load_traces([p for p, _, _ in fp], label=label, jobs=None, cache=True,
-                       per_rank=RankStage(AnalysisOptions(), diagnose=diagnose, send_host_tables=False))
+                       per_rank=RankStage(AnalysisOptions(), send_host_tables=False))
 
 
 def load_fingerprinted(fp: Fingerprint, label: str = "") -> TraceSet:

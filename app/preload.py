@@ -1,10 +1,11 @@
 """The opening runs' first load, started before the Streamlit stack is imported.
 
 `overlapscope app` (app/serve.py) starts it first: the parse workers run while the server imports Streamlit
-and Plotly and starts, not after. That load computes the per-rank metrics only (the Overview's first chart);
-the diagnosis (syncs, findings, rank graphs) comes from a second pass over the parse cache the first one
-wrote. Plain Python (no streamlit): each load's result waits here until the cache entry that asks for the
-same files (app/ui.py) takes it, once; a run that cannot be read keeps its error for the page that opens it.
+and Plotly and starts, not after. That load is the run's one pass through the parse workers: the per-rank part
+of `overlapscope analyze` (metrics, syncs, findings, rank graphs), from which the Overview's first chart and the
+whole analysis (app/ui.py) are both made, so nothing is parsed, classified or measured twice. Plain Python
+(no streamlit): each load's result waits here until the cache entry that asks for the same files (app/ui.py)
+takes it, once; a run that cannot be read keeps its error for the page that opens it.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def opening_runs(paths: Sequence[str]) -> list[tuple[data.Source, data.Fingerpri
 
 
 def start(runs: Sequence[tuple[data.Source, data.Fingerprint]], nice: int = 0) -> threading.Thread:
-    """Load these runs' per-rank metrics, one run after the other, in a background thread whose CPU priority
+    """Load these runs (their per-rank stage), one run after the other, in a background thread whose CPU priority
     (and its parse workers') is lowered by nice."""
     todo = []
     with _lock:
@@ -96,7 +97,7 @@ def _load(todo: list[tuple[data.Fingerprint, str, Future[TraceSet]]]) -> None:
     for fp, label, fut in todo:
         fut.set_running_or_notify_cancel()
         try:
-            fut.set_result(data.load_analysis_set(fp, label, diagnose=False))
+            fut.set_result(data.load_analysis_set(fp, label))
         except BaseException as exc:  # noqa: BLE001 - kept for the page that opens the run, which reports it
             fut.set_exception(exc)
         _ended[(fp, label)].set()
@@ -120,9 +121,9 @@ def wait(keys: Sequence[tuple[data.Fingerprint, str]], timeout_s: float) -> bool
     return all(e.wait(max(0.0, deadline - time.monotonic())) for e in events)
 
 
-def metrics_set(fp: data.Fingerprint, label: str) -> TraceSet:
-    """The run with its per-rank metrics (data.load_analysis_set, diagnose=False): the load started here if
-    there is one (waiting for it to end), else a new one."""
+def analysis_set(fp: data.Fingerprint, label: str) -> TraceSet:
+    """The run with its per-rank results (data.load_analysis_set): the load started here if there is one
+    (waiting for it to end), else a new one."""
     with _lock:
         fut = _pending.pop((fp, label), None)
-    return fut.result() if fut is not None else data.load_analysis_set(fp, label, diagnose=False)
+    return fut.result() if fut is not None else data.load_analysis_set(fp, label)

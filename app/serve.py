@@ -50,8 +50,9 @@ def _quiet() -> None:
 
 def warm_up(runs: Sequence[tuple[data.Source, data.Fingerprint]]) -> None:
     """Fill the pages' caches for each opening run (preload.opening_runs), in the order the Overview asks:
-    every run's per-rank metrics (its first chart: the load preload.start began), then each run's whole
-    analysis. A run that cannot be read is left for the page to report, in the session that opens it."""
+    every run's per-rank metrics (its first chart, from the load preload.start began), then each run's whole
+    analysis (from that same load). A run that cannot be read is left for the page to report, in the session
+    that opens it."""
     try:
         from analyzers.errors import BadInputError
         from app import ui

@@ -3,10 +3,10 @@
 Parsed traces and their analyses are cached with st.cache_resource keyed by the files'
 fingerprint (path, size, mtime): switching pages or variants never re-parses, and an
 edited file is re-read. Cached objects are shared between sessions and never mutated.
-A run is loaded in up to three passes, the parse itself in the first only (the others read
-the parse cache): its per-rank metrics (the Overview's first chart), then as `overlapscope
-analyze` loads it (the whole analysis), and with its host tables when a page reads them
-(Timeline, Syncs, Diff, downloads).
+A run is loaded in up to two passes, the parse itself in the first only: as `overlapscope analyze`
+loads it (the per-rank stage in the parse workers; the Overview's first chart and the whole analysis
+are both made from that one load), and with its host tables, from the parse cache, when a page reads
+them (Timeline, Syncs, Diff, downloads).
 """
 
 from __future__ import annotations
@@ -56,19 +56,26 @@ def _trace_set(fp: data.Fingerprint, label: str) -> TraceSet:
     return data.load_fingerprinted(fp, label)
 
 
+@st.cache_resource(max_entries=32, show_spinner="Loading traces…")
+def _analysis_set(fp: data.Fingerprint, label: str) -> TraceSet:
+    """The run loaded as `overlapscope analyze` loads it (the per-rank stage run in the parse workers, host
+    tables left there): the server's load for the opening runs when there is one (app/preload.py). Both the
+    first chart's metrics and the whole analysis are read from this one load."""
+    return preload.analysis_set(fp, label)
+
+
 @st.cache_resource(max_entries=32, show_spinner="Analyzing…")
 def _report(fp: data.Fingerprint, label: str) -> AnalysisReport:
-    """The whole analysis, of the run loaded as `overlapscope analyze` loads it (host tables left in the
-    parse workers)."""
-    return analyze(data.load_analysis_set(fp, label), AnalysisOptions())
+    """The whole analysis of the run's one load: the cross-rank stage, the findings and the replay on the
+    per-rank results the parse workers made."""
+    return analyze(_analysis_set(fp, label), AnalysisOptions())
 
 
 @st.cache_resource(max_entries=32, show_spinner="Loading traces…")
 def _rank_report(fp: data.Fingerprint, label: str) -> AnalysisReport:
-    """The per-rank metrics, from the run's first load (the one the server started for the opening runs when
-    there is one, app/preload.py): the Overview draws its first chart from them while the diagnosis, the
-    cross-rank stage and the findings run. Equal to _report's (the same function of the same tables)."""
-    ts = preload.metrics_set(fp, label)
+    """The per-rank metrics of the run's load: the Overview draws its first chart from them while the
+    cross-rank stage and the findings run. Equal to _report's (the very same objects)."""
+    ts = _analysis_set(fp, label)
     pre = precomputed_results(ts, AnalysisOptions(), False)
     if not pre:  # nothing precomputed (not loaded through the per-rank stage): the full report has them
         return _report(fp, label)

@@ -245,7 +245,7 @@ def test_timeline_figure_two_variants_share_x(sample_sets) -> None:
     # one figure, two rows of subplots, the second x axis bound to the first (synchronized zoom)
     assert fig.layout.xaxis2.matches == "x" or fig.layout.xaxis.matches == "x2"
     gl = [t for t in fig.data if t.type == "scattergl"]
-    assert gl and all(t.type == "scattergl" for t in fig.data)
+    assert gl and all(t.type == "scattergl" or (t.type, t.name) == ("heatmap", "hover") for t in fig.data)
     lines = [t for t in gl if t.mode == "lines" and t.fill != "toself"]
     # every segment is (start, end, NaN): the separators keep one trace per lane and colour; a run
     # whose segments merge intervals is drawn as per-pixel category shares instead (app/mix.py)
@@ -269,7 +269,7 @@ def test_timeline_figure_x_is_relative_to_origin() -> None:
         {c: [] for c in ("rank", "start_ns", "end_ns", "name", "blocked_ns", "gpu_idle_ns", "caller")}))
     segs = lod_for_windows([d], [(100, 100, 400)], width_px=300)
     fig = timeline_figure(segs, width_px=300)
-    xs = np.concatenate([np.asarray(t.x, dtype=float) for t in fig.data if t.mode == "lines"])
+    xs = np.concatenate([np.asarray(t.x, dtype=float) for t in fig.data if t.type == "scattergl" and t.mode == "lines"])
     xs = xs[~np.isnan(xs)]
     assert xs.min() >= 0.0 and xs.max() <= 300 / 1e6 + 1e-9
     assert list(fig.layout.xaxis.range) == [0.0, pytest.approx(300 / 1e6)]
@@ -509,7 +509,8 @@ def test_timeline_page(app_env: Path, sample_sets) -> None:
     at.switch_page("views/timeline.py").run()
     _no_errors(at)
     fig = _charts(at)[0]
-    assert {t["type"] for t in fig["data"]} == {"scattergl"}
+    assert {t["type"] for t in fig["data"]} == {"scattergl", "heatmap"}  # WebGL drawing, hover rows
+    assert all(t.get("name") == "hover" for t in fig["data"] if t["type"] == "heatmap")
     assert any(t.get("name") == "critical path" and t["x"] for t in fig["data"])  # critical activities outlined
     assert "xaxis2" in fig["layout"]  # both runs in one figure
     assert fig["layout"]["yaxis"]["ticktext"][0] == "rank 0 · overlap / exposed"

@@ -72,12 +72,12 @@ def test_warm_up_fills_the_caches_the_first_session_reads(run_dir: Path, monkeyp
     runs = preload.opening_runs([str(run_dir)])
     preload.start(runs)  # the load, in its thread, before the server imports Streamlit
     serve.warm_up(runs)  # the analysis, which takes that load over
-    # the run given on the command line: its per-rank metrics, then the whole analysis (host tables left in
-    # the parse workers)
-    assert calls == {"load": 2, "host tables": 0, "analyze": 1}
+    # the run given on the command line, loaded once (its per-rank stage in the parse workers, host tables left
+    # there): the first chart's metrics and the whole analysis both come from that one load
+    assert calls == {"load": 1, "host tables": 0, "analyze": 1}
     at = _app()
     # the first session found both in the cache; the Overview reads no host table
-    assert calls == {"load": 2, "host tables": 0, "analyze": 1}
+    assert calls == {"load": 1, "host tables": 0, "analyze": 1}
     assert at.session_state["os_selected"] == [f"path:{run_dir.resolve()}"]
     assert at.get("plotly_chart")
 
@@ -102,7 +102,8 @@ def test_rank_report_holds_the_reports_metrics(run_dir: Path):
     quick, full = run.rank_report(), run.report()
     assert quick.cross_rank is None and quick.findings is None  # no cross-rank stage, no findings
     assert [m.rank for m in quick.ranks] == [m.rank for m in full.ranks] == [0, 1]
-    for a, b in zip(quick.ranks, full.ranks, strict=True):  # the first load's metrics are the analysis' own
+    for a, b in zip(quick.ranks, full.ranks, strict=True):  # the first chart's metrics are the analysis' own
+        assert a is b
         assert a.whole == b.whole and a.iteration_summary == b.iteration_summary and a.notes == b.notes
         assert a.iterations.equals(b.iterations) and a.streams.equals(b.streams)
     assert (quick.fmt, quick.world_size) == (full.fmt, full.world_size)

@@ -83,7 +83,7 @@ def test_figure_shows_both_categories_of_a_dense_lane():
     segs = lod_for_windows([d], [(d.t_min, d.t_min, d.t_max)], width_px=400)
     fig = timeline_figure(segs, width_px=400)
     filled = {t.name: polygon_area(np.asarray(t.x, dtype=np.float64), np.asarray(t.y, dtype=np.float64))
-              for t in fig.data if t.fill == "toself"}
+              for t in fig.data if t.type == "scattergl" and t.fill == "toself"}
     # 20 ms each on the stream lane, split in two sub-lanes of 0.4: 8 ms-lane units each
     assert filled["communication"] == pytest.approx(20 * 0.4, rel=1e-4)
     assert filled["compute"] == pytest.approx(20 * 0.4, rel=1e-4)
@@ -98,5 +98,5 @@ def test_fine_zoom_keeps_named_segments():
     ts = TraceSet(ranks={0: rank_trace([(0, 400_000, 7, COMM), (400_000, 1_000_000, 7, GEMM)])}, label="wide")
     d = prepare_timeline(ts, syncs=None)
     fig = timeline_figure(lod_for_windows([d], [(0, 0, 1_000_000)], width_px=500), width_px=500)
-    assert not any(t.fill == "toself" for t in fig.data)
+    assert not any(t.type == "scattergl" and t.fill == "toself" for t in fig.data)
     assert any(t.text is not None and any("ncclDevKernel" in str(x) for x in t.text) for t in fig.data)

@@ -29,6 +29,8 @@ SLOW: dict[str, tuple[str, ...]] = {
     ),
     "test_app_browser": (EVERY_TEST,),
     "test_app_browser_decision": (EVERY_TEST,),
+    "test_app_browser_hover": (EVERY_TEST,),
+    "test_app_browser_points": (EVERY_TEST,),
     "test_app_browser_safety": (
         "test_bad_uploads_and_path_escapes_show_an_error_never_a_stack_trace",
         "test_two_browsers_do_not_see_each_others_uploads",
@@ -43,6 +45,9 @@ SLOW: dict[str, tuple[str, ...]] = {
     ),
     "test_app_harmless_syncs": (
         "test_syncs_page_and_diff_count_only_syncs_that_idled_the_gpu",
+    ),
+    "test_app_hover": (
+        "test_bundled_runs_every_kernel_answers_at_its_middle_at_every_zoom",
     ),
     "test_app_opening": (
         "test_toolbar_is_in_viewer_mode_however_the_app_starts",

@@ -24,7 +24,7 @@ from plotly.subplots import make_subplots
 
 from analyzers.report import AnalysisReport
 
-from .hover import hover_trace
+from .hover import hover_traces
 from .iterations_figure import iteration_figure  # noqa: F401 - the figures' one import place
 from .mix import mix_polygons, needs_mix, pixel_mix
 from .safe_text import plotly_text
@@ -133,7 +133,6 @@ def timeline_figure(
     *,
     width_px: int = 1600,
     lane_px: int = 22,
-    names_limit: int = 20_000,
     max_sync_markers: int = 5_000,
     show_steps: bool = True,
     title: str | None = None,
@@ -142,13 +141,11 @@ def timeline_figure(
 
     Each variant is a row of subplots sharing x, so zooming one zooms all. x is ms from the
     variant's origin (its step start), which aligns variants at the iteration start.
-    Kernel names go into hover text only while the segment count is below names_limit
-    (text is the costliest part of the payload).
+    The drawn segments take no hover: an invisible heatmap row per lane (viz/hover.py) names the activity
+    under the mouse anywhere on it, at the server's zoom and at any zoom the browser makes on its own.
     """
     n = max(1, len(variants))
     lane_counts = [max(1, len(v.data.lanes)) for v in variants] or [1]
-    total_segments = sum(len(v.segments) for v in variants)
-    with_names = total_segments <= names_limit
     gap_px = 60
     height = int(sum(lane_counts) * lane_px + n * gap_px + 90)
     spacing = min(0.25, gap_px / max(height, 1))
@@ -182,32 +179,17 @@ def timeline_figure(
                 a, b = int(bounds[k]), int(bounds[k + 1])
                 g = int(seg.group[a])
                 lane, code = g // N_CODES, CODES[g % N_CODES]
-                lane_label = plotly_text(lanes["label"].iloc[lane])
                 x0 = _ms(seg.start[a:b] - v.origin_ns)
                 x1 = np.maximum(_ms(seg.end[a:b] - v.origin_ns), x0 + min_width_ms)
-                cnt = seg.count[a:b].astype(np.float32)
-                busy = _ms(seg.busy[a:b]).astype(np.float32)
-                custom = np.stack([_interleave(cnt, cnt, np.nan), _interleave(busy, busy, np.nan)], axis=1)
-                hover = (f"<b>{lane_label}</b><br>{LABELS[code]}<br>%{{x:.4f}} ms"
-                         "<br>%{customdata[0]:.0f} merged, busy %{customdata[1]:.4f} ms")
-                text = None
-                if with_names and code not in ("overlap", "exposed_comm", "host_sync", "harmless_sync"):
-                    ni = data.name_idx[seg.first[a:b]]
-                    names = np.asarray(data.name_list, dtype=object)[ni]
-                    names = np.where(seg.count[a:b] == 1, names, "")
-                    names = np.array([plotly_text(n[:NAME_CHARS]) for n in names], dtype=object)
-                    text = np.stack([names, names, np.full(names.size, "", dtype=object)], axis=1).ravel()
-                    hover = "%{text}<br>" + hover
                 show = code not in legend_done
                 legend_done.add(code)
                 fig.add_trace(go.Scattergl(
                     x=_interleave(x0, x1, np.nan), y=np.full(3 * (b - a), top - lane, dtype=np.int16),
                     mode="lines",
                     line=dict(color=COLORS[code], width=line_width * (0.3 if code == "harmless_sync" else 1.0)),
-                    customdata=custom, text=text, hovertemplate=hover + "<extra></extra>",
-                    name=LABELS[code], legendgroup=code, showlegend=show,
+                    hoverinfo="skip", name=LABELS[code], legendgroup=code, showlegend=show,
                 ), row=row, col=1)
-        if (hover := hover_trace(v, width_px, top)) is not None:  # a tooltip at every bin of every lane
+        for hover in hover_traces(v, width_px, top):  # a tooltip anywhere on an activity, at every zoom
             fig.add_trace(hover, row=row, col=1)
         # host sync markers: where the host blocked, with what it cost (harmless ones apart)
         sy = data.syncs
