@@ -6,8 +6,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +28,7 @@ from analyzers.timeline.iterations import StepSelection
 from analyzers.timeline.model import TraceSet
 from overlapscope import render_diff
 
+from .inprocess import cli
 from .synth import COMM, GEMM, rank_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -309,11 +308,6 @@ def test_hta_pair_of_different_jobs(hta_dir):
     assert d.verdict.startswith("test hides") and d.verdict.endswith("(see notes)")
     same = diff_reports(ra, ra, ta, ta)
     assert same.verdict == IDENTICAL
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "overlapscope", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
 
 
 def test_cli_diff_formats_and_errors(hta_dir, tmp_path):

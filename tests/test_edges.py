@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,14 +18,10 @@ import pytest
 from analyzers.io.load import load_traces
 
 from .conftest import HTA_MISSING
+from .inprocess import cli
 from .trace_files import GEMM, NCCL_ALLREDUCE, Kineto, Nsys
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def cli(*args: str | Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "overlapscope", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
 
 
 def analyze_json(*args: str | Path) -> dict:

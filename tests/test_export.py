@@ -9,8 +9,6 @@ from __future__ import annotations
 import gzip
 import html
 import json
-import subprocess
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -23,17 +21,13 @@ from analyzers.report import analyze
 from analyzers.timeline.model import CATEGORIES
 from viz.perfetto_json import write_perfetto
 
-from .conftest import ROOT, SAMPLES
+from .conftest import SAMPLES
+from .inprocess import cli
 from .synth import GEMM
 from .synth_multi import US, collective_run
 
 HOST_SYNC = SAMPLES / "ag-gemm" / "host-sync"
 NSYS_SET = SAMPLES / "ag-gemm-nsys" / "sync-in-loop"
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "overlapscope", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
 
 
 def load_doc(path: Path) -> dict:

@@ -662,13 +662,9 @@ def test_real_comm_slowed_compares_the_same_all_gather_alone_and_overlapped():
 # --- the CI gate ------------------------------------------------------------------------------
 
 def _cli(*args: str):
-    import subprocess
-    import sys
+    from .inprocess import cli
 
-    from .conftest import ROOT
-
-    return subprocess.run([sys.executable, "-m", "overlapscope", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    return cli(*args)
 
 
 def test_fail_on_gate_catches_the_schedule_that_lost_all_overlap():

@@ -5,7 +5,7 @@ scheduler addresses, formats) are given to `analyze`, `diff` and `export`; whate
 command ends with exit 0, 1, 2 or 3, an error is exactly one line on stderr (no traceback), each example
 takes bounded time (hypothesis' deadline) and the process's peak memory stays bounded.
 
-Examples: FUZZ_OPTION_EXAMPLES (default 60), derandomized, so CI runs the same ones each time.
+Examples: FUZZ_OPTION_EXAMPLES (default 30), derandomized, so CI runs the same ones each time.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from overlapscope.common import UsageFailure, check_scheduler
 from .conftest import ROOT
 
 RUN = ROOT / "sample_traces" / "ag-gemm" / "baseline"
-EXAMPLES = int(os.environ.get("FUZZ_OPTION_EXAMPLES", "60"))
+EXAMPLES = int(os.environ.get("FUZZ_OPTION_EXAMPLES", "30"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=120_000, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 

@@ -4,8 +4,6 @@ negative time gives the same answer), extreme what-if parameters refused, not wr
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,14 +16,11 @@ from analyzers.timeline.constants import NO_TIME
 from analyzers.timeline.iterations import launch_times
 from tests.hostile_corpus import SAMPLES, SHIFT_NS, shifted_set, time_diffs
 
+from .inprocess import cli
+
 ROOT = Path(__file__).resolve().parents[1]
 HOST_SYNC = SAMPLES / "ag-gemm" / "host-sync"
 NSYS_SYNC = SAMPLES / "ag-gemm-nsys" / "sync-in-loop"
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "overlapscope", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
 
 
 def _json(*args: str) -> dict:

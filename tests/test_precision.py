@@ -11,10 +11,9 @@ hand in the comments.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+from .inprocess import cli
 from .trace_files import GEMM, NCCL_ALLREDUCE, Kineto
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,8 +21,7 @@ COPY = "void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsig
 
 
 def analyze_json(*args: str | Path) -> dict:
-    r = subprocess.run([sys.executable, "-m", "overlapscope", "analyze", *map(str, args), "-f", "json"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    r = cli("analyze", *args, "-f", "json")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
 from analyzers.io.load import load_traces
 from analyzers.io.rank_select import format_ranks, head_rank, parse_ranks, selection_notes
 
-from .conftest import ROOT, SAMPLES
+from . import inprocess
+from .conftest import SAMPLES
 
 
 def test_parse_and_format_ranges():
@@ -65,8 +65,7 @@ def test_cli_subset_and_bad_spec(tmp_path):
     folder = _four_rank_set(tmp_path)
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "overlapscope", "analyze", str(folder), *args], cwd=ROOT,
-                              capture_output=True, text=True, check=False)
+        return inprocess.cli("analyze", folder, *args)
 
     res = cli("--ranks", "0,2", "-f", "json", "--no-cache", "--jobs", "1")
     assert res.returncode == 0, res.stderr

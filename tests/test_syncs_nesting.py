@@ -114,7 +114,7 @@ def ranges_and_queries(draw):
     return s, s + ln, tid, qs, qs + ql, qt, ex, mask
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(ranges_and_queries())
 def test_range_index_matches_the_per_depth_joins(data):
     rs, re_, rt, qs, qe, qt, ex, mask = data

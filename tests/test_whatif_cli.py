@@ -7,14 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .inprocess import cli
+
 ROOT = Path(__file__).resolve().parents[1]
 HOST_SYNC = str(ROOT / "sample_traces" / "ag-gemm" / "host-sync")
 SYNC_BEFORE_LOOP = str(ROOT / "sample_traces" / "ag-gemm" / "sync-before-loop")  # host-sync without its syncs
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "overlapscope", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
 
 
 def test_whatif_json_predicts_the_step_without_host_syncs():

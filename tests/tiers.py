@@ -1,7 +1,7 @@
 """Which tests are slow: the fast tier (`python -m pytest -m "not slow"`) leaves them out, the whole suite runs them.
 
 A test is slow when it takes seconds on the 2-core development machine: it starts a Streamlit server or a
-browser, runs torchrun, runs the command line once per case, or tries thousands of fuzzed inputs. They are
+browser, runs torchrun, runs the command line once per case, or tries hundreds of fuzzed inputs. They are
 named here, by module, rather than decorated in each file, so one place says what the fast tier skips;
 `@pytest.mark.slow` on a test works too. Every module keeps tests in the fast tier except the ones marked
 "*" (each of their tests needs a browser or a run of the runners). Measure with
