@@ -21,7 +21,6 @@ import argparse
 import dataclasses
 import gc
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ from runners.context import DTYPES, Ctx, init
 from runners.profiling import profile
 from runners.results import grid_markdown
 from runners.specs import AG_GEMM, GEMM_RS, AlgorithmSpec
-from runners.timing import TIMING_CHUNK, time_interleaved
+from runners.timing import slowest_rank, time_interleaved
 from runners.workload import REL_ERROR_BOUND
 
 ALGOS: dict[str, tuple[AlgorithmSpec, Any]] = {"gemm-rs": (GEMM_RS, gemm_rs.build), "ag-gemm": (AG_GEMM, ag_gemm.build)}
@@ -48,18 +47,6 @@ def shape_ctx(ctx: Ctx, spec: AlgorithmSpec, shape: dict[str, Any], extra: dict[
     """The rank's context with this algorithm's parameters at this shape."""
     params = {**spec.defaults(ctx.cuda), "backend": ctx.backend, **spec.coerce({**shape, **extra})}
     return dataclasses.replace(ctx, spec=spec, params=params, dtype=DTYPES[str(params["dtype"])])
-
-
-def _slowest(ctx: Ctx, samples: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
-    """(median, spread) per kind of the slowest rank; spread = half the range of its chunk medians."""
-    mine = {}
-    for k, v in samples.items():
-        chunks = [statistics.median(v[i:i + TIMING_CHUNK]) for i in range(0, len(v) - TIMING_CHUNK + 1,
-                                                                            TIMING_CHUNK)]
-        mine[k] = (statistics.median(v), (max(chunks) - min(chunks)) / 2 if len(chunks) > 1 else float("nan"))
-    every: list[Any] = [None] * ctx.world
-    dist.all_gather_object(every, mine, group=ctx.group)
-    return {k: max((r[k] for r in every), key=lambda x: x[0]) for k in mine}
 
 
 def run_shape(ctx: Ctx, algo: str, shape: dict[str, Any], iters: int, tune: str) -> dict[str, Any]:
@@ -75,12 +62,13 @@ def run_shape(ctx: Ctx, algo: str, shape: dict[str, Any], iters: int, tune: str)
            "fused-ref": wl.variant_fn("fused-ref"), "gemm": wl.compute_fn("tuned"), "comm": wl.comm_fn("tuned")}
     for f in fns.values():
         f()
-    t = _slowest(ctx, time_interleaved(sctx, fns, iters))
+    t = slowest_rank(ctx, time_interleaved(sctx, fns, iters))
     rec = wl.tuning("tuned") or {}
     best_ref = min(t["baseline"][0], t["fused-ref"][0])
     row = {"algo": algo, **shape, **{f"{k}_ms": round(v[0], 4) for k, v in t.items()},
            **{f"{k}_spread_ms": round(v[1], 4) for k, v in t.items()},
            "schedule": rec.get("choice", {}).get("name"), "tuning_source": rec.get("source"),
+           "cached_choice": rec.get("cached_choice"), "close_to": rec.get("confirm", {}).get("close_to"),
            "tune_s": round(tune_s, 2), "search_s": rec.get("search_s"),
            "candidates": len(rec.get("rounds_ms", [{}])[0]),
            "skipped": rec.get("skipped", {}), "max_rel_error": max(errs),
