@@ -3,7 +3,7 @@
 # for a 2-GPU host (each launch is runners.launch = torchrun, one process per GPU).
 #
 # usage (repo root, on the GPU host):  OUT=/some/dir bash runners/gpu_experiments.sh [STEP...]
-# STEP names: env thunder four-ranks grid4 grid2-rs gemm-speed sweep-rs rs-chunks rs-tuned-steps app-run sweep-symm sweep-ag ag-gate ag-tuned-steps ag-base ag-tuned ag-tune-nccl ag-tune-steps gemm-rs
+# STEP names: env smoke1 thunder four-ranks grid4 grid2-rs gemm-speed sweep-rs rs-chunks rs-tuned-steps app-run sweep-symm sweep-ag ag-gate ag-tuned-steps ag-base ag-tuned ag-tune-nccl ag-tune-steps gemm-rs
 #             symm-fused symm-two fsdp-main fsdp-prefetch nsys smoke-gemm-rs smoke-symm smoke-fsdp check
 #             (default: the list below, which made the older sample sets; the ag-gemm tuned sets came
 #             from: env sweep-ag ag-tuned-steps check, ag-gate sweep-ag check, nsys check; the gemm-rs and
@@ -111,6 +111,14 @@ s_sweep-symm() { OSC sweep symm-mem M=16384 K=16384 N=8192 dtype=bf16 --out "$R/
 s_smoke-gemm-rs() { L gemm-rs --variants all --profiler none --out "$R/smoke-gemm-rs"; }
 s_smoke-symm()    { L symm-mem --variants all --profiler none --out "$R/smoke-symm-mem"; }
 s_smoke-fsdp()    { L fsdp --variants all --profiler none --out "$R/smoke-fsdp"; }
+# one rank of each FSDP runner, every variant at 2 blocks (their shared step: runners/training.py); .pydeps
+# carries lightning-thunder for the second; each bounded to 60 s
+s_smoke1() {
+    NPROC=1 timeout -k 5 60 python3 -m runners.launch fsdp --variants all --set layers=2 --profiler none \
+        --out "$R/smoke1-fsdp" --nproc 1 --timeout 55
+    PYTHONPATH="$PWD/.pydeps:$PWD:${PYTHONPATH:-}" timeout -k 5 60 python3 -m runners.launch thunder-fsdp \
+        --variants all --set layers=2 --profiler none --out "$R/smoke1-thunder" --nproc 1 --timeout 55
+}
 s_nsys() {
     L ag-gemm --variants sync-in-loop,sync-before-loop --profiler nsys --no-nsys-rep --out "$R/ag-gemm-nsys"
 }
