@@ -3,7 +3,7 @@
 # for a 2-GPU host (each launch is runners.launch = torchrun, one process per GPU).
 #
 # usage (repo root, on the GPU host):  OUT=/some/dir bash runners/gpu_experiments.sh [STEP...]
-# STEP names: env smoke1 thunder four-ranks grid4 grid2-rs gemm-speed sweep-rs rs-chunks rs-tuned-steps app-run sweep-symm sweep-ag ag-gate ag-tuned-steps ag-base ag-tuned ag-tune-nccl ag-tune-steps gemm-rs
+# STEP names: env smoke1 nvfuser-import thunder four-ranks grid4 grid2-rs gemm-speed sweep-rs rs-chunks rs-tuned-steps app-run sweep-symm sweep-ag ag-gate ag-tuned-steps ag-base ag-tuned ag-tune-nccl ag-tune-steps gemm-rs
 #             symm-fused symm-two fsdp-main fsdp-prefetch nsys smoke-gemm-rs smoke-symm smoke-fsdp check
 #             (default: the list below, which made the older sample sets; the ag-gemm tuned sets came
 #             from: env sweep-ag ag-tuned-steps check, ag-gate sweep-ag check, nsys check; the gemm-rs and
@@ -121,6 +121,21 @@ s_smoke1() {
 }
 s_nsys() {
     L ag-gemm --variants sync-in-loop,sync-before-loop --profiler nsys --no-nsys-rep --out "$R/ag-gemm-nsys"
+}
+# Does nvFuser's wheel import on this host? NVFUSER_TXZ: the nvfuser-cu130-torch210 wheel unpacked without its
+# bundled libnvrtc (109 MB; the host's torch brings libnvrtc.so.13) and packed with xz to fit a device call
+# (docs/seeds.md says how it is made); its libnvrtc name is linked to the host's copy.
+s_nvfuser-import() {
+    local d=/tmp/nvfuser-site
+    rm -rf "$d" && mkdir -p "$d" && tar xJf "${NVFUSER_TXZ:-.nvfuser/nvfuser-no-nvrtc.tar.xz}" -C "$d"
+    local nvrtc
+    nvrtc=$(python3 -c 'import glob, os, nvidia
+print(sorted(f for p in nvidia.__path__ for f in glob.glob(os.path.join(p, "**", "libnvrtc.so.13*"), recursive=True))[0])')
+    ls "$d"; echo "host nvrtc: $nvrtc"
+    ln -sf "$nvrtc" "$d/nvfuser_cu130_torch210.libs/libnvrtc-a49e67e8.so.13.0.88"
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+    PYTHONPATH="$d:${PYTHONPATH:-}" python3 -c 'import nvfuser_direct; print("nvfuser_direct imported:", nvfuser_direct.__file__)'
+    echo "import exit code: $?"
 }
 # Thunder's own FSDP (runners/thunder_fsdp.py), `overlapscope sweep` with its analysis: .pydeps made by
 # `bash runners/pack_host_deps.sh 3.12 thunder` carries lightning-thunder 0.2.6 beside the analyzer's deps
