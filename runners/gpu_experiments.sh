@@ -153,14 +153,16 @@ s_four-ranks() {
 }
 # the tuned grid on 4 GPUs (benchmarks/RESULTS.md): the search, then the cached choices in a fresh process group
 # search run, then cached run (each cached choice confirmed in that run); the cache and its search rounds
-# are kept under $R/cache; GRID4_LIMITS="SEARCH_S CACHED_S" bounds each run (default 330 200)
+# are kept under $R/cache; GRID4_LIMITS="SEARCH_S CACHED_S" bounds each run (default 330 200); GRID4_ARGS
+# (default "--iters 30") cuts rounds where time is short, e.g. "--iters 20 --tune-budget-s 3"
 s_grid4() {
     local limits=(${GRID4_LIMITS:-330 200})
+    local args=(${GRID4_ARGS:---iters 30})
     export OVERLAPSCOPE_CACHE_DIR="$R/cache"
     NPROC=4 OUT="$R/grid4" timeout -k 10 "${limits[0]}" bash benchmarks/tune_grid.sh benchmarks/grids/four_gpus.json \
-        --iters 30 --tune retune
+        "${args[@]}" --tune retune
     NPROC=4 OUT="$R/grid4-cached" timeout -k 10 "${limits[1]}" bash benchmarks/tune_grid.sh \
-        benchmarks/grids/four_gpus.json --iters 30
+        benchmarks/grids/four_gpus.json "${args[@]}"
 }
 # the same gemm-rs shapes on 2 of the GPUs: which schedule (ring or direct) the search picks per world size
 s_grid2-rs() {

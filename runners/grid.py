@@ -49,9 +49,13 @@ def shape_ctx(ctx: Ctx, spec: AlgorithmSpec, shape: dict[str, Any], extra: dict[
     return dataclasses.replace(ctx, spec=spec, params=params, dtype=DTYPES[str(params["dtype"])])
 
 
-def run_shape(ctx: Ctx, algo: str, shape: dict[str, Any], iters: int, tune: str) -> dict[str, Any]:
+def run_shape(ctx: Ctx, algo: str, shape: dict[str, Any], iters: int, tune: str,
+              tune_budget_s: float | None = None) -> dict[str, Any]:
     spec, build = ALGOS[algo]
-    sctx = shape_ctx(ctx, spec, shape, {"tune": tune, "iters": iters})
+    extra: dict[str, Any] = {"tune": tune, "iters": iters}
+    if tune_budget_s is not None:
+        extra["tune_budget_s"] = tune_budget_s
+    sctx = shape_ctx(ctx, spec, shape, extra)
     wl = build(sctx, ["baseline", "tuned", "fused-ref"])
     t0 = time.monotonic()
     wl.prepare("tuned")
@@ -109,6 +113,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--iters", type=int, default=30, help="timed iterations per kind and shape")
     parser.add_argument("--tune", choices=("auto", "retune"), default="auto",
                         help="auto: cached choices where fresh; retune: search every shape again")
+    parser.add_argument("--tune-budget-s", type=float, default=None,
+                        help="seconds each shape's search may take (cuts rounds, not shapes)")
     parser.add_argument("--trace", action="store_true", help="also record a graph-replay trace per algorithm")
     parser.add_argument("--algos", default="gemm-rs,ag-gemm", help="comma-separated algorithms of the grid to run")
     args = parser.parse_args(argv)
@@ -119,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     for algo in args.algos.split(","):
         for shape in read_grid(args.grid, algo):
             ctx.status.set("timing", f"{algo} {shape}")
-            rows.append(run_shape(ctx, algo, shape, args.iters, args.tune))
+            rows.append(run_shape(ctx, algo, shape, args.iters, args.tune, args.tune_budget_s))
             if ctx.rank == 0:  # written after every shape: a run cut short keeps what it measured
                 (args.out / "grid.json").write_text(json.dumps({"gpu": gpu, "world": ctx.world, "rows": rows},
                                                                indent=1))
