@@ -162,6 +162,7 @@ def choose(wl: Any, algo: str, shape: dict[str, Any], tuned: Any) -> tuple[Sched
         sched = tuned.fixed(wl)
         return sched, builder.build(sched), {"source": "parameters (tune=off)", "choice": sched.to_dict()}
     reference = rel_ref(wl.baseline_fn("tuned")())
+
     def baselines() -> dict[str, Callable[[], Any]]:
         refs = {"baseline": wl.baseline_fn("tuned")}
         if "fused-ref" in ctx.spec.variants:

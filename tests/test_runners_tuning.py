@@ -189,6 +189,17 @@ def test_a_cached_choice_without_finalists_is_checked_against_the_baselines_alon
     assert timer.asked[0][0] == [SERIAL.name, "baseline"] and got.choice == SERIAL and got.close_to == ["baseline"]
 
 
+def test_median_and_spread_of_chunked_samples() -> None:
+    """The spread the rule compares: half the range of the chunk medians (chunks of 5 by default)."""
+    pytest.importorskip("torch")
+    from runners.timing import median_and_spread
+
+    assert median_and_spread([1.0] * 5 + [3.0] * 5 + [2.0] * 5) == (2.0, 1.0)
+    assert median_and_spread([1.0, 9.0, 2.0, 2.0, 2.0, 4.0, 4.0, 4.0, 0.0, 4.0]) == (3.0, 1.0)  # chunk medians 2, 4
+    median, spread = median_and_spread([1.0, 2.0, 3.0])
+    assert median == 2.0 and spread != spread  # one chunk: no spread (nan)
+
+
 def test_cache_finalists_are_the_last_rounds_schedules_still_offered_fastest_first(tmp_path: Path) -> None:
     cache = TuneCache(tmp_path, "ag-gemm")
     last = {CANDS[1].name: 1.2, CANDS[2].name: 1.1, CANDS[4].name: 1.3}
