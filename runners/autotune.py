@@ -32,8 +32,13 @@ CACHE_VERSION = 1
 FINALISTS = 3  # the last round times the 3 best schedules and the best of the 3 best families again
 ENV_CACHE_DIR = "OVERLAPSCOPE_CACHE_DIR"  # the same override as the analyzer's caches
 
+# the cached run's confirmation: chunks of the check (choice, runner-up, baselines), then of the re-timing
+CONFIRM_REPS = (4, 10)
+
 ProgressFn = Callable[[str], None]
 MeasureFn = Callable[[Sequence["Schedule"], int], dict[str, float]]
+# times named callables for a number of chunks: name -> (median ms, spread ms = half the range of chunk medians)
+SpreadMeasureFn = Callable[[Sequence[str], int], dict[str, tuple[float, float]]]
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,56 @@ def search(candidates: Sequence[Schedule], measure: MeasureFn, *, keep: int = 4,
     return SearchResult(choice=choice, rounds=rounds, seconds=clock() - t0, skipped=dict(skipped or {}))
 
 
+# --------------------------------------------------------------------------- the cached run's check
+
+
+def within_spread(choice: str, timed: dict[str, tuple[float, float]]) -> list[str]:
+    """The rivals whose median is not clear of the choice's: their ± spreads overlap (or the rival is faster)."""
+    median, spread = timed[choice]
+    return [k for k, (m, s) in timed.items() if k != choice and m - median <= spread + s]
+
+
+@dataclass
+class Confirmation:
+    """A cached choice checked in this run: kept, or replaced by the fastest finalist timed again."""
+
+    choice: Schedule
+    close_to: list[str]
+    rounds: list[dict[str, tuple[float, float]]]
+
+    def record(self) -> dict[str, Any]:
+        return {"close_to": self.close_to, "retimed": len(self.rounds) > 1,
+                "rounds_ms": [{k: [round(m, 5), round(s, 5)] for k, (m, s) in r.items()} for r in self.rounds]}
+
+
+def confirm(cached: Schedule, finalists: Sequence[Schedule], baselines: Sequence[str], measure: SpreadMeasureFn,
+            *, reps: tuple[int, int] = CONFIRM_REPS, progress: ProgressFn | None = None) -> Confirmation:
+    """The cached choice, unless this run's timing makes it a close call.
+
+    A choice made in another process can lose by the noise it won by: on 4 x H200 the cached
+    ag-gemm 24576 x 4096 x 12288 fp16 schedule ran 3.815 ± 0.179 ms beside fused-ref's 3.734 ± 0.119.
+    So the cached run times the choice, the search's runner-up (`finalists` are its last round,
+    fastest first) and the baselines interleaved for reps[0] chunks; when a rival's median lies
+    within the two spreads of the choice's, every finalist and the baselines are timed again,
+    interleaved, for reps[1] chunks, and the finalist with the lowest median is chosen (the
+    baselines are company: measured under the same conditions, never chosen). The same rule at
+    every shape and world size.
+    """
+    say = progress or (lambda _msg: None)
+    rivals = [c for c in finalists if c != cached]
+    check = measure(list(dict.fromkeys([cached.name, *[c.name for c in rivals[:1]], *baselines])), reps[0])
+    close = within_spread(cached.name, check)
+    if not close:
+        return Confirmation(cached, [], [check])
+    say(f"tuning: cached choice {cached.name} within the spread of {', '.join(close)}: timing "
+        f"{len(rivals) + 1} finalists and the baselines again")
+    pool = [cached, *rivals]
+    again = measure(list(dict.fromkeys([*[c.name for c in pool], *baselines])), reps[1])
+    best = min(pool, key=lambda c: again[c.name][0])
+    say(f"tuning: re-timed choice {best.name} ({again[best.name][0]:.3f} ms)")
+    return Confirmation(best, close, [check, again])
+
+
 # --------------------------------------------------------------------------- cache
 
 
@@ -200,6 +255,15 @@ class TuneCache:
         if entry.get("fingerprint") != fp or choice not in candidates:
             return "stale", None
         return "hit", choice
+
+    def finalists(self, key: str, candidates: Sequence[Schedule]) -> list[Schedule]:
+        """The last search round's schedules for this key that are still candidates, fastest first."""
+        entry = self._load().get(key)
+        rounds = entry.get("rounds_ms") if isinstance(entry, dict) else None
+        last = rounds[-1] if isinstance(rounds, list) and rounds and isinstance(rounds[-1], dict) else {}
+        by_name = {c.name: c for c in candidates}
+        timed = [(float(v), by_name[k]) for k, v in last.items() if k in by_name and isinstance(v, int | float)]
+        return [c for _, c in sorted(timed, key=lambda t: t[0])]
 
     def store(self, key: str, fp: str, result: SearchResult) -> None:
         """Write atomically (a rename), so a reader never sees half a file."""

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
@@ -28,7 +27,8 @@ from runners.context import Ctx
 from runners.harness import main
 from runners.specs import FSDP
 from runners.streams import region
-from runners.workload import Workload, rel_error
+from runners.training import TrainingWorkload, all_reduce_alone, sharded_collectives
+from runners.workload import rel_error
 
 
 class Block(nn.Module):
@@ -72,7 +72,7 @@ def _fully_shard() -> Callable[..., Any]:
     return fully_shard
 
 
-class Fsdp(Workload):
+class Fsdp(TrainingWorkload):
     def __init__(self, ctx: Ctx, variants: list[str]) -> None:
         super().__init__(ctx)
         p = ctx.params
@@ -81,8 +81,6 @@ class Fsdp(Workload):
         if self.dim % self.heads:
             raise ValueError(f"dim={self.dim} must be a multiple of heads={self.heads}")
         self.x = torch.randn(self.batch, self.seq, self.dim, device=ctx.device, dtype=ctx.dtype)
-        self._fns: dict[str, Callable[[], Any]] = {}
-        self._models: dict[str, tuple[nn.Module, torch.optim.Optimizer]] = {}
         for v in variants:
             self.variant_fn(v)
 
@@ -115,13 +113,6 @@ class Fsdp(Workload):
                 blk.set_modules_to_backward_prefetch(blocks[max(0, i - depth):i][::-1])
         return model
 
-    def _model(self, variant: str) -> tuple[nn.Module, torch.optim.Optimizer]:
-        if variant not in self._models:
-            model = self._build(variant)
-            opt = torch.optim.SGD(model.parameters(), lr=float(self.ctx.params["lr"]))
-            self._models[variant] = (model, opt)
-        return self._models[variant]
-
     # ---------------------------------------------------------------- one step
     def _forward_backward(self, variant: str, model: nn.Module) -> torch.Tensor:
         if variant == "front-loaded":
@@ -130,46 +121,7 @@ class Fsdp(Workload):
                 for h in handles:
                     if h is not None:
                         h.wait()
-        with region("forward"):
-            loss = model(self.x).float().pow(2).mean()
-        with region("backward"):
-            loss.backward()
-        if variant == "baseline":
-            with region("baseline: all-reduce gradients"):
-                grads = [p.grad for p in model.parameters()]
-                flat = torch.cat([g.reshape(-1) for g in grads])
-                dist.all_reduce(flat, group=self.ctx.group)
-                flat.div_(self.ctx.world)
-                offset = 0
-                for g in grads:
-                    g.copy_(flat[offset:offset + g.numel()].view_as(g))
-                    offset += g.numel()
-        return loss
-
-    def _make_step(self, variant: str) -> Callable[[], torch.Tensor]:
-        model, opt = self._model(variant)
-
-        def step() -> torch.Tensor:
-            opt.zero_grad(set_to_none=True)
-            loss = self._forward_backward(variant, model)
-            with region("optimizer step"):
-                opt.step()
-            return loss.detach()
-
-        return step
-
-    def variant_fn(self, variant: str) -> Callable[[], Any]:
-        if variant not in self.ctx.spec.variants:
-            raise KeyError(variant)
-        return self._cached("v:" + variant, lambda: self._make_step(variant))
-
-    def _cached(self, key: str, make: Callable[[], Callable[[], Any]]) -> Callable[[], Any]:
-        if key not in self._fns:
-            self._fns[key] = make()
-        return self._fns[key]
-
-    def baseline_fn(self, variant: str) -> Callable[[], Any]:
-        return self.variant_fn("baseline")
+        return super()._forward_backward(variant, model)
 
     # ---------------------------------------------------------------- correctness
     def _grads_after_one_step(self, variant: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -194,16 +146,7 @@ class Fsdp(Workload):
         """The same step on an unsharded local model, no communication at all."""
         def make() -> Callable[[], Any]:
             model = self._new_model()
-            opt = torch.optim.SGD(model.parameters(), lr=float(self.ctx.params["lr"]))
-
-            def step() -> torch.Tensor:
-                opt.zero_grad(set_to_none=True)
-                loss = model(self.x).float().pow(2).mean()
-                loss.backward()
-                opt.step()
-                return loss.detach()
-
-            return step
+            return self._local_step(model, torch.optim.SGD(model.parameters(), lr=float(self.ctx.params["lr"])))
 
         return self._cached("compute", make)
 
@@ -216,28 +159,13 @@ class Fsdp(Workload):
         kind = "allreduce" if variant == "baseline" else ("zero3" if variant.startswith("zero3") else "zero2")
 
         def make() -> Callable[[], Any]:
-            ctx, D = self.ctx, self.ctx.world
             model = self._new_model()
             sizes = [sum(p.numel() for p in b.parameters()) for b in model.blocks]
             sizes.append(sum(p.numel() for p in model.norm.parameters()))
-            total = sum(sizes)
             del model
-            dev, dt, g = ctx.device, ctx.dtype, ctx.group
             if kind == "allreduce":
-                flat = torch.zeros(total, device=dev, dtype=dt)
-                return lambda: dist.all_reduce(flat, group=g)
-            shards = [torch.zeros((n + D - 1) // D, device=dev, dtype=dt) for n in sizes]
-            fulls = [torch.zeros(s.numel() * D, device=dev, dtype=dt) for s in shards]
-            gathers = 2 if kind == "zero3" else 1
-
-            def comm() -> None:
-                for _ in range(gathers):
-                    for s, f in zip(shards, fulls, strict=True):
-                        dist.all_gather_into_tensor(f, s, group=g)
-                for s, f in zip(shards, fulls, strict=True):
-                    dist.reduce_scatter_tensor(s, f, group=g)
-
-            return comm
+                return all_reduce_alone(self.ctx, sum(sizes))
+            return sharded_collectives(self.ctx, sizes, gathers=2 if kind == "zero3" else 1)
 
         return self._cached("comm:" + kind, make)
 

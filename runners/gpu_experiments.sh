@@ -3,7 +3,7 @@
 # for a 2-GPU host (each launch is runners.launch = torchrun, one process per GPU).
 #
 # usage (repo root, on the GPU host):  OUT=/some/dir bash runners/gpu_experiments.sh [STEP...]
-# STEP names: env thunder four-ranks grid4 grid2-rs gemm-speed sweep-rs rs-chunks rs-tuned-steps app-run sweep-symm sweep-ag ag-gate ag-tuned-steps ag-base ag-tuned ag-tune-nccl ag-tune-steps gemm-rs
+# STEP names: env smoke1 nvfuser-import thunder four-ranks grid4 grid2-rs gemm-speed sweep-rs rs-chunks rs-tuned-steps app-run sweep-symm sweep-ag ag-gate ag-tuned-steps ag-base ag-tuned ag-tune-nccl ag-tune-steps gemm-rs
 #             symm-fused symm-two fsdp-main fsdp-prefetch nsys smoke-gemm-rs smoke-symm smoke-fsdp check
 #             (default: the list below, which made the older sample sets; the ag-gemm tuned sets came
 #             from: env sweep-ag ag-tuned-steps check, ag-gate sweep-ag check, nsys check; the gemm-rs and
@@ -111,8 +111,31 @@ s_sweep-symm() { OSC sweep symm-mem M=16384 K=16384 N=8192 dtype=bf16 --out "$R/
 s_smoke-gemm-rs() { L gemm-rs --variants all --profiler none --out "$R/smoke-gemm-rs"; }
 s_smoke-symm()    { L symm-mem --variants all --profiler none --out "$R/smoke-symm-mem"; }
 s_smoke-fsdp()    { L fsdp --variants all --profiler none --out "$R/smoke-fsdp"; }
+# one rank of each FSDP runner, every variant at 2 blocks (their shared step: runners/training.py); .pydeps
+# carries lightning-thunder for the second; each bounded to 60 s
+s_smoke1() {
+    NPROC=1 timeout -k 5 60 python3 -m runners.launch fsdp --variants all --set layers=2 --profiler none \
+        --out "$R/smoke1-fsdp" --nproc 1 --timeout 55
+    PYTHONPATH="$PWD/.pydeps:$PWD:${PYTHONPATH:-}" timeout -k 5 60 python3 -m runners.launch thunder-fsdp \
+        --variants all --set layers=2 --profiler none --out "$R/smoke1-thunder" --nproc 1 --timeout 55
+}
 s_nsys() {
     L ag-gemm --variants sync-in-loop,sync-before-loop --profiler nsys --no-nsys-rep --out "$R/ag-gemm-nsys"
+}
+# Does nvFuser's wheel import on this host? NVFUSER_TXZ: the nvfuser-cu130-torch210 wheel unpacked without its
+# bundled libnvrtc (109 MB; the host's torch brings libnvrtc.so.13) and packed with xz to fit a device call
+# (docs/seeds.md says how it is made); its libnvrtc name is linked to the host's copy.
+s_nvfuser-import() {
+    local d=/tmp/nvfuser-site
+    rm -rf "$d" && mkdir -p "$d" && tar xJf "${NVFUSER_TXZ:-.nvfuser/nvfuser-no-nvrtc.tar.xz}" -C "$d"
+    local nvrtc
+    nvrtc=$(python3 -c 'import glob, os, nvidia
+print(sorted(f for p in nvidia.__path__ for f in glob.glob(os.path.join(p, "**", "libnvrtc.so.13*"), recursive=True))[0])')
+    ls "$d"; echo "host nvrtc: $nvrtc"
+    ln -sf "$nvrtc" "$d/nvfuser_cu130_torch210.libs/libnvrtc-a49e67e8.so.13.0.88"
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+    PYTHONPATH="$d:${PYTHONPATH:-}" python3 -c 'import nvfuser_direct; print("nvfuser_direct imported:", nvfuser_direct.__file__)'
+    echo "import exit code: $?"
 }
 # Thunder's own FSDP (runners/thunder_fsdp.py), `overlapscope sweep` with its analysis: .pydeps made by
 # `bash runners/pack_host_deps.sh 3.12 thunder` carries lightning-thunder 0.2.6 beside the analyzer's deps
@@ -129,9 +152,17 @@ s_four-ranks() {
         --set layers=2 --profiler torch --out "$R/four/thunder-fsdp"
 }
 # the tuned grid on 4 GPUs (benchmarks/RESULTS.md): the search, then the cached choices in a fresh process group
+# search run, then cached run (each cached choice confirmed in that run); the cache and its search rounds
+# are kept under $R/cache; GRID4_LIMITS="SEARCH_S CACHED_S" bounds each run (default 330 200); GRID4_ARGS
+# (default "--iters 30") cuts rounds where time is short, e.g. "--iters 20 --tune-budget-s 3"
 s_grid4() {
-    NPROC=4 OUT="$R/grid4" bash benchmarks/tune_grid.sh benchmarks/grids/four_gpus.json --iters 30 --tune retune
-    NPROC=4 OUT="$R/grid4-cached" bash benchmarks/tune_grid.sh benchmarks/grids/four_gpus.json --iters 30
+    local limits=(${GRID4_LIMITS:-330 200})
+    local args=(${GRID4_ARGS:---iters 30})
+    export OVERLAPSCOPE_CACHE_DIR="$R/cache"
+    NPROC=4 OUT="$R/grid4" timeout -k 10 "${limits[0]}" bash benchmarks/tune_grid.sh benchmarks/grids/four_gpus.json \
+        "${args[@]}" --tune retune
+    NPROC=4 OUT="$R/grid4-cached" timeout -k 10 "${limits[1]}" bash benchmarks/tune_grid.sh \
+        benchmarks/grids/four_gpus.json "${args[@]}"
 }
 # the same gemm-rs shapes on 2 of the GPUs: which schedule (ring or direct) the search picks per world size
 s_grid2-rs() {

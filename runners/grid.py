@@ -21,7 +21,6 @@ import argparse
 import dataclasses
 import gc
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ from runners.context import DTYPES, Ctx, init
 from runners.profiling import profile
 from runners.results import grid_markdown
 from runners.specs import AG_GEMM, GEMM_RS, AlgorithmSpec
-from runners.timing import TIMING_CHUNK, time_interleaved
+from runners.timing import slowest_rank, time_interleaved
 from runners.workload import REL_ERROR_BOUND
 
 ALGOS: dict[str, tuple[AlgorithmSpec, Any]] = {"gemm-rs": (GEMM_RS, gemm_rs.build), "ag-gemm": (AG_GEMM, ag_gemm.build)}
@@ -50,21 +49,13 @@ def shape_ctx(ctx: Ctx, spec: AlgorithmSpec, shape: dict[str, Any], extra: dict[
     return dataclasses.replace(ctx, spec=spec, params=params, dtype=DTYPES[str(params["dtype"])])
 
 
-def _slowest(ctx: Ctx, samples: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
-    """(median, spread) per kind of the slowest rank; spread = half the range of its chunk medians."""
-    mine = {}
-    for k, v in samples.items():
-        chunks = [statistics.median(v[i:i + TIMING_CHUNK]) for i in range(0, len(v) - TIMING_CHUNK + 1,
-                                                                            TIMING_CHUNK)]
-        mine[k] = (statistics.median(v), (max(chunks) - min(chunks)) / 2 if len(chunks) > 1 else float("nan"))
-    every: list[Any] = [None] * ctx.world
-    dist.all_gather_object(every, mine, group=ctx.group)
-    return {k: max((r[k] for r in every), key=lambda x: x[0]) for k in mine}
-
-
-def run_shape(ctx: Ctx, algo: str, shape: dict[str, Any], iters: int, tune: str) -> dict[str, Any]:
+def run_shape(ctx: Ctx, algo: str, shape: dict[str, Any], iters: int, tune: str,
+              tune_budget_s: float | None = None) -> dict[str, Any]:
     spec, build = ALGOS[algo]
-    sctx = shape_ctx(ctx, spec, shape, {"tune": tune, "iters": iters})
+    extra: dict[str, Any] = {"tune": tune, "iters": iters}
+    if tune_budget_s is not None:
+        extra["tune_budget_s"] = tune_budget_s
+    sctx = shape_ctx(ctx, spec, shape, extra)
     wl = build(sctx, ["baseline", "tuned", "fused-ref"])
     t0 = time.monotonic()
     wl.prepare("tuned")
@@ -75,12 +66,13 @@ def run_shape(ctx: Ctx, algo: str, shape: dict[str, Any], iters: int, tune: str)
            "fused-ref": wl.variant_fn("fused-ref"), "gemm": wl.compute_fn("tuned"), "comm": wl.comm_fn("tuned")}
     for f in fns.values():
         f()
-    t = _slowest(ctx, time_interleaved(sctx, fns, iters))
+    t = slowest_rank(ctx, time_interleaved(sctx, fns, iters))
     rec = wl.tuning("tuned") or {}
     best_ref = min(t["baseline"][0], t["fused-ref"][0])
     row = {"algo": algo, **shape, **{f"{k}_ms": round(v[0], 4) for k, v in t.items()},
            **{f"{k}_spread_ms": round(v[1], 4) for k, v in t.items()},
            "schedule": rec.get("choice", {}).get("name"), "tuning_source": rec.get("source"),
+           "cached_choice": rec.get("cached_choice"), "close_to": rec.get("confirm", {}).get("close_to"),
            "tune_s": round(tune_s, 2), "search_s": rec.get("search_s"),
            "candidates": len(rec.get("rounds_ms", [{}])[0]),
            "skipped": rec.get("skipped", {}), "max_rel_error": max(errs),
@@ -121,6 +113,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--iters", type=int, default=30, help="timed iterations per kind and shape")
     parser.add_argument("--tune", choices=("auto", "retune"), default="auto",
                         help="auto: cached choices where fresh; retune: search every shape again")
+    parser.add_argument("--tune-budget-s", type=float, default=None,
+                        help="seconds each shape's search may take (cuts rounds, not shapes)")
     parser.add_argument("--trace", action="store_true", help="also record a graph-replay trace per algorithm")
     parser.add_argument("--algos", default="gemm-rs,ag-gemm", help="comma-separated algorithms of the grid to run")
     args = parser.parse_args(argv)
@@ -131,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     for algo in args.algos.split(","):
         for shape in read_grid(args.grid, algo):
             ctx.status.set("timing", f"{algo} {shape}")
-            rows.append(run_shape(ctx, algo, shape, args.iters, args.tune))
+            rows.append(run_shape(ctx, algo, shape, args.iters, args.tune, args.tune_budget_s))
             if ctx.rank == 0:  # written after every shape: a run cut short keeps what it measured
                 (args.out / "grid.json").write_text(json.dumps({"gpu": gpu, "world": ctx.world, "rows": rows},
                                                                indent=1))

@@ -7,7 +7,7 @@ gaps. So the variants are Thunder's own switches, not a re-creation in plain PyT
 `fsdp(thunder.jit(model), sharding_strategy=ZERO2|ZERO3, bucketing_strategy=NONE|BLOCK)`
 (in lightning-thunder 0.2.6 fsdp() wants a ThunderModule, so jit comes first).
 
-One iteration = zero_grad, forward, loss, backward, SGD step, as in runners/fsdp.py. The
+One iteration = zero_grad, forward, loss, backward, SGD step (runners/training.py, shared with runners/fsdp.py). The
 baseline is the same jitted model replicated, gradients all-reduced and averaged after backward.
 Correctness: before a model's first optimizer step, the loss and the full gradients (the
 shards gathered) of one step equal the baseline's (Thunder pre-averages its reduce-scatters).
@@ -35,8 +35,8 @@ from torch import nn
 from runners.context import Ctx
 from runners.harness import main
 from runners.specs import THUNDER_FSDP
-from runners.streams import region
-from runners.workload import Workload, rel_error
+from runners.training import TrainingWorkload, all_reduce_alone, sharded_collectives
+from runners.workload import rel_error
 
 INSTALL_HINT = ("thunder-fsdp needs lightning-thunder (tested: 0.2.6 with torch 2.11): pip install "
                 "lightning-thunder==0.2.6, or on a host without an index carry the wheels that "
@@ -115,7 +115,7 @@ def full_grads(model: nn.Module, group: dist.ProcessGroup, world: int) -> dict[s
     return out
 
 
-class ThunderFsdp(Workload):
+class ThunderFsdp(TrainingWorkload):
     def __init__(self, ctx: Ctx, variants: list[str]) -> None:
         super().__init__(ctx)
         self.thunder = import_thunder()
@@ -125,8 +125,6 @@ class ThunderFsdp(Workload):
         if self.dim % self.heads:
             raise ValueError(f"dim={self.dim} must be a multiple of heads={self.heads}")
         self.x = torch.randn(self.batch, self.seq, self.dim, device=ctx.device, dtype=ctx.dtype)
-        self._models: dict[str, tuple[nn.Module, torch.optim.Optimizer]] = {}
-        self._fns: dict[str, Callable[[], Any]] = {}
         self._errors: dict[str, float] = {}
         # the replicated baseline, compiled once; its first step (before any update) is the reference
         base = self._model("baseline")[0]
@@ -152,31 +150,7 @@ class ThunderFsdp(Workload):
         return fsdp(jitted, device=self.ctx.device, sharding_strategy=FSDPType[sharding],
                     bucketing_strategy=FSDPBucketingStrategy[bucketing])
 
-    def _model(self, variant: str) -> tuple[nn.Module, torch.optim.Optimizer]:
-        if variant not in self._models:
-            model = self._build(variant)
-            opt = torch.optim.SGD(model.parameters(), lr=float(self.ctx.params["lr"]))
-            self._models[variant] = (model, opt)
-        return self._models[variant]
-
     # ---------------------------------------------------------------- one step
-    def _forward_backward(self, variant: str, model: nn.Module) -> torch.Tensor:
-        with region("forward"):
-            loss = model(self.x).float().pow(2).mean()
-        with region("backward"):
-            loss.backward()
-        if variant == "baseline":
-            with region("baseline: all-reduce gradients"):
-                grads = [p.grad for p in model.parameters()]
-                flat = torch.cat([g.reshape(-1) for g in grads])
-                dist.all_reduce(flat, group=self.ctx.group)
-                flat.div_(self.ctx.world)
-                offset = 0
-                for g in grads:
-                    g.copy_(flat[offset:offset + g.numel()].view_as(g))
-                    offset += g.numel()
-        return loss
-
     def _first_step(self, variant: str, model: nn.Module) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         loss = self._forward_backward(variant, model).detach().float().reshape(1)
         if variant == "baseline":
@@ -210,47 +184,10 @@ class ThunderFsdp(Workload):
             self.prepare(variant)
         return self._errors[variant]
 
-    def _make_step(self, variant: str) -> Callable[[], torch.Tensor]:
-        model, opt = self._model(variant)
-
-        def step() -> torch.Tensor:
-            opt.zero_grad(set_to_none=True)
-            loss = self._forward_backward(variant, model)
-            with region("optimizer step"):
-                opt.step()
-            return loss.detach()
-
-        return step
-
-    def variant_fn(self, variant: str) -> Callable[[], Any]:
-        if variant not in self.ctx.spec.variants:
-            raise KeyError(variant)
-        return self._cached("v:" + variant, lambda: self._make_step(variant))
-
-    def _cached(self, key: str, make: Callable[[], Callable[[], Any]]) -> Callable[[], Any]:
-        if key not in self._fns:
-            self._fns[key] = make()
-        return self._fns[key]
-
-    def baseline_fn(self, variant: str) -> Callable[[], Any]:
-        return self.variant_fn("baseline")
-
     # ---------------------------------------------------------------- alone
     def compute_fn(self, variant: str) -> Callable[[], Any]:
         """The baseline's compiled step without its all-reduce: the same kernels, no communication."""
-        def make() -> Callable[[], Any]:
-            model, opt = self._model("baseline")
-
-            def step() -> torch.Tensor:
-                opt.zero_grad(set_to_none=True)
-                loss = model(self.x).float().pow(2).mean()
-                loss.backward()
-                opt.step()
-                return loss.detach()
-
-            return step
-
-        return self._cached("compute", make)
+        return self._cached("compute", lambda: self._local_step(*self._model("baseline")))
 
     def comm_fn(self, variant: str) -> Callable[[], Any]:
         """The variant's collectives alone, on buffers of the sizes Thunder moves.
@@ -262,11 +199,9 @@ class ThunderFsdp(Workload):
         kind = "allreduce" if variant == "baseline" else variant
 
         def make() -> Callable[[], Any]:
-            ctx, world = self.ctx, self.ctx.world
             model = self._new_model()
             if kind == "allreduce":
-                flat = torch.zeros(sum(p.numel() for p in model.parameters()), device=ctx.device, dtype=ctx.dtype)
-                return lambda: dist.all_reduce(flat, group=ctx.group)
+                return all_reduce_alone(self.ctx, sum(p.numel() for p in model.parameters()))
             sharding, bucketing = strategies(kind)
             if bucketing == "BLOCK":
                 sizes = [sum(p.numel() for p in b.parameters()) for b in model.blocks]
@@ -274,18 +209,7 @@ class ThunderFsdp(Workload):
             else:
                 sizes = [p.numel() for p in model.parameters()]
             del model
-            shards = [torch.zeros((n + world - 1) // world, device=ctx.device, dtype=ctx.dtype) for n in sizes]
-            fulls = [torch.zeros(s.numel() * world, device=ctx.device, dtype=ctx.dtype) for s in shards]
-            gathers = 2 if sharding == "ZERO3" else 1
-
-            def comm() -> None:
-                for _ in range(gathers):
-                    for s, f in zip(shards, fulls, strict=True):
-                        dist.all_gather_into_tensor(f, s, group=ctx.group)
-                for s, f in zip(shards, fulls, strict=True):
-                    dist.reduce_scatter_tensor(s, f, group=ctx.group)
-
-            return comm
+            return sharded_collectives(self.ctx, sizes, gathers=2 if sharding == "ZERO3" else 1)
 
         return self._cached("comm:" + kind, make)
 

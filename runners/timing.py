@@ -83,5 +83,19 @@ def round_order(keys: list[str], round_index: int) -> list[str]:
     return order
 
 
+def median_and_spread(samples: Sequence[float], chunk: int = TIMING_CHUNK) -> tuple[float, float]:
+    """The median of all samples and half the range of the medians of their chunks (nan for one chunk)."""
+    chunks = [statistics.median(samples[i:i + chunk]) for i in range(0, len(samples) - chunk + 1, chunk)]
+    return statistics.median(samples), (max(chunks) - min(chunks)) / 2 if len(chunks) > 1 else float("nan")
+
+
+def slowest_rank(ctx: Ctx, samples: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
+    """(median, spread) per callable of the rank whose median is the highest: what every rank waits for."""
+    mine = {k: median_and_spread(v) for k, v in samples.items()}
+    every: list[Any] = [None] * ctx.world
+    dist.all_gather_object(every, mine, group=ctx.group)
+    return {k: max((r[k] for r in every), key=lambda x: x[0]) for k in mine}
+
+
 def stats(samples: Sequence[float]) -> dict[str, float]:
     return {"median": statistics.median(samples), "min": min(samples), "max": max(samples), "n": len(samples)}

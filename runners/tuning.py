@@ -23,7 +23,7 @@ import torch.distributed as dist
 from runners import autotune, symm
 from runners.autotune import Schedule
 from runners.context import Ctx
-from runners.timing import TIMING_CHUNK, synchronize, time_interleaved
+from runners.timing import TIMING_CHUNK, slowest_rank, synchronize, time_interleaved
 from runners.workload import REL_ERROR_BOUND, Workload, rel_error, rel_ref
 
 Builder = Callable[[Schedule], Callable[[], Any]]
@@ -79,15 +79,35 @@ def measure(ctx: Ctx, fns: dict[str, Callable[[], Any]]) -> Callable[[Sequence[S
     return run
 
 
+def measure_spread(ctx: Ctx, fns: dict[str, Callable[[], Any]]) -> autotune.SpreadMeasureFn:
+    """The cached run's timer: interleaved CUDA-event chunks, the slowest rank's (median, spread) per callable."""
+
+    def run(names: Sequence[str], reps: int) -> dict[str, tuple[float, float]]:
+        return slowest_rank(ctx, time_interleaved(ctx, {n: fns[n] for n in names}, reps * TIMING_CHUNK))
+
+    return run
+
+
 def shape_facts(ctx: Ctx, shape: dict[str, Any]) -> dict[str, Any]:
     """The cache key's fields: the shape plus dtype, world size and GPU model."""
     gpu = torch.cuda.get_device_name(ctx.device) if ctx.cuda else "cpu"
     return {**shape, "dtype": str(ctx.dtype).removeprefix("torch."), "world": ctx.world, "gpu": gpu}
 
 
+def _release_losers(fns: dict[str, Callable[[], Any]], choice: Schedule) -> None:
+    """Drop every other schedule's callable: their CUDA graphs and buffers are freed."""
+    for name in list(fns):
+        if name != choice.name:
+            del fns[name]
+
+
 def tune(ctx: Ctx, algo: str, shape: dict[str, Any], candidates: Sequence[Schedule], build: Builder,
-         reference: Any, code: str) -> tuple[Schedule, Callable[[], Any], dict[str, Any]]:
-    """The schedule for this shape (cached or searched), its callable, and the manifest's record."""
+         reference: Any, code: str, baselines: Callable[[], dict[str, Callable[[], Any]]] = dict,
+         ) -> tuple[Schedule, Callable[[], Any], dict[str, Any]]:
+    """The schedule for this shape (cached or searched), its callable, and the manifest's record.
+
+    A cached choice is confirmed against the search's runner-up and the baselines (`baselines()`: name ->
+    iteration callable, made only then) in this run (autotune.confirm): a close call is timed again."""
     p = ctx.params
     mode = str(p.get("tune", "auto"))
     versions = {"torch": torch.__version__, "cuda": torch.version.cuda}
@@ -100,10 +120,16 @@ def tune(ctx: Ctx, algo: str, shape: dict[str, Any], candidates: Sequence[Schedu
         choice = hit[1]
         say(f"tuning: cached choice {choice.name} ({cache.path})")
         skipped: dict[str, str] = {}
-        fns = build_checked(ctx, [choice], build, reference, skipped)
+        finalists = _broadcast(ctx, cache.finalists(key, candidates) if ctx.rank == 0 else None)
+        fns = build_checked(ctx, list(dict.fromkeys([choice, *finalists])), build, reference, skipped)
         if choice.name in fns:
-            return choice, fns[choice.name], {"source": "cache", "cache": str(cache.path), "key": key,
-                                               "choice": choice.to_dict()}
+            company = baselines()
+            confirmed = autotune.confirm(choice, [c for c in finalists if c.name in fns],
+                                         list(company), measure_spread(ctx, {**fns, **company}), progress=say)
+            _release_losers(fns, confirmed.choice)
+            return confirmed.choice, fns[confirmed.choice.name], {
+                "source": "cache", "cache": str(cache.path), "key": key, "cached_choice": choice.name,
+                "choice": confirmed.choice.to_dict(), "confirm": confirmed.record()}
         say(f"tuning: the cached choice no longer runs here ({skipped[choice.name]}): searching again")
     status = "retune" if mode == "retune" else (hit[0] if hit is not None else "miss")
     if status == "stale":
@@ -118,9 +144,7 @@ def tune(ctx: Ctx, algo: str, shape: dict[str, Any], candidates: Sequence[Schedu
                              progress=say, skipped=skipped)
     if ctx.rank == 0:
         cache.store(key, fp, result)
-    for name in list(fns):  # release the losers' graphs and buffers
-        if name != result.choice.name:
-            del fns[name]
+    _release_losers(fns, result.choice)
     return result.choice, fns[result.choice.name], {"source": "search", "cache_status": status,
                                                      "cache": str(cache.path), "key": key, **result.record()}
 
@@ -138,7 +162,14 @@ def choose(wl: Any, algo: str, shape: dict[str, Any], tuned: Any) -> tuple[Sched
         sched = tuned.fixed(wl)
         return sched, builder.build(sched), {"source": "parameters (tune=off)", "choice": sched.to_dict()}
     reference = rel_ref(wl.baseline_fn("tuned")())
-    return tune(ctx, algo, shape, tuned.candidates(wl), builder.build, reference, tuned.CODE_VERSION)
+
+    def baselines() -> dict[str, Callable[[], Any]]:
+        refs = {"baseline": wl.baseline_fn("tuned")}
+        if "fused-ref" in ctx.spec.variants:
+            refs["fused-ref"] = wl.variant_fn("fused-ref")
+        return refs
+
+    return tune(ctx, algo, shape, tuned.candidates(wl), builder.build, reference, tuned.CODE_VERSION, baselines)
 
 
 class TunedWorkload(Workload):

@@ -122,6 +122,94 @@ def test_cache_file_from_elsewhere_is_a_miss_not_an_error(tmp_path: Path) -> Non
     assert cache.lookup("k", "fp", CANDS) == ("hit", SERIAL)
 
 
+class FakeSpreadTimer:
+    """The cached run's measure(): (median, spread) per name from a table per call; records what each call timed."""
+
+    def __init__(self, *calls: dict[str, tuple[float, float]]) -> None:
+        self.calls = list(calls)
+        self.asked: list[tuple[list[str], int]] = []
+
+    def __call__(self, names, reps):
+        self.asked.append((list(names), reps))
+        table = self.calls[len(self.asked) - 1]
+        return {n: table[n] for n in names}
+
+
+BASES = ["baseline", "fused-ref"]
+# the cached search's last round, fastest first: CANDS[2], CANDS[1], CANDS[4]
+FINALISTS = [CANDS[2], CANDS[1], CANDS[4]]
+
+
+def test_a_clear_cached_choice_is_kept_after_one_short_check() -> None:
+    # 1.00 +- 0.01 against 1.05 +- 0.02 (runner-up), 1.20 and 1.10 +- 0.03: every rival clear by > both spreads
+    check = {CANDS[2].name: (1.00, 0.01), CANDS[1].name: (1.05, 0.02),
+             "baseline": (1.20, 0.03), "fused-ref": (1.10, 0.03)}
+    timer = FakeSpreadTimer(check)
+    got = autotune.confirm(CANDS[2], FINALISTS, BASES, timer)
+    assert timer.asked == [([CANDS[2].name, CANDS[1].name, *BASES], autotune.CONFIRM_REPS[0])]
+    assert got.choice == CANDS[2] and got.close_to == [] and got.record()["retimed"] is False
+
+
+def test_a_close_call_is_timed_again_with_every_finalist_and_the_fastest_finalist_wins() -> None:
+    # fused-ref 1.03 +- 0.02 is within the cached choice's 1.00 +- 0.015 (gap 0.03 <= 0.035): a close call
+    check = {CANDS[2].name: (1.00, 0.015), CANDS[1].name: (1.10, 0.01),
+             "baseline": (1.30, 0.02), "fused-ref": (1.03, 0.02)}
+    # the longer, interleaved timing: the search's third finalist is fastest now; fused-ref (0.90) is company only
+    again = {CANDS[2].name: (1.02, 0.01), CANDS[1].name: (1.01, 0.01), CANDS[4].name: (0.98, 0.01),
+             "baseline": (1.30, 0.02), "fused-ref": (0.90, 0.01)}
+    timer = FakeSpreadTimer(check, again)
+    said: list[str] = []
+    got = autotune.confirm(CANDS[2], FINALISTS, BASES, timer, progress=said.append)
+    assert [a for a, _ in timer.asked] == [[CANDS[2].name, CANDS[1].name, *BASES],
+                                          [CANDS[2].name, CANDS[1].name, CANDS[4].name, *BASES]]
+    assert [r for _, r in timer.asked] == list(autotune.CONFIRM_REPS)
+    assert got.choice == CANDS[4] and got.close_to == ["fused-ref"]
+    rec = got.record()
+    assert rec["retimed"] is True and rec["rounds_ms"][1]["fused-ref"] == [0.9, 0.01]
+    assert "within the spread of fused-ref" in said[0]
+
+
+def test_a_close_runner_up_or_a_faster_rival_is_a_close_call_too() -> None:
+    # the runner-up 0.005 slower with spreads 0.004 + 0.002: close; a rival faster than the choice: close
+    assert autotune.within_spread("a", {"a": (1.0, 0.004), "b": (1.005, 0.002), "c": (1.2, 0.01)}) == ["b"]
+    assert autotune.within_spread("a", {"a": (1.0, 0.001), "b": (0.9, 0.001)}) == ["b"]
+    assert autotune.within_spread("a", {"a": (1.0, 0.001), "b": (1.003, 0.001)}) == []
+    # when the re-timing still has the cached choice fastest, it stays
+    check = {CANDS[2].name: (1.0, 0.01), CANDS[1].name: (1.01, 0.01), "baseline": (2.0, 0.01)}
+    again = {CANDS[2].name: (0.99, 0.01), CANDS[1].name: (1.01, 0.01), CANDS[4].name: (1.05, 0.01),
+             "baseline": (2.0, 0.0)}
+    got = autotune.confirm(CANDS[2], FINALISTS, ["baseline"], FakeSpreadTimer(check, again))
+    assert got.choice == CANDS[2] and got.close_to == [CANDS[1].name]
+
+
+def test_a_cached_choice_without_finalists_is_checked_against_the_baselines_alone() -> None:
+    even = {SERIAL.name: (1.0, 0.01), "baseline": (1.0, 0.01)}
+    timer = FakeSpreadTimer(even, even)
+    got = autotune.confirm(SERIAL, [], ["baseline"], timer)
+    assert timer.asked[0][0] == [SERIAL.name, "baseline"] and got.choice == SERIAL and got.close_to == ["baseline"]
+
+
+def test_median_and_spread_of_chunked_samples() -> None:
+    """The spread the rule compares: half the range of the chunk medians (chunks of 5 by default)."""
+    pytest.importorskip("torch")
+    from runners.timing import median_and_spread
+
+    assert median_and_spread([1.0] * 5 + [3.0] * 5 + [2.0] * 5) == (2.0, 1.0)
+    assert median_and_spread([1.0, 9.0, 2.0, 2.0, 2.0, 4.0, 4.0, 4.0, 0.0, 4.0]) == (3.0, 1.0)  # chunk medians 2, 4
+    median, spread = median_and_spread([1.0, 2.0, 3.0])
+    assert median == 2.0 and spread != spread  # one chunk: no spread (nan)
+
+
+def test_cache_finalists_are_the_last_rounds_schedules_still_offered_fastest_first(tmp_path: Path) -> None:
+    cache = TuneCache(tmp_path, "ag-gemm")
+    last = {CANDS[1].name: 1.2, CANDS[2].name: 1.1, CANDS[4].name: 1.3}
+    result = autotune.SearchResult(choice=CANDS[2], rounds=[{c.name: 9.0 for c in CANDS}, last], seconds=1, skipped={})
+    cache.store("k", "fp", result)
+    assert cache.finalists("k", CANDS) == [CANDS[2], CANDS[1], CANDS[4]]
+    assert cache.finalists("k", [c for c in CANDS if c != CANDS[1]]) == [CANDS[2], CANDS[4]]
+    assert cache.finalists("other", CANDS) == []
+
+
 def test_cache_folder_follows_the_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(autotune.ENV_CACHE_DIR, str(tmp_path))
     assert autotune.cache_dir() == tmp_path / "tuning"
@@ -152,7 +240,10 @@ def test_tuned_run_searches_then_reuses_retunes_and_replaces_a_stale_choice(tmp_
     assert cache_file == tmp_path / "cache" / "tuning" / "gemm-rs.json" and rec["key"].startswith("gemm-rs|K=32,M=64")
 
     again = tuned("again")["tuning"]
-    assert again["source"] == "cache" and again["choice"] == rec["choice"] and "rounds_ms" not in again
+    assert again["source"] == "cache" and again["cached_choice"] == rec["choice"]["name"] and "rounds_ms" not in again
+    # confirmed in this run against the search's runner-up and both baselines, interleaved
+    assert {"baseline", "fused-ref", rec["choice"]["name"]} <= set(again["confirm"]["rounds_ms"][0])
+    assert again["choice"]["name"] in rec["rounds_ms"][-1]
 
     forced = tuned("forced", tune="retune")["tuning"]
     assert forced["source"] == "search" and forced["cache_status"] == "retune"

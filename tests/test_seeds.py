@@ -62,3 +62,42 @@ def test_zero2_without_bucketing_front_loads_its_gathers() -> None:
     assert gaps and gaps[0].evidence["n_gaps"] > 500
     trace = json.loads((THUNDER / "zero2-none" / "manifest.json").read_text())["workload"]["thunder"]["forward_trace"]
     assert trace["all_gathers_before_first_matmul"] == trace["all_gathers"] == 37
+
+
+def test_the_copy_table_of_the_bucketing_seed() -> None:
+    """docs/seeds.md's copy table (benchmarks/seed_copies.py): no bucketing copy, 322 direct copies in every set,
+    and the direct copies beside an AllGather on one rank of each FSDP set only."""
+    from benchmarks.seed_copies import copy_row
+
+    beside = {}
+    for v in ["baseline", *FSDP_VARIANTS]:
+        ranks = load_traces([THUNDER / v]).ranks
+        rows = {r: copy_row(ranks[r]) for r in (0, 1)}
+        assert [rows[r]["cat"] for r in (0, 1)] == ([2, 2] if v == "baseline" else [0, 0])
+        assert {rows[r]["direct"] for r in (0, 1)} == {322}
+        beside[v] = [round(rows[r]["beside_gather_ms"], 3) for r in (0, 1)]
+    assert beside == {"baseline": [0.0, 0.0], "zero2-none": [0.811, 0.0], "zero2-block": [0.0, 0.888],
+                      "zero3-none": [0.0, 1.288], "zero3-block": [0.0, 0.79]}
+
+
+def test_profiled_steps_and_the_largest_launch_gaps() -> None:
+    """docs/seeds.md: the FSDP sets' profiled steps last 43.5-65.5 ms on the GPU (baseline 40.6-42.0), and their
+    largest launch-bound gaps come before the optimizer's multi_tensor_apply_kernel, one elementwise kernel,
+    direct copies and AllGathers (1.08-2.93 ms)."""
+    spans, gaps = {}, {}
+    for v in ["baseline", *FSDP_VARIANTS]:
+        rep = analyze(load_traces([THUNDER / v]))
+        it = [r.iteration_summary for r in rep.ranks]
+        spans[v] = (min(i["iteration_ns_min"] for i in it) / 1e6, max(i["iteration_ns_worst"] for i in it) / 1e6)
+        worst = max((f for f in rep.findings if f.id == "launch-bound-gaps"), key=lambda f: f.evidence["n_gaps"])
+        gaps[v] = [(g["gap_ns"] / 1e6, g["next"]) for g in worst.evidence["largest"]]
+    assert [round(x, 1) for x in spans["baseline"]] == [40.6, 42.0]
+    fsdp = [x for v in FSDP_VARIANTS for x in spans[v]]
+    assert round(min(fsdp), 1) == 43.5 and round(max(fsdp), 1) == 65.5
+    optimizer = [ms for v in FSDP_VARIANTS for ms, name in gaps[v] if "multi_tensor_apply_kernel" in name]
+    assert round(min(optimizer), 2) == 1.91 and round(max(optimizer), 2) == 2.76
+    for v in ("zero2-none", "zero2-block", "zero3-none"):
+        assert all("multi_tensor_apply_kernel" in name for _, name in gaps[v][:2])
+    assert round(gaps["zero3-block"][0][0], 2) == 2.93 and "vectorized_elementwise_kernel" in gaps["zero3-block"][0][1]
+    others = [ms for v in FSDP_VARIANTS for ms, name in gaps[v] if "direct_copy_kernel" in name or "AllGather" in name]
+    assert round(min(others), 2) == 1.08 and round(max(others), 2) == 1.54

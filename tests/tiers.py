@@ -324,6 +324,12 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_tuned_run_searches_then_reuses_retunes_and_replaces_a_stale_choice",
         "test_gemm_rs_operand_exchange_is_offered_where_it_moves_less_and_passes_the_check",
     ),
+    "test_seeds": (
+        "test_profiled_steps_and_the_largest_launch_gaps",
+        "test_the_four_switches_run_the_same_collectives",
+        "test_zero2_without_bucketing_front_loads_its_gathers",
+        "test_the_copy_table_of_the_bucketing_seed",
+    ),
     "test_scale": (
         "test_cli_json_identical_across_executors",
         "test_unreachable_scheduler_is_one_line_exit_3",
