@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -34,7 +34,7 @@ from analyzers.syncs.blocking import (
 from analyzers.syncs.summary import syncs_document
 from analyzers.timeline.iterations import check_step_selection, select_step_rows
 from analyzers.timeline.model import GPU_STRING_COLUMNS, RankTrace, TraceSet, without_host_tables
-from analyzers.timeline.packed import packed
+from analyzers.timeline.packed import PackedFrame, PackedFrames, packed
 
 
 @dataclass
@@ -47,7 +47,7 @@ class AnalysisReport:
     notes: list[str] = field(default_factory=list)
     clock_offsets_ns: dict[int, int] = field(default_factory=dict)
     cross_rank: CrossRankReport | None = None  # two ranks or more
-    syncs: dict[int, pd.DataFrame] = field(default_factory=dict)  # blocking host syncs per rank
+    syncs: Mapping[int, pd.DataFrame] = field(default_factory=dict)  # blocking host syncs per rank (PackedFrames)
     findings: list[Finding] | None = None  # None: not diagnosed (--no-diagnose)
     collectives: CollectiveTable | None = None  # sizes, wait / transfer, bandwidth per collective
     extra: dict[str, Any] = field(default_factory=dict)  # further sections (e.g. a run's timings)
@@ -110,10 +110,10 @@ class RankStage:
     travels to worker processes and Dask workers.
 
     send_host_tables=False is for a caller that analyzes with these very options and nothing else
-    (`overlapscope analyze`): all it then reads of a rank is the GPU and sync tables and these
-    results, so the worker keeps the host tables (runtime, host ops) and sends back a third of the
-    bytes (7.7 -> 2.4 MB a rank of 54 MB). A step selection needs them in the caller
-    (select_step_rows), so they are sent then.
+    (`overlapscope analyze`): all it then reads of a rank is the GPU table and these results, so the
+    worker keeps the host tables (runtime, host ops, GPU-side sync records) and sends back a third of
+    the bytes (7.7 -> 2.4 MB a rank of 54 MB). A step selection needs them in the caller
+    (select_step_rows), so they are sent then. The blocking syncs travel and stay packed (PackedFrame).
     """
 
     options: AnalysisOptions
@@ -127,6 +127,7 @@ class RankStage:
             res.syncs = blocking_syncs(trace, None)
             res.graph = build_rank_graph(trace, res.syncs, FindingParams().step_pattern)
             res.graph_step_ns = measured_mean_step_ns(res.graph)
+            res.syncs = PackedFrame(res.syncs)
             return res
         metrics = rank_metrics(trace, self.options)
         res = RankResults(self.options, self.diagnose, table_fingerprint(trace), metrics)
@@ -141,6 +142,7 @@ class RankStage:
             if self.options.steps.steps is None:
                 res.graph = build_rank_graph(trace, res.syncs, params.step_pattern)
                 res.graph_step_ns = measured_mean_step_ns(res.graph)
+            res.syncs = PackedFrame(res.syncs)  # what travels back and stays in the caller, a tenth of the bytes
         return res
 
     def collector(self) -> Callable[[dict[int, Any]], None]:
@@ -165,7 +167,7 @@ class RankResults:
     diagnose: bool
     fingerprint: int  # of the tables they were computed from (see table_fingerprint)
     metrics: RankMetrics | None  # None: made for graph_run only (RankStage.graph_only)
-    syncs: pd.DataFrame | None = None
+    syncs: PackedFrame | None = None  # the rank's blocking syncs, packed (read through PackedFrames)
     sync_notes: list[str] | None = None  # sync_totals_beyond_span of these syncs
     findings: list[Finding] | None = None  # with default parameters and no cross-rank start shift
     windows: pd.DataFrame | None = None  # the findings' iteration windows (findings.view.windows_of)
@@ -211,7 +213,7 @@ def table_fingerprint(trace: RankTrace) -> int:
         crc = zlib.crc32(repr(tuple(category.cat.categories)).encode(), crc)
     else:
         crc = zlib.crc32(np.ascontiguousarray(pd.util.hash_array(category.to_numpy(dtype=object))), crc)
-    return hash((crc, len(gpu), *trace.host_row_counts(), len(trace.sync_events), trace.rank))
+    return hash((crc, len(gpu), *trace.host_row_counts(), trace.rank))
 
 
 def precomputed_results(traces: TraceSet, options: AnalysisOptions, diagnose: bool,
@@ -298,8 +300,9 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
     report.collectives = collective_table(selected, report.cross_rank, collective_params)
     if diagnose:
         defaults = bool(pre) and sync_params is None and finding_params is None
-        report.syncs = {r: pre[r].syncs if defaults else
-                        in_selected_steps(blocking_syncs(traces.ranks[r], sync_params), options) for r in ids}
+        report.syncs = PackedFrames({r: pre[r].syncs if defaults else
+                                     in_selected_steps(blocking_syncs(traces.ranks[r], sync_params), options)
+                                     for r in ids})
         for r in ids:
             beyond = pre[r].sync_notes if defaults else None
             report.notes += beyond if beyond is not None else sync_totals_beyond_span(traces.ranks[r], report.syncs[r])
@@ -330,7 +333,7 @@ def _price(report: AnalysisReport, traces: TraceSet, pre: dict[int, RankResults]
     report.findings = sort_findings(report.findings or [])
 
 
-def _graph_run(traces: TraceSet, syncs: dict[int, pd.DataFrame], cr: CrossRankReport | None,
+def _graph_run(traces: TraceSet, syncs: Mapping[int, pd.DataFrame], cr: CrossRankReport | None,
                offsets: dict[int, int], pre: dict[int, RankResults] | None, pattern: str) -> GraphRun:
     """The graphs come from the per-rank stage (pre: those it kept, analyzers.graph.subset), else are
     built here; past GRAPH_MAX_RANKS ranks the slowest are replayed, with a note."""
@@ -366,6 +369,6 @@ def graph_run(traces: TraceSet, options: AnalysisOptions | None = None) -> Graph
         cr = analyze_cross_rank(traces, steps=steps if steps and None not in steps.values() else None)
         if cr.clock is not None:
             offsets = dict(cr.clock.offsets_ns)
-    syncs = {r: pre[r].syncs if pre else blocking_syncs(traces.ranks[r], None) for r in ids}
+    syncs = PackedFrames({r: pre[r].syncs if pre else blocking_syncs(traces.ranks[r], None) for r in ids})
     return _graph_run(traces, syncs, cr, offsets, pre or None,
                       FindingParams().step_pattern)
