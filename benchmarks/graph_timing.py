@@ -6,8 +6,9 @@ Runs the command unchanged and writes OUT.json at exit: the wall time from this 
 caller's graph stage (report._price: set graph, unmodified replay, critical path, every finding's replay)
 and the graph's part of the per-rank stage (report.build_rank_graph and the step it measures, in the pool's
 workers, which fork from this process and so inherit the timers; each rank's seconds travel back on its
-RankResults), summed over ranks, with the number of ranks and of workers. Each as wall and CPU seconds
-(the caller's stage with its forked pricing process; the whole process tree's CPU at exit): on a loaded
+RankResults), summed over ranks, with the number of ranks and of workers; and the per-rank stage's wall
+time (load_traces: every file parsed and analyzed in the workers, their graph builds included). Each as wall
+and CPU seconds (the caller's stage with its forked pricing process; the whole process tree's CPU at exit): on a loaded
 machine the CPU shares are the steadier figure.
 """
 
@@ -73,6 +74,10 @@ def main() -> None:
         return collect(self, results)
 
     report.SlowestGraphs.__call__ = collected
+    import analyzers.io.load as load  # the per-rank stage (parse, per-rank analysis, graph builds) as a whole
+
+    load.load_traces = timed(load.load_traces, "load_s")
+    figures["load_s"] = figures["load_cpu_s"] = 0.0
 
     def write() -> None:
         from analyzers.io.parallel import default_jobs
