@@ -31,7 +31,7 @@ from analyzers.syncs.blocking import (
     sync_totals_beyond_span,
     syncs_not_judged,
 )
-from analyzers.syncs.summary import syncs_document
+from analyzers.syncs.summary import RankSyncSummary, rank_sync_summary, syncs_document
 from analyzers.timeline.iterations import check_step_selection, select_step_rows
 from analyzers.timeline.model import GPU_STRING_COLUMNS, RankTrace, TraceSet, without_host_tables
 from analyzers.timeline.packed import PackedFrame, PackedFrames, packed
@@ -54,6 +54,8 @@ class AnalysisReport:
     critical_path: dict[str, Any] | None = None  # analyzers.graph: fidelity, critical paths, attribution
     graph_run: GraphRun | None = field(default=None, repr=False, compare=False)  # for `whatif` (not in JSON)
     stragglers: dict[str, Any] | None = None  # crossrank.stragglers.straggler_view (two ranks or more)
+    # each rank's part of the `syncs` section, made beside its syncs (the per-rank stage); else made from syncs
+    sync_summaries: dict[int, RankSyncSummary] | None = field(default=None, repr=False, compare=False)
 
     @property
     def diagnosed(self) -> bool:
@@ -96,7 +98,7 @@ class AnalysisReport:
             "ranks": [m.to_dict(iterations=False) for m in self.ranks],
             "cross_rank": self.cross_rank.document() if self.cross_rank is not None else None,
             "stragglers": self.stragglers,
-            "syncs": syncs_document(self.syncs) if self.diagnosed else None,
+            "syncs": syncs_document(self.syncs, self.sync_summaries) if self.diagnosed else None,
             "findings": [f.to_dict() for f in self.findings] if self.findings is not None else None,
             "collectives": self.collectives.document() if self.collectives is not None else None,
             "critical_path": critical_path_document(self.critical_path),
@@ -142,6 +144,7 @@ class RankStage:
             if self.options.steps.steps is None:
                 res.graph = build_rank_graph(trace, res.syncs, params.step_pattern)
                 res.graph_step_ns = measured_mean_step_ns(res.graph)
+            res.sync_summary = rank_sync_summary(trace.rank, res.syncs)
             res.syncs = PackedFrame(res.syncs)  # what travels back and stays in the caller, a tenth of the bytes
         return res
 
@@ -169,6 +172,7 @@ class RankResults:
     metrics: RankMetrics | None  # None: made for graph_run only (RankStage.graph_only)
     syncs: PackedFrame | None = None  # the rank's blocking syncs, packed (read through PackedFrames)
     sync_notes: list[str] | None = None  # sync_totals_beyond_span of these syncs
+    sync_summary: RankSyncSummary | None = None  # their part of the document's `syncs` section
     findings: list[Finding] | None = None  # with default parameters and no cross-rank start shift
     windows: pd.DataFrame | None = None  # the findings' iteration windows (findings.view.windows_of)
     cross_steps: RankSteps | None = None  # the cross-rank order comparison's steps (default pattern)
@@ -303,6 +307,8 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
         report.syncs = PackedFrames({r: pre[r].syncs if defaults else
                                      in_selected_steps(blocking_syncs(traces.ranks[r], sync_params), options)
                                      for r in ids})
+        if defaults:
+            report.sync_summaries = {r: pre[r].sync_summary for r in ids if pre[r].sync_summary is not None}
         for r in ids:
             beyond = pre[r].sync_notes if defaults else None
             report.notes += beyond if beyond is not None else sync_totals_beyond_span(traces.ranks[r], report.syncs[r])
