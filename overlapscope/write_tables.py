@@ -21,7 +21,7 @@ Tables a report does not have (one rank: no collectives) are not written.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,9 +71,8 @@ def table_chunks(report: AnalysisReport) -> dict[str, Iterator[pd.DataFrame]]:
         out["collective_activities"] = iter([report.collectives.rows])
     if report.stragglers and report.stragglers.get("ranks"):
         out["stragglers"] = iter([pd.DataFrame(report.stragglers["ranks"])])
-    syncs = [df.assign(rank=r) for r, df in report.syncs.items() if len(df)]
-    if syncs:
-        out["syncs"] = iter([_rank_first(pd.concat(syncs, ignore_index=True))])
+    if any(len(df) for df in report.syncs.values()):
+        out["syncs"] = _rank_syncs(report.syncs)
     crit = (report.critical_path or {}).get("critical_rows") or {}
     if crit:
         import numpy as np
@@ -106,6 +105,14 @@ def _collective_ranks(colls: pd.DataFrame, members: pd.DataFrame) -> Iterator[pd
         if not all_known:
             part = part.astype({"lateness_ns": "float64", "last": object})
         yield part
+
+
+def _rank_syncs(syncs: Mapping[int, pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """Every rank's blocking syncs with its rank, one rank at a time (at 1024 ranks of thousands of syncs
+    each, all of them at once would cost the caller a GB; each rank's frame is unpacked in its turn)."""
+    for r, df in syncs.items():
+        if len(df):
+            yield _rank_first(df.assign(rank=r)).reset_index(drop=True)
 
 
 def _rank_first(df: pd.DataFrame) -> pd.DataFrame:
