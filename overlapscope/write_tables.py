@@ -68,7 +68,7 @@ def table_chunks(report: AnalysisReport) -> dict[str, Iterator[pd.DataFrame]]:
         out["collectives"] = iter([cr.collectives[collective_columns(cr.collectives)].reset_index(drop=True)])
         out["collective_ranks"] = _collective_ranks(cr.collectives, cr.members)
     if report.collectives is not None and report.collectives.n_rows:
-        out["collective_activities"] = iter([report.collectives.rows])
+        out["collective_activities"] = report.collectives.row_chunks()
     if report.stragglers and report.stragglers.get("ranks"):
         out["stragglers"] = iter([pd.DataFrame(report.stragglers["ranks"])])
     if any(len(df) for df in report.syncs.values()):
