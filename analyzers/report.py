@@ -14,7 +14,7 @@ from analyzers.crossrank import CrossRankParams, CrossRankReport, RankSteps, ana
 from analyzers.crossrank.collective_table import CollectiveParams, CollectiveTable, collective_table
 from analyzers.crossrank.stragglers import straggler_view
 from analyzers.findings import FindingParams, cross_rank_findings, detect_findings, detect_rank
-from analyzers.findings.finding import Finding, sort_findings
+from analyzers.findings.finding import Finding, listed_findings, listed_findings_note, sort_findings
 from analyzers.findings.view import windows_of
 from analyzers.graph.analysis import GraphRun, critical_path_document
 from analyzers.graph.fixes import FIX_OF_FINDING
@@ -94,12 +94,12 @@ class AnalysisReport:
             "world_size": self.world_size,
             "sources": self.sources,
             "clock_offsets_ns": {str(k): v for k, v in self.clock_offsets_ns.items()},
-            "notes": self.notes,
+            "notes": self.notes + listed_findings_note(self.findings),
             "ranks": [m.to_dict(iterations=False) for m in self.ranks],
             "cross_rank": self.cross_rank.document() if self.cross_rank is not None else None,
             "stragglers": self.stragglers,
             "syncs": syncs_document(self.syncs, self.sync_summaries) if self.diagnosed else None,
-            "findings": [f.to_dict() for f in self.findings] if self.findings is not None else None,
+            "findings": [f.to_dict() for f in listed_findings(self.findings)] if self.findings is not None else None,
             "collectives": self.collectives.document() if self.collectives is not None else None,
             "critical_path": critical_path_document(self.critical_path),
             **self.extra,

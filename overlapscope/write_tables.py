@@ -13,6 +13,7 @@ form (one row per rank and item), readable with pandas (`pd.read_parquet`) or Du
                             (the JSON: groups per operation and size, the first rows)
   stragglers.parquet        one row per rank: the straggler view (times last, lateness, what came before)
   syncs.parquet             one row per blocking host sync, with its rank (the JSON: totals, groups, the top syncs)
+  findings.parquet          one row per finding, evidence as JSON text (the JSON: at most 32 of each kind)
   critical_rows.parquet     one row per (rank, GPU row) on that rank's replayed critical path (the JSON: counts)
   critical_steps.parquet    one row per step: its slowest rank's critical path, parts as charged and as walked,
                             the replay's error (the JSON: the slowest steps and the count n_steps)
@@ -73,6 +74,8 @@ def table_chunks(report: AnalysisReport) -> dict[str, Iterator[pd.DataFrame]]:
         out["stragglers"] = iter([pd.DataFrame(report.stragglers["ranks"])])
     if any(len(df) for df in report.syncs.values()):
         out["syncs"] = _rank_syncs(report.syncs)
+    if report.findings:
+        out["findings"] = iter([pd.DataFrame([f.to_dict() for f in report.findings])])
     crit = (report.critical_path or {}).get("critical_rows") or {}
     if crit:
         import numpy as np
