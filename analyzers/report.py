@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -14,7 +14,7 @@ from analyzers.crossrank import CrossRankParams, CrossRankReport, RankSteps, ana
 from analyzers.crossrank.collective_table import CollectiveParams, CollectiveTable, collective_table
 from analyzers.crossrank.stragglers import straggler_view
 from analyzers.findings import FindingParams, cross_rank_findings, detect_findings, detect_rank
-from analyzers.findings.finding import Finding, sort_findings
+from analyzers.findings.finding import Finding, listed_findings, listed_findings_note, sort_findings
 from analyzers.findings.view import windows_of
 from analyzers.graph.analysis import GraphRun, critical_path_document
 from analyzers.graph.fixes import FIX_OF_FINDING
@@ -32,10 +32,10 @@ from analyzers.syncs.blocking import (
     sync_totals_beyond_span,
     syncs_not_judged,
 )
-from analyzers.syncs.summary import syncs_document
+from analyzers.syncs.summary import RankSyncSummary, rank_sync_summary, syncs_document
 from analyzers.timeline.iterations import check_step_selection, select_step_rows
 from analyzers.timeline.model import GPU_STRING_COLUMNS, RankTrace, TraceSet, without_host_tables
-from analyzers.timeline.packed import packed
+from analyzers.timeline.packed import PackedFrame, PackedFrames, packed
 
 
 @dataclass
@@ -48,13 +48,15 @@ class AnalysisReport:
     notes: list[str] = field(default_factory=list)
     clock_offsets_ns: dict[int, int] = field(default_factory=dict)
     cross_rank: CrossRankReport | None = None  # two ranks or more
-    syncs: dict[int, pd.DataFrame] = field(default_factory=dict)  # blocking host syncs per rank
+    syncs: Mapping[int, pd.DataFrame] = field(default_factory=dict)  # blocking host syncs per rank (PackedFrames)
     findings: list[Finding] | None = None  # None: not diagnosed (--no-diagnose)
     collectives: CollectiveTable | None = None  # sizes, wait / transfer, bandwidth per collective
     extra: dict[str, Any] = field(default_factory=dict)  # further sections (e.g. a run's timings)
     critical_path: dict[str, Any] | None = None  # analyzers.graph: fidelity, critical paths, attribution
     graph_run: GraphRun | None = field(default=None, repr=False, compare=False)  # for `whatif` (not in JSON)
     stragglers: dict[str, Any] | None = None  # crossrank.stragglers.straggler_view (two ranks or more)
+    # each rank's part of the `syncs` section, made beside its syncs (the per-rank stage); else made from syncs
+    sync_summaries: dict[int, RankSyncSummary] | None = field(default=None, repr=False, compare=False)
 
     @property
     def diagnosed(self) -> bool:
@@ -93,12 +95,12 @@ class AnalysisReport:
             "world_size": self.world_size,
             "sources": self.sources,
             "clock_offsets_ns": {str(k): v for k, v in self.clock_offsets_ns.items()},
-            "notes": self.notes,
+            "notes": self.notes + listed_findings_note(self.findings),
             "ranks": [m.to_dict(iterations=False) for m in self.ranks],
             "cross_rank": self.cross_rank.document() if self.cross_rank is not None else None,
             "stragglers": self.stragglers,
-            "syncs": syncs_document(self.syncs) if self.diagnosed else None,
-            "findings": [f.to_dict() for f in self.findings] if self.findings is not None else None,
+            "syncs": syncs_document(self.syncs, self.sync_summaries) if self.diagnosed else None,
+            "findings": [f.to_dict() for f in listed_findings(self.findings)] if self.findings is not None else None,
             "collectives": self.collectives.document() if self.collectives is not None else None,
             "critical_path": critical_path_document(self.critical_path),
             **self.extra,
@@ -111,10 +113,10 @@ class RankStage:
     travels to worker processes and Dask workers.
 
     send_host_tables=False is for a caller that analyzes with these very options and nothing else
-    (`overlapscope analyze`): all it then reads of a rank is the GPU and sync tables and these
-    results, so the worker keeps the host tables (runtime, host ops) and sends back a third of the
-    bytes (7.7 -> 2.4 MB a rank of 54 MB). A step selection needs them in the caller
-    (select_step_rows), so they are sent then.
+    (`overlapscope analyze`): all it then reads of a rank is the GPU table and these results, so the
+    worker keeps the host tables (runtime, host ops, GPU-side sync records) and sends back a third of
+    the bytes (7.7 -> 2.4 MB a rank of 54 MB). A step selection needs them in the caller
+    (select_step_rows), so they are sent then. The blocking syncs travel and stay packed (PackedFrame).
     """
 
     options: AnalysisOptions
@@ -130,6 +132,7 @@ class RankStage:
             res.graph = build_rank_graph(trace, res.syncs, FindingParams().step_pattern,
                                          exec_trace_of(self.exec_traces, trace.rank))
             res.graph_step_ns = measured_mean_step_ns(res.graph)
+            res.syncs = PackedFrame(res.syncs)
             return res
         metrics = rank_metrics(trace, self.options)
         res = RankResults(self.options, self.diagnose, table_fingerprint(trace), metrics)
@@ -144,6 +147,8 @@ class RankStage:
             if self.options.steps.steps is None:
                 res.graph = build_rank_graph(trace, res.syncs, params.step_pattern)
                 res.graph_step_ns = measured_mean_step_ns(res.graph)
+            res.sync_summary = rank_sync_summary(trace.rank, res.syncs)
+            res.syncs = PackedFrame(res.syncs)  # what travels back and stays in the caller, a tenth of the bytes
         return res
 
     def collector(self) -> Callable[[dict[int, Any]], None]:
@@ -168,8 +173,9 @@ class RankResults:
     diagnose: bool
     fingerprint: int  # of the tables they were computed from (see table_fingerprint)
     metrics: RankMetrics | None  # None: made for graph_run only (RankStage.graph_only)
-    syncs: pd.DataFrame | None = None
+    syncs: PackedFrame | None = None  # the rank's blocking syncs, packed (read through PackedFrames)
     sync_notes: list[str] | None = None  # sync_totals_beyond_span of these syncs
+    sync_summary: RankSyncSummary | None = None  # their part of the document's `syncs` section
     findings: list[Finding] | None = None  # with default parameters and no cross-rank start shift
     windows: pd.DataFrame | None = None  # the findings' iteration windows (findings.view.windows_of)
     cross_steps: RankSteps | None = None  # the cross-rank order comparison's steps (default pattern)
@@ -214,7 +220,7 @@ def table_fingerprint(trace: RankTrace) -> int:
         crc = zlib.crc32(repr(tuple(category.cat.categories)).encode(), crc)
     else:
         crc = zlib.crc32(np.ascontiguousarray(pd.util.hash_array(category.to_numpy(dtype=object))), crc)
-    return hash((crc, len(gpu), *trace.host_row_counts(), len(trace.sync_events), trace.rank))
+    return hash((crc, len(gpu), *trace.host_row_counts(), trace.rank))
 
 
 def precomputed_results(traces: TraceSet, options: AnalysisOptions, diagnose: bool,
@@ -301,8 +307,11 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
     report.collectives = collective_table(selected, report.cross_rank, collective_params)
     if diagnose:
         defaults = bool(pre) and sync_params is None and finding_params is None
-        report.syncs = {r: pre[r].syncs if defaults else
-                        in_selected_steps(blocking_syncs(traces.ranks[r], sync_params), options) for r in ids}
+        report.syncs = PackedFrames({r: pre[r].syncs if defaults else
+                                     in_selected_steps(blocking_syncs(traces.ranks[r], sync_params), options)
+                                     for r in ids})
+        if defaults:
+            report.sync_summaries = {r: pre[r].sync_summary for r in ids if pre[r].sync_summary is not None}
         for r in ids:
             beyond = pre[r].sync_notes if defaults else None
             report.notes += beyond if beyond is not None else sync_totals_beyond_span(traces.ranks[r], report.syncs[r])
@@ -333,7 +342,7 @@ def _price(report: AnalysisReport, traces: TraceSet, pre: dict[int, RankResults]
     report.findings = sort_findings(report.findings or [])
 
 
-def _graph_run(traces: TraceSet, syncs: dict[int, pd.DataFrame], cr: CrossRankReport | None,
+def _graph_run(traces: TraceSet, syncs: Mapping[int, pd.DataFrame], cr: CrossRankReport | None,
                offsets: dict[int, int], pre: dict[int, RankResults] | None, pattern: str,
                exec_traces: tuple[ExecTrace, ...] = ()) -> GraphRun:
     """The graphs come from the per-rank stage (pre: those it kept, analyzers.graph.subset), else are
@@ -372,7 +381,7 @@ def graph_run(traces: TraceSet, options: AnalysisOptions | None = None,
         cr = analyze_cross_rank(traces, steps=steps if steps and None not in steps.values() else None)
         if cr.clock is not None:
             offsets = dict(cr.clock.offsets_ns)
-    syncs = {r: pre[r].syncs if pre else blocking_syncs(traces.ranks[r], None) for r in ids}
+    syncs = PackedFrames({r: pre[r].syncs if pre else blocking_syncs(traces.ranks[r], None) for r in ids})
     check_exec_ranks(exec_traces, ids)
     return _graph_run(traces, syncs, cr, offsets, pre or None,
                       FindingParams().step_pattern, exec_traces)

@@ -19,7 +19,9 @@ Each round, per set, one after the other, each as a whole process:
            more (a report-cache hit), and with a second fix (--fix host-syncs --fix peer-wait, the report cache
            emptied)
 Printed per run: the figures and the 1-minute load average at its end (other jobs on a shared machine);
-then the ranges and the ratios (HTA / cold, pair by pair; graph share; whatif / cold).
+then the ranges and the ratios (HTA / cold, pair by pair, of wall time and of the process tree's CPU time, the
+steadier figure when other jobs share the cores; graph share; whatif / cold). The checkouts' modules are
+byte-compiled first, as an installed package's are.
 
 With --baseline DIR (a checkout of another commit, e.g. `git archive COMMIT | tar -x -C DIR`), each round
 also runs that code's cold analyze through the same timer, right after this one's: their ratio is taken
@@ -38,7 +40,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
@@ -92,14 +93,26 @@ def _anonymous(path: Path) -> Path:
     return out
 
 
+CPU: dict[str, float] = {}  # the CPU seconds of the last run() (its whole process tree, reaped children)
+
+
 def run(cmd: list[str], env: dict[str, str] | None = None) -> float:
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})},
-                       check=False)
-    wall = time.perf_counter() - t0
-    if p.returncode != 0:
-        raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr.decode(errors='replace')[-500:]}")
-    return wall
+    """Wall seconds of cmd; its process tree's CPU seconds (sampled every 50 ms with psutil, as bench_scale.py
+    does: pool workers that exit unreaped, which getrusage would miss, are counted) are left in CPU["last"]."""
+    from bench_scale import measure
+
+    r = measure("run", cmd, limit_s=3600, cap_mb=1e9, env=env)
+    if r.status != "ok":
+        raise SystemExit(f"{r.status}: {' '.join(cmd)}")
+    CPU["last"] = r.cpu_s
+    return r.wall_s
+
+
+def compile_sources(checkout: Path) -> None:
+    """Byte-compile a checkout's modules once, as `pip install` does: with PYTHONDONTWRITEBYTECODE set (as on the
+    development VM) every run would otherwise compile every module it imports again (~0.3 s a process)."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(checkout / d) for d in
+                    ("analyzers", "overlapscope", "viz", "benchmarks"))], stdout=subprocess.DEVNULL, check=False)
 
 
 def load() -> float:
@@ -118,6 +131,8 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, help="another checkout whose cold analyze runs in each round too")
     a = ap.parse_args()
     sets = build_sets(a.sets.split(","))
+    for checkout in (ROOT, *([a.baseline.resolve()] if a.baseline else [])):
+        compile_sources(checkout)
     py = sys.executable
     env = {"PYTHONPATH": str(ROOT)}
     print(f"machine: {platform.machine()}, {len(os.sched_getaffinity(0))} cores, "
@@ -135,12 +150,14 @@ def main() -> None:
                 timing = Path(tempfile.mkstemp(suffix=".json")[1])
                 cold = run([py, str(ROOT / "benchmarks" / "graph_timing.py"), str(timing), "analyze", str(folder),
                             "-f", "json", "--no-cache"], env)
+                cold_cpu = CPU["last"]
                 t = json.loads(timing.read_text())
                 timing.unlink()
                 graph = t["caller_graph_s"] + t["worker_graph_s"] / max(t["workers"], 1)
                 cpu_share = (t["caller_graph_cpu_s"] + t["worker_graph_cpu_s"]) / t["tree_cpu_s"]
                 load_cold = load()
                 hta = None if a.no_hta else run([py, "-c", HTA_SNIPPET, str(folder)])
+                hta_cpu = CPU["last"]
                 load_hta = load()
                 ask = [py, "-m", "overlapscope", "whatif", str(folder), "--fix", "host-syncs", "-f", "json"]
                 shutil.rmtree(cache / "reports", ignore_errors=True)
@@ -159,7 +176,8 @@ def main() -> None:
                     base_cpu = (tb["caller_graph_cpu_s"] + tb["worker_graph_cpu_s"]) / tb["tree_cpu_s"]
                     print(f"  baseline cold {base:.2f} s (graph stage {base_graph:.2f} s = {base_graph / base:.0%}; "
                           f"CPU: graph {base_cpu:.0%} of {tb['tree_cpu_s']:.2f} s), load {load():.1f}", flush=True)
-                rows.append({"cpu_share": cpu_share, "base": base, "cold": cold, "graph": graph,
+                rows.append({"cpu_share": cpu_share, "base": base, "cold": cold, "graph": graph, "cold_cpu": cold_cpu,
+                             "hta_cpu": hta_cpu, "parse": t.get("load_s"),
                              "caller_graph": t["caller_graph_s"],
                              "worker_graph": t["worker_graph_s"], "hta": hta, "wi1": wi1, "wi2": wi2, "hit": hit,
                              "load": (load_cold, load_hta, load())})
@@ -168,8 +186,9 @@ def main() -> None:
                       f"{t['caller_graph_s']:.2f} s, per-rank builds {t['worker_graph_s']:.2f} s over "
                       f"{t['workers']} workers; CPU: graph {cpu_share:.0%} of the tree's "
                       f"{t['tree_cpu_s']:.2f} s), load {load_cold:.1f}"
-                      + ("" if hta is None else f" | HTA {hta:.2f} s, load {load_hta:.1f}, HTA / cold "
-                                                f"{hta / cold:.1f}x")
+                      + f"; per-rank stage {t.get('load_s', float('nan')):.2f} s; tree CPU {cold_cpu:.2f} s"
+                      + ("" if hta is None else f" | HTA {hta:.2f} s (CPU {hta_cpu:.2f} s), load {load_hta:.1f}, "
+                                                f"HTA / cold {hta / cold:.1f}x wall, {hta_cpu / cold_cpu:.1f}x CPU")
                       + f" | whatif {wi1:.2f} s ({wi1 / cold:.2f}x cold), +1 fix {wi2:.2f} s, repeated {hit:.2f} s, "
                         f"load {r['load'][2]:.1f}",
                       flush=True)
@@ -184,7 +203,9 @@ def main() -> None:
                          f"; HTA / baseline {spread([r['hta'] / r['base'] for r in rows], '{:.1f}')}x"))
             if not a.no_hta:
                 print(f"- HTA {spread([r['hta'] for r in rows])} s; HTA / cold per round "
-                      f"{spread([r['hta'] / r['cold'] for r in rows], '{:.1f}')}x")
+                      f"{spread([r['hta'] / r['cold'] for r in rows], '{:.1f}')}x wall, "
+                      f"{spread([r['hta_cpu'] / r['cold_cpu'] for r in rows], '{:.1f}')}x CPU (tree CPU: cold "
+                      f"{spread([r['cold_cpu'] for r in rows])} s, HTA {spread([r['hta_cpu'] for r in rows])} s)")
             print(f"- whatif from the parse cache {spread([r['wi1'] for r in rows])} s = "
                   f"{spread([r['wi1'] / r['cold'] for r in rows])}x cold; one more fix "
                   f"{spread([r['wi2'] - r['wi1'] for r in rows], '{:+.2f}')} s; repeated (report cache) "

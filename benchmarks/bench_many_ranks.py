@@ -13,6 +13,10 @@ Runs, one after the other, each as a whole process:
 Recorded (sampled every 50 ms with psutil): wall time, the caller's peak RSS, the largest peak RSS of any one
 worker (pool children, or the dask worker processes), the JSON document's size and the Parquet tables' size.
 With --ranks 8,1024 the caller's growth per rank is the difference of the two peaks over the ranks added.
+The pool runs go through graph_timing.py (the command unchanged): the per-rank stage's wall time (every file
+parsed and analyzed in the workers) beside the graph stage's (the caller's replays, critical path and prices,
+plus the per-rank graph builds over the workers), and how many ranks the critical path covers (its per-rank
+rows) and how many findings carry a saving. The 1-minute load average is printed beside each run.
 
 usage: python benchmarks/bench_many_ranks.py [--ranks 8,1024] [--modes pool,dask] [--dask-workers 2] [--clean]
        [--source RANK.json]
@@ -91,8 +95,19 @@ def measure(cmd: list[str], worker_roots: list[int] | None = None, env: dict | N
     reader.join()
     err = proc.stderr.read().decode(errors="replace").strip().splitlines()
     status = "ok" if proc.returncode == 0 else f"failed (rc {proc.returncode}: {(err or [''])[-1][:160]})"
+    out = b"".join(out_chunks)
+    covered, priced = _coverage(out) if proc.returncode == 0 else ("–", "–")
     return {"status": status, "wall_s": time.perf_counter() - t0, "caller_peak_mb": peak_caller,
-            "worker_peak_mb": peak_worker, "json_mb": len(b"".join(out_chunks)) / 1e6}
+            "worker_peak_mb": peak_worker, "json_mb": len(out) / 1e6, "covered": covered, "priced": priced}
+
+
+def _coverage(document: bytes) -> tuple[str, str]:
+    """How many ranks the critical path has rows for, of how many; how many findings carry a saving, of how many."""
+    doc = json.loads(document)
+    per_rank = (doc.get("critical_path") or {}).get("per_rank") or {}
+    findings = doc.get("findings") or []
+    priced = sum(f.get("saving_ns") is not None for f in findings)
+    return f"{len(per_rank)} of {len(doc.get('ranks') or [])}", f"{priced} of {len(findings)}"
 
 
 def _tree(roots: list[int]) -> list[psutil.Process]:
@@ -146,8 +161,9 @@ def main() -> None:
     a = ap.parse_args()
     print(f"machine: {platform.machine()}, {len(os.sched_getaffinity(0))} cores, "
           f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM, Python {platform.python_version()}")
-    print("| ranks | mode | status | wall s | caller peak MB | largest worker peak MB | JSON MB | tables MB |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| ranks | mode | status | wall s | per-rank stage s | graph stage s | caller peak MB "
+          "| largest worker peak MB | JSON MB | tables MB | critical path ranks | findings priced | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     try:
         for n in (int(x) for x in a.ranks.split(",")):
@@ -156,12 +172,22 @@ def main() -> None:
                 tables = Path(tempfile.mkdtemp(prefix="overlapscope-tables-"))
                 cmd = [sys.executable, "-m", "overlapscope", "analyze", str(folder), "-f", "json", "--no-cache",
                        "--tables", str(tables)]
-                r = measure(cmd) if mode == "pool" else run_dask(cmd, a.dask_workers)
+                timing = tables / "timing.json"
+                if mode == "pool":
+                    r = measure([sys.executable, str(ROOT / "benchmarks" / "graph_timing.py"), str(timing),
+                                 *cmd[3:]], env={"PYTHONPATH": str(ROOT)})
+                else:
+                    r = run_dask(cmd, a.dask_workers)
+                t = json.loads(timing.read_text()) if timing.exists() else {}
+                timing.unlink(missing_ok=True)
+                stage = (f"{t['load_s']:.1f} | {t['caller_graph_s'] + t['worker_graph_s'] / max(t['workers'], 1):.1f}"
+                         if t else "– | –")
                 r["tables_mb"] = sum(f.stat().st_size for f in tables.rglob("*") if f.is_file()) / 1e6
                 shutil.rmtree(tables, ignore_errors=True)
                 rows.append((n, mode, r))
-                print(f"| {n} | {mode} | {r['status']} | {r['wall_s']:.1f} | {r['caller_peak_mb']:.0f} | "
-                      f"{r['worker_peak_mb']:.0f} | {r['json_mb']:.2f} | {r['tables_mb']:.1f} |", flush=True)
+                print(f"| {n} | {mode} | {r['status']} | {r['wall_s']:.1f} | {stage} | {r['caller_peak_mb']:.0f} | "
+                      f"{r['worker_peak_mb']:.0f} | {r['json_mb']:.2f} | {r['tables_mb']:.1f} | {r['covered']} | "
+                      f"{r['priced']} | {os.getloadavg()[0]:.1f} |", flush=True)
     finally:
         if a.clean:
             for f in DATA.glob("many-*"):

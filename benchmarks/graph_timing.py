@@ -7,9 +7,10 @@ caller's graph stage (report._price: set graph, unmodified replay, critical path
 of it the set graph and unmodified replay alone (report._graph_run: caller_base), and the graph's part
 of the per-rank stage (report.build_rank_graph and the step it measures, in the pool's workers, which
 fork from this process and so inherit the timers; each rank's seconds travel back on its RankResults),
-summed over ranks, with the number of ranks and of workers. Each as wall and CPU seconds (the caller's
-stage with its forked pricing process; the whole process tree's CPU at exit): on a loaded machine the
-CPU shares are the steadier figure.
+summed over ranks, with the number of ranks and of workers; and the per-rank stage's wall time
+(load_traces: every file parsed and analyzed in the workers, their graph builds included). Each as wall
+and CPU seconds (the caller's stage with its forked pricing process; the whole process tree's CPU at
+exit): on a loaded machine the CPU shares are the steadier figure.
 """
 
 from __future__ import annotations
@@ -75,6 +76,10 @@ def main() -> None:
         return collect(self, results)
 
     report.SlowestGraphs.__call__ = collected
+    import analyzers.io.load as load  # the per-rank stage (parse, per-rank analysis, graph builds) as a whole
+
+    load.load_traces = timed(load.load_traces, "load_s")
+    figures["load_s"] = figures["load_cpu_s"] = 0.0
 
     def write() -> None:
         from analyzers.io.parallel import default_jobs

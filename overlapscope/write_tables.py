@@ -13,6 +13,7 @@ form (one row per rank and item), readable with pandas (`pd.read_parquet`) or Du
                             (the JSON: groups per operation and size, the first rows)
   stragglers.parquet        one row per rank: the straggler view (times last, lateness, what came before)
   syncs.parquet             one row per blocking host sync, with its rank (the JSON: totals, groups, the top syncs)
+  findings.parquet          one row per finding, evidence as JSON text (the JSON: at most 32 of each kind)
   critical_rows.parquet     one row per (rank, GPU row) on that rank's replayed critical path (the JSON: counts)
   critical_steps.parquet    one row per step: its slowest rank's critical path, parts as charged and as walked,
                             the replay's error (the JSON: the slowest steps and the count n_steps)
@@ -21,7 +22,7 @@ Tables a report does not have (one rank: no collectives) are not written.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,12 +69,13 @@ def table_chunks(report: AnalysisReport) -> dict[str, Iterator[pd.DataFrame]]:
         out["collectives"] = iter([cr.collectives[collective_columns(cr.collectives)].reset_index(drop=True)])
         out["collective_ranks"] = _collective_ranks(cr.collectives, cr.members)
     if report.collectives is not None and report.collectives.n_rows:
-        out["collective_activities"] = iter([report.collectives.rows])
+        out["collective_activities"] = report.collectives.row_chunks()
     if report.stragglers and report.stragglers.get("ranks"):
         out["stragglers"] = iter([pd.DataFrame(report.stragglers["ranks"])])
-    syncs = [df.assign(rank=r) for r, df in report.syncs.items() if len(df)]
-    if syncs:
-        out["syncs"] = iter([_rank_first(pd.concat(syncs, ignore_index=True))])
+    if any(len(df) for df in report.syncs.values()):
+        out["syncs"] = _rank_syncs(report.syncs)
+    if report.findings:
+        out["findings"] = iter([pd.DataFrame([f.to_dict() for f in report.findings])])
     crit = (report.critical_path or {}).get("critical_rows") or {}
     if crit:
         import numpy as np
@@ -106,6 +108,14 @@ def _collective_ranks(colls: pd.DataFrame, members: pd.DataFrame) -> Iterator[pd
         if not all_known:
             part = part.astype({"lateness_ns": "float64", "last": object})
         yield part
+
+
+def _rank_syncs(syncs: Mapping[int, pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """Every rank's blocking syncs with its rank, one rank at a time (at 1024 ranks of thousands of syncs
+    each, all of them at once would cost the caller a GB; each rank's frame is unpacked in its turn)."""
+    for r, df in syncs.items():
+        if len(df):
+            yield _rank_first(df.assign(rank=r)).reset_index(drop=True)
 
 
 def _rank_first(df: pd.DataFrame) -> pd.DataFrame:

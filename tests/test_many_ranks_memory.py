@@ -113,3 +113,36 @@ def test_rank_stage_ships_packed_tables():
     opts = AnalysisOptions()
     slim = load_traces([SET], per_rank=RankStage(opts, diagnose=True, send_host_tables=False))
     assert all(isinstance(t, PackedRankTrace) for t in slim.ranks.values())
+
+
+def test_packed_syncs_read_back_as_the_frames_and_hold_a_few_unpacked():
+    from analyzers.syncs.blocking import blocking_syncs
+    from analyzers.timeline.packed import PackedFrame, PackedFrames
+
+    ts = load_traces([SET])
+    frames = {r: blocking_syncs(t, None) for r, t in ts.ranks.items()}
+    assert all(len(df) for df in frames.values())
+    many = PackedFrames({10 * i + r: PackedFrame(df) for i in range(6) for r, df in frames.items()})
+    assert len(many) == 12 and list(many) == sorted(many, key=lambda k: (k // 10, k % 10))
+    for k in many:
+        pd.testing.assert_frame_equal(many[k], frames[k % 10], check_exact=True)
+        assert many.rows(k) == len(frames[k % 10])
+    assert len(many._held) == PackedFrames.HELD  # the last 8 read stay unpacked, no more
+    plain = PackedFrames(frames)  # frames given as they are come back as they are
+    assert all(plain[r] is df for r, df in frames.items()) and dict(plain.items()).keys() == frames.keys()
+
+
+def test_analyze_keeps_syncs_packed_with_their_section_made_in_the_worker():
+    from analyzers.syncs.summary import syncs_document
+    from analyzers.timeline.packed import PackedFrame, PackedFrames
+
+    options = AnalysisOptions()
+    kept = load_traces([SET], jobs=2, per_rank=RankStage(options, send_host_tables=False))
+    results = kept.meta["per_rank_results"]
+    assert all(isinstance(res.syncs, PackedFrame) and res.sync_summary is not None for res in results.values())
+    rep = analyze(kept, options)
+    assert isinstance(rep.syncs, PackedFrames) and set(rep.sync_summaries) == set(kept.ranks)
+    # the merged per-rank parts are the section made from the frames themselves
+    assert syncs_document(dict(rep.syncs.items()), rep.sync_summaries) == syncs_document(dict(rep.syncs.items()))
+    plain = analyze(load_traces([SET]), options)  # no per-rank stage: frames read here
+    assert plain.sync_summaries is None and plain.to_dict()["syncs"] == rep.to_dict()["syncs"]

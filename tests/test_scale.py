@@ -253,7 +253,8 @@ def test_workers_keep_the_host_tables_when_the_caller_only_analyzes(cache_dir):
     kept = load_traces([run], jobs=2, cache=True, per_rank=RankStage(options, send_host_tables=False))
     for r, t in kept.ranks.items():
         assert t.runtime.empty and t.host_ops.empty and list(t.runtime.columns) == list(full.ranks[r].runtime.columns)
-        assert t.host_rows_kept_in_worker == (len(full.ranks[r].runtime), len(full.ranks[r].host_ops)) != (0, 0)
+        assert t.host_rows_kept_in_worker == full.ranks[r].host_row_counts() != (0, 0, 0)
+        assert t.sync_events.empty and list(t.sync_events.columns) == list(full.ranks[r].sync_events.columns)
         with pytest.raises(HostTablesLeftInWorker, match=f"rank {r} .*stayed in the per-rank worker"):
             require_host_tables(t)
     assert set(precomputed_results(kept, options, True)) == set(kept.ranks)

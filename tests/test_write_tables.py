@@ -22,7 +22,8 @@ def test_tables_hold_the_detail_the_document_leaves_out():
     doc = rep.to_dict()
     tabs = report_tables(rep)
     assert set(tabs) == {"ranks", "iterations", "collectives", "collective_ranks", "stragglers", "syncs",
-                         "critical_rows", "critical_steps", "collective_activities"}
+                         "critical_rows", "critical_steps", "collective_activities", "findings"}
+    assert tabs["findings"]["id"].tolist() == [f["id"] for f in doc["findings"]]
     assert len(tabs["collective_activities"]) == doc["collectives"]["n_rows"]
     # per-iteration rows: one per rank and step, the same as the report's
     its = tabs["iterations"]
@@ -63,7 +64,8 @@ def test_cli_writes_readable_parquet(tmp_path):
     doc = json.loads(r.stdout)
     assert sorted(p.name for p in out.iterdir()) == sorted(
         f"{n}.parquet" for n in ("ranks", "iterations", "collectives", "collective_ranks", "stragglers", "syncs",
-                                 "critical_rows", "critical_steps", "collective_activities"))
+                                 "critical_rows", "critical_steps", "collective_activities", "findings"))
+    assert pd.read_parquet(out / "findings.parquet")["title"].tolist() == [f["title"] for f in doc["findings"]]
     ranks = pd.read_parquet(out / "ranks.parquet")
     assert ranks["overlap_ratio"].tolist() == [x["overlap_ratio"] for x in doc["ranks"]]
     assert len(pd.read_parquet(out / "collectives.parquet")) == doc["cross_rank"]["n_matched"]
@@ -99,3 +101,21 @@ def test_collective_ranks_written_in_chunks_is_the_whole_merge(tmp_path, monkeyp
         wt._plain_columns(want).to_parquet(ref, index=False)  # as one whole table was written
         pd.testing.assert_frame_equal(got, pd.read_parquet(ref), check_exact=True)
         pd.testing.assert_frame_equal(wt.report_tables(rep)["collective_ranks"], want, check_exact=True)
+
+
+def test_document_lists_at_most_32_findings_of_each_kind_and_the_tables_all():
+    from analyzers.findings.finding import Finding, listed_findings, listed_findings_note
+    from analyzers.report import AnalysisReport
+
+    many = [Finding("launch-bound-gaps", "warning", [r], f"rank {r}", "x", saving_ns=1000 - r) for r in range(40)]
+    few = [Finding("late-peer", "critical", [0, 1], "late", "y")]
+    listed = listed_findings(many + few)
+    assert [f.ranks[0] for f in listed[:32]] == list(range(32)) and listed[32:] == few  # order kept, 32 + 1
+    assert listed_findings_note(many + few) == ["findings: 41 found; the document lists at most 32 of each kind, "
+                                                "8 left out (every finding: analyze --tables DIR, findings.parquet)"]
+    assert listed_findings(many[:32] + few) == many[:32] + few and listed_findings_note(many[:32]) == []
+    rep = AnalysisReport("set", "kineto", 40, [], [], findings=many + few)
+    doc = rep.to_dict()
+    assert len(doc["findings"]) == 33 and doc["notes"] == listed_findings_note(many + few)
+    tabs = report_tables(rep)
+    assert len(tabs["findings"]) == 41 and tabs["findings"]["saving_ns"].tolist()[:3] == [1000, 999, 998]

@@ -119,11 +119,9 @@ def _bytes(n: int) -> str:
 
 @dataclass
 class CollectiveTable:
-    """The collectives table of a trace set (see module docstring); plain data through document().
-
-    The document reads the groups and the first rows only; the whole table (one row per communication
-    activity and rank: millions at a thousand ranks) is built when ``rows`` is first read (the app, export),
-    from the traces and the cross-rank report it was made from, so `analyze` does not hold it."""
+    """The collectives table of a trace set (module docstring); plain data through document(), which reads the
+    groups and first rows only: the whole table (millions of rows at a thousand ranks) is made from the traces and
+    cross-rank report when ``rows`` is first read (app, export), or rank by rank (``row_chunks``: --tables)."""
 
     params: CollectiveParams
     groups: pd.DataFrame  # per (op, size bucket), all ranks
@@ -133,15 +131,18 @@ class CollectiveTable:
     notes: list[str]
     n_rows: int  # rows of the whole table
     head: pd.DataFrame  # its first params.max_listed rows
-    source: Callable[[], pd.DataFrame] | None = field(default=None, repr=False, compare=False)
+    source: Callable[[], Iterator[pd.DataFrame]] | None = field(default=None, repr=False, compare=False)
     _rows: pd.DataFrame | None = field(default=None, repr=False, compare=False)
 
     @property
     def rows(self) -> pd.DataFrame:
         """One row per communication activity per rank (ROW_COLUMNS), built on first use."""
         if self._rows is None:
-            self._rows = self.source() if self.source is not None else self.head
+            self._rows = pd.concat(list(self.source()), ignore_index=True) if self.source is not None else self.head
         return self._rows
+
+    def row_chunks(self) -> Iterator[pd.DataFrame]:  # the same rows one rank at a time, none of them kept
+        return self.source() if self._rows is None and self.source is not None else iter([self.rows])
 
     def document(self) -> dict[str, Any]:
         return {
@@ -206,7 +207,7 @@ def collective_table(traces: TraceSet, cross: CrossRankReport | None = None,
     return CollectiveTable(params, _merged_groups(inputs, link), pd.concat(rank_groups, ignore_index=True), link,
                            source, notes, n_rows,
                            pd.concat(head, ignore_index=True).head(cap) if head else pd.DataFrame(columns=ROW_COLUMNS),
-                           source=partial(_whole_table, traces, cross, params, link))
+                           source=partial(_rank_chunks, traces, cross, params, link))
 
 
 def _add_group_inputs(inputs: dict[tuple[str, str], list[dict[str, np.ndarray]]], p: pd.DataFrame) -> None:
@@ -241,10 +242,10 @@ def _rank_parts(traces: TraceSet, wait: dict[int, pd.Series], params: Collective
             yield p[ROW_COLUMNS]
 
 
-def _whole_table(traces: TraceSet, cross: CrossRankReport | None, params: CollectiveParams,
-                 link: float | None) -> pd.DataFrame:
-    """Every rank's rows in one table (CollectiveTable.rows)."""
-    return pd.concat(list(_rank_parts(traces, _member_waits(cross), params, link)), ignore_index=True)
+def _rank_chunks(traces: TraceSet, cross: CrossRankReport | None, params: CollectiveParams,
+                 link: float | None) -> Iterator[pd.DataFrame]:
+    """Every rank's rows, rank by rank (CollectiveTable.rows and row_chunks)."""
+    return _rank_parts(traces, _member_waits(cross), params, link)
 
 
 def _member_waits(cross: CrossRankReport | None) -> dict[int, pd.Series]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -120,6 +121,8 @@ def _section(report: AnalysisReport, name: str) -> Any:
     """A section another analysis attached: the report's attribute (analyze sets cross_rank,
     syncs, findings), else report.extra[name]; None when absent or empty (not analyzed)."""
     sec = getattr(report, name, None)
+    if isinstance(sec, Mapping) and not isinstance(sec, dict):  # report.syncs: PackedFrames, unpacked here
+        sec = dict(sec)
     if sec is None or (isinstance(sec, (dict, list)) and not sec):
         sec = report.extra.get(name)
     if isinstance(sec, (dict, list)) and not sec:

@@ -6,6 +6,7 @@ the CLI, the app and diff render them. Plain data, JSON-serializable through to_
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -72,3 +73,25 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
     rank, so output is stable."""
     return sorted(findings, key=lambda f: (f.saving_ns is None, -(f.saving_ns or 0), -SEVERITY_ORDER[f.severity],
                                            f.id, f.ranks[:1], f.start_ns or 0))
+
+
+MAX_FINDINGS_PER_ID = 32  # findings of one id a report's document lists (the first in sort_findings' order)
+
+
+def listed_findings(findings: list[Finding] | None) -> list[Finding]:
+    """The findings the document lists: every id, at most MAX_FINDINGS_PER_ID of each (the per-rank findings of a
+    thousand ranks would be MBs); every one is a row of `analyze --tables` (findings.parquet)."""
+    seen: Counter[str] = Counter()
+    out = []
+    for f in findings or []:
+        seen[f.id] += 1
+        if seen[f.id] <= MAX_FINDINGS_PER_ID:
+            out.append(f)
+    return out
+
+
+def listed_findings_note(findings: list[Finding] | None) -> list[str]:
+    """The note saying how many findings the document leaves out, if any."""
+    left = len(findings or []) - len(listed_findings(findings))
+    return [f"findings: {len(findings or [])} found; the document lists at most {MAX_FINDINGS_PER_ID} of each kind, "
+            f"{left} left out (every finding: analyze --tables DIR, findings.parquet)"] if left else []

@@ -23,11 +23,12 @@ Tables and their columns (a loader may leave optional columns at their fill valu
 ``sync_events`` — GPU-side synchronization records (Kineto ``cuda_sync``, nsys
     SYNCHRONIZATION): start_ns, end_ns, device, stream, name_id, correlation.
 
-A per-rank worker whose caller reads only the GPU and sync tables and the per-rank results
-(`overlapscope analyze`: analyzers.report.RankStage) keeps the host tables, ``runtime`` and
-``host_ops`` (two thirds of a Kineto rank's bytes), and sends the trace back without them
-(``without_host_tables``). Every reader of those tables calls ``require_host_tables`` first, so
-such a trace fails loudly instead of being read as if it had no host activity.
+A per-rank worker whose caller reads only the GPU table and the per-rank results (`overlapscope
+analyze`: analyzers.report.RankStage) keeps the host tables, ``runtime``, ``host_ops`` and
+``sync_events`` (two thirds of a Kineto rank's bytes; the caller reads the blocking syncs the worker
+found), and sends the trace back without them (``without_host_tables``). Every reader of those tables
+calls ``require_host_tables`` first, so such a trace fails loudly instead of being read as if it had no
+host activity.
 """
 
 from __future__ import annotations
@@ -178,9 +179,9 @@ class RankTrace:
     devices: dict[int, str] = field(default_factory=dict)  # device id -> GPU name
     meta: dict[str, Any] = field(default_factory=dict)  # run ids, tool versions, base time ...
     notes: list[str] = field(default_factory=list)  # degraded analyses, missing tables
-    # (runtime rows, host_ops rows) when a per-rank worker kept those tables (without_host_tables);
-    # the two fields then hold empty tables
-    host_rows_kept_in_worker: tuple[int, int] | None = None
+    # (runtime rows, host_ops rows, sync_events rows) when a per-rank worker kept those tables
+    # (without_host_tables); the three fields then hold empty tables
+    host_rows_kept_in_worker: tuple[int, int, int] | None = None
 
     # Views the design names separately.
     @property
@@ -207,9 +208,10 @@ class RankTrace:
     def label(self) -> str:
         return f"rank {self.rank}"
 
-    def host_row_counts(self) -> tuple[int, int]:
-        """Rows of runtime and host_ops as loaded, whether or not the tables came back from the worker."""
-        return self.host_rows_kept_in_worker or (len(self.runtime), len(self.host_ops))
+    def host_row_counts(self) -> tuple[int, int, int]:
+        """Rows of runtime, host_ops and sync_events as loaded, whether or not the tables came back from the
+        worker."""
+        return self.host_rows_kept_in_worker or (len(self.runtime), len(self.host_ops), len(self.sync_events))
 
 
 class HostTablesLeftInWorker(RuntimeError):
@@ -226,11 +228,11 @@ def require_host_tables(trace: RankTrace) -> None:
 
 
 def without_host_tables(trace: RankTrace) -> RankTrace:
-    """The trace with empty runtime and host_ops tables, their row counts kept (table_fingerprint)."""
+    """The trace with empty runtime, host_ops and sync_events tables, their row counts kept (table_fingerprint)."""
     if trace.host_rows_kept_in_worker is not None:
         return trace
     return replace(trace, runtime=trace.runtime.iloc[:0], host_ops=trace.host_ops.iloc[:0],
-                   host_rows_kept_in_worker=(len(trace.runtime), len(trace.host_ops)))
+                   sync_events=trace.sync_events.iloc[:0], host_rows_kept_in_worker=trace.host_row_counts())
 
 
 @dataclass
