@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
-from viz.decision import DECISION_HEADER, decision_rows, headline, peer_wait_text, ranked
+from viz.decision import DECISION_HEADER, decision_rows, headline, peer_wait_text, ranked, sync_idle_text
 from viz.safe_text import csv_cell, markdown_text
 
 
@@ -39,7 +39,7 @@ def draw(runs: Sequence) -> list:
         for w in d.warnings:
             st.warning(plain(f"{d.label}: {w}"))
     for r in runs:
-        text = peer_wait_text(r.report())
-        if text:
-            st.info(plain(f"{r.label}: {text}"))
+        for text in (peer_wait_text(r.report()), sync_idle_text(r.report())):
+            if text:
+                st.info(plain(f"{r.label}: {text}"))
     return ranked(decisions)

@@ -210,6 +210,30 @@ def peer_wait_text(report: Any) -> str | None:
             f"{idle_txt}; fix the late rank's cause and the wait goes with it.")
 
 
+def sync_idle_text(report: Any) -> str | None:
+    """Where the critical path's blocking-sync idle comes from, tied to the host-sync finding that prices it.
+
+    A host-sync run's critical path is mostly compute; its one cause beside compute is the GPU waiting for a host
+    blocked in a sync, the idle time the host-sync finding names. The sentence names that part on the rank where
+    it is largest and the finding's price, so the chart's pink band and the headline read as one cause."""
+    per = (report.critical_path or {}).get("per_rank") or {}
+    if not per:
+        return None
+    rank, d = max(per.items(), key=lambda kv: kv[1]["parts"].get("sync_idle", 0))
+    idle, step = d["parts"].get("sync_idle", 0), d.get("mean_step_ns") or 0
+    if not step or idle < 0.1 * step:
+        return None
+    syncs = [f for f in report.findings or [] if f.id == "host-blocking-sync"]
+    text = (f"Blocking-sync idle is {pct(idle / step)} of rank {rank}'s critical path ({_ms(idle)} of {_ms(step)} ms "
+            "per step): the GPU waited for a host blocked in a sync.")
+    if not syncs:
+        return text
+    top = max(syncs, key=lambda f: f.saving_ns or 0)
+    return (text + f" That is the GPU idle time of the finding \"{top.title}\""
+            + (f", and removing those syncs {price_text(top.saving_ns, top.saving_fraction)}." if top.saving_ns
+               is not None else "."))
+
+
 def diff_tone(identical: bool, iterations: Sequence[dict[str, Any]], aggregate: Any) -> str:
     """Whether the diff's verdict says B is 'better', 'worse' or the 'same' in time (a difference within the
     iteration spread is the same), on the figures the verdict judges by (median iteration where both sides have
