@@ -31,7 +31,8 @@ def draw(runs: Sequence) -> list:
         "best timing (ms)": st.column_config.Column(
             help="the runner's CUDA-event timing (median of the slowest rank) where the run's manifest has one, "
                  "else the traced step (median over profiled steps of the slowest rank)"),
-        "its price": st.column_config.Column(help="the replayed step with this finding's fix, minus without it"),
+        "top finding's price": st.column_config.Column(
+            help="the replayed step with the top finding's fix, minus without it"),
         "fix all (replayed step)": st.column_config.Column(
             help="the dependency graph replayed with every finding's fix at once: step without → with the fixes"),
     })

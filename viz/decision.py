@@ -147,8 +147,10 @@ def fix_all_text(fix_all: dict[str, Any] | None) -> str:
     return f"{_ms(base)} → {_ms(pred)} ms per step (−{pct(frac)})" if frac else f"{_ms(pred)} ms per step (no change)"
 
 
-DECISION_HEADER = ["place", "run", "best timing (ms)", "source", "fix all (replayed step)", "top finding",
-                   "its price", "runner timing", "traced step"]  # what to do first; the evidence after it
+# What to do first, the evidence after it; the short price before the long finding title, so both fit a laptop
+# screen's first view of the grid.
+DECISION_HEADER = ["place", "run", "best timing (ms)", "fix all (replayed step)", "top finding's price", "top finding",
+                   "source", "runner timing", "traced step"]
 
 
 def decision_rows(decisions: Sequence[RunDecision]) -> list[list[str]]:
@@ -156,9 +158,9 @@ def decision_rows(decisions: Sequence[RunDecision]) -> list[list[str]]:
     rows = []
     for i, d in enumerate(ranked(decisions), start=1):
         best = d.best
-        rows.append([str(i), d.label, _ms(best.median_ns) if best else "n/a", best.source if best else "—",
-                     fix_all_text(d.fix_all), d.top_finding or "no finding",
+        rows.append([str(i), d.label, _ms(best.median_ns) if best else "n/a", fix_all_text(d.fix_all),
                      price_text(d.top_saving_ns, d.top_saving_fraction) if d.top_finding else "—",
+                     d.top_finding or "no finding", best.source if best else "—",
                      d.runner.text() if d.runner else "not recorded", d.traced.text() if d.traced else "no steps"])
     return rows
 
