@@ -1,5 +1,6 @@
 """In Chromium, two more review points on runs no other browser test was written against: three 4-rank sample
-sets (sample_traces/four-gpus/) beside the 2-rank host-sync run, given to `overlapscope app`.
+sets (sample_traces/four-gpus/), the 2-rank host-sync run and two public traces with syncs closer together than a
+marker on the whole trace (tests/data/public/), given to `overlapscope app`.
 
 Point 5: the Overview's first screen holds, for each run, its top finding with its price and the step predicted
 with every fix at once, read from the decision grid's accessible table (the cells Streamlit's data grid writes
