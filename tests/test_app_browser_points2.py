@@ -24,7 +24,7 @@ from analyzers.report import analyze
 
 from .conftest import ROOT
 from .test_app_browser import launch_browser
-from .test_app_browser_points import _open, _start
+from .test_app_browser_points import IDLE_JS, _open, _start
 
 pytestmark = pytest.mark.browser
 SAMPLES = ROOT / "sample_traces"
@@ -89,7 +89,7 @@ def test_first_screen_holds_each_runs_top_finding_price_and_fix_all(mixed: str) 
             page.goto(f"{mixed}/?runs={','.join(LABELS)}", wait_until="domcontentloaded")
             page.wait_for_function("() => document.querySelector('[data-testid=\"stDataFrame\"] table[role=grid] "
                                    "tbody tr')", timeout=300_000)
-            page.wait_for_function(_open.__defaults__[0], timeout=300_000)
+            page.wait_for_function(IDLE_JS, timeout=300_000)
             page.wait_for_timeout(1500)
             grid = page.evaluate(GRID_JS)[0]
             assert grid["bottom"] <= HEIGHT, f"the decision grid ends at {grid['bottom']} px, below the fold"
