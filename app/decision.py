@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
-from viz.decision import DECISION_HEADER, decision_rows, headline, peer_wait_text, ranked
+from viz.decision import DECISION_HEADER, decision_rows, headline, peer_wait_text, ranked, sync_idle_text
 from viz.safe_text import csv_cell, markdown_text
 
 
@@ -31,7 +31,8 @@ def draw(runs: Sequence) -> list:
         "best timing (ms)": st.column_config.Column(
             help="the runner's CUDA-event timing (median of the slowest rank) where the run's manifest has one, "
                  "else the traced step (median over profiled steps of the slowest rank)"),
-        "its price": st.column_config.Column(help="the replayed step with this finding's fix, minus without it"),
+        "top finding's price": st.column_config.Column(
+            help="the replayed step with the top finding's fix, minus without it"),
         "fix all (replayed step)": st.column_config.Column(
             help="the dependency graph replayed with every finding's fix at once: step without → with the fixes"),
     })
@@ -39,7 +40,7 @@ def draw(runs: Sequence) -> list:
         for w in d.warnings:
             st.warning(plain(f"{d.label}: {w}"))
     for r in runs:
-        text = peer_wait_text(r.report())
-        if text:
-            st.info(plain(f"{r.label}: {text}"))
+        for text in (peer_wait_text(r.report()), sync_idle_text(r.report())):
+            if text:
+                st.info(plain(f"{r.label}: {text}"))
     return ranked(decisions)

@@ -192,3 +192,25 @@ def test_peer_wait_line_by_hand() -> None:
     assert "rank 1's GPU idle per step is 0.500 ms" in text
     rep.critical_path["per_rank"]["1"]["parts"] = {"peer_wait": 300_000}  # under 10 % of the step: no line
     assert peer_wait_text(rep) is None
+
+
+def test_sync_idle_line_by_hand() -> None:
+    from types import SimpleNamespace
+
+    from viz.decision import sync_idle_text
+
+    finding = SimpleNamespace(id="host-blocking-sync", title="rank 1: 4 blocking host syncs", saving_ns=500_000,
+                              saving_fraction=0.125)
+    rep = SimpleNamespace(
+        critical_path={"per_rank": {"0": {"mean_step_ns": 4_000_000, "parts": {"sync_idle": 300_000}},
+                                    "1": {"mean_step_ns": 4_000_000, "parts": {"sync_idle": 800_000}}}},
+        findings=[finding])
+    # rank 1: 0.8 of 4 ms (20.0%) waiting on a blocked host, tied to the host-sync finding and its 0.5 ms price
+    assert sync_idle_text(rep) == (
+        "Blocking-sync idle is 20.0% of rank 1's critical path (0.800 of 4.000 ms per step): the GPU waited for a "
+        "host blocked in a sync. That is the GPU idle time of the finding \"rank 1: 4 blocking host syncs\", and "
+        "removing those syncs saves 0.500 ms per step (12.5%).")
+    rep.findings = []
+    assert sync_idle_text(rep).endswith("blocked in a sync.")
+    rep.critical_path["per_rank"]["1"]["parts"] = {"sync_idle": 390_000}  # under 10 % of the step: no line
+    assert sync_idle_text(rep) is None

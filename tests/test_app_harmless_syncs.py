@@ -33,14 +33,26 @@ def syncs() -> dict[str, pd.DataFrame]:
 
 
 def test_thin_keeps_the_costliest_per_lane_and_pixel() -> None:
-    # window 0..1000 ns over 100 px: 14 px = 140 ns bins; three syncs in bin 0 of lane 5, one in bin 0 of lane 4
+    # window 0..1000 ns over 100 px: 14 px = 140 ns; three syncs within 140 ns on lane 5, one on lane 4
     f = pd.DataFrame({"start_ns": [10, 50, 120, 30], "y": [5.0, 5.0, 5.0, 4.0], "gpu_idle_ns": [0.0, 7.0, 3.0, 0.0],
                       "blocked_ns": [1.0, 1.0, 9.0, 2.0], "name": list("abcd"), "caller": [""] * 4})
-    got = thin(f, 0, 1000, 100)
+    got = thin(f, 0, 1000, 100, gap_px=14)
     assert got["name"].tolist() == ["d", "b"]  # by start; b idled the GPU most in its bin
     assert got["merged"].tolist() == [1, 3]
-    assert thin(f, 0, 1000, 10_000)["merged"].tolist() == [1, 1, 1, 1]  # 1.4 ns bins: every sync apart
+    assert thin(f, 0, 1000, 10_000, gap_px=14)["merged"].tolist() == [1, 1, 1, 1]  # a 1.4 ns gap: every sync apart
 
+
+
+def test_thin_keeps_markers_a_gap_apart_across_bin_edges_and_kinds() -> None:
+    # 14 px = 140 ns: a at 139 and b at 141 sat in two fixed bins (0 and 1) and were drawn 0.2 px apart; b idled the
+    # GPU most: kept, a counted into it; e, 150 ns from b, kept; c (harmless, once thinned apart from the harmful
+    # ones and drawn over them) is 98 ns from b and 52 ns from e: counted into e, the nearer
+    f = pd.DataFrame({"start_ns": [139, 141, 239, 10_000, 291], "y": [1.0] * 5,
+                      "gpu_idle_ns": [5.0, 6.0, 0.0, 0.0, 1.0], "blocked_ns": [1.0] * 5, "name": list("abcde"),
+                      "caller": [""] * 5})
+    got = thin(f, 0, 1000, 100, gap_px=14)
+    assert got["name"].tolist() == ["b", "e", "d"] and got["merged"].tolist() == [2, 2, 1]
+    assert np.diff(got["start_ns"].to_numpy()).min() >= 140
 
 def test_timeline_draws_harmless_syncs_apart(bundled, syncs) -> None:  # noqa: F811
     at = _app(",".join(RUNS))

@@ -31,6 +31,7 @@ SLOW: dict[str, tuple[str, ...]] = {
     "test_app_browser_decision": (EVERY_TEST,),
     "test_app_browser_hover": (EVERY_TEST,),
     "test_app_browser_points": (EVERY_TEST,),
+    "test_app_browser_points2": (EVERY_TEST,),
     "test_app_browser_safety": (
         "test_bad_uploads_and_path_escapes_show_an_error_never_a_stack_trace",
         "test_two_browsers_do_not_see_each_others_uploads",

@@ -147,8 +147,10 @@ def fix_all_text(fix_all: dict[str, Any] | None) -> str:
     return f"{_ms(base)} → {_ms(pred)} ms per step (−{pct(frac)})" if frac else f"{_ms(pred)} ms per step (no change)"
 
 
-DECISION_HEADER = ["place", "run", "best timing (ms)", "source", "fix all (replayed step)", "top finding",
-                   "its price", "runner timing", "traced step"]  # what to do first; the evidence after it
+# What to do first, the evidence after it; the short price before the long finding title, so both fit a laptop
+# screen's first view of the grid.
+DECISION_HEADER = ["place", "run", "best timing (ms)", "fix all (replayed step)", "top finding's price", "top finding",
+                   "source", "runner timing", "traced step"]
 
 
 def decision_rows(decisions: Sequence[RunDecision]) -> list[list[str]]:
@@ -156,9 +158,9 @@ def decision_rows(decisions: Sequence[RunDecision]) -> list[list[str]]:
     rows = []
     for i, d in enumerate(ranked(decisions), start=1):
         best = d.best
-        rows.append([str(i), d.label, _ms(best.median_ns) if best else "n/a", best.source if best else "—",
-                     fix_all_text(d.fix_all), d.top_finding or "no finding",
+        rows.append([str(i), d.label, _ms(best.median_ns) if best else "n/a", fix_all_text(d.fix_all),
                      price_text(d.top_saving_ns, d.top_saving_fraction) if d.top_finding else "—",
+                     d.top_finding or "no finding", best.source if best else "—",
                      d.runner.text() if d.runner else "not recorded", d.traced.text() if d.traced else "no steps"])
     return rows
 
@@ -208,6 +210,30 @@ def peer_wait_text(report: Any) -> str | None:
     return (f"Peer wait is {pct(wait / step)} of rank {rank}'s step ({_ms(wait)} of {_ms(step)} ms): its "
             f"collectives wait for {who}. That wait is the idle time and exposed communication the bars show"
             f"{idle_txt}; fix the late rank's cause and the wait goes with it.")
+
+
+def sync_idle_text(report: Any) -> str | None:
+    """Where the critical path's blocking-sync idle comes from, tied to the host-sync finding that prices it.
+
+    A host-sync run's critical path is mostly compute; its one cause beside compute is the GPU waiting for a host
+    blocked in a sync, the idle time the host-sync finding names. The sentence names that part on the rank where
+    it is largest and the finding's price, so the chart's pink band and the headline read as one cause."""
+    per = (report.critical_path or {}).get("per_rank") or {}
+    if not per:
+        return None
+    rank, d = max(per.items(), key=lambda kv: kv[1]["parts"].get("sync_idle", 0))
+    idle, step = d["parts"].get("sync_idle", 0), d.get("mean_step_ns") or 0
+    if not step or idle < 0.1 * step:
+        return None
+    syncs = [f for f in report.findings or [] if f.id == "host-blocking-sync"]
+    text = (f"Blocking-sync idle is {pct(idle / step)} of rank {rank}'s critical path ({_ms(idle)} of {_ms(step)} ms "
+            "per step): the GPU waited for a host blocked in a sync.")
+    if not syncs:
+        return text
+    top = max(syncs, key=lambda f: f.saving_ns or 0)
+    return (text + f" That is the GPU idle time of the finding \"{top.title}\""
+            + (f", and removing those syncs {price_text(top.saving_ns, top.saving_fraction)}." if top.saving_ns
+               is not None else "."))
 
 
 def diff_tone(identical: bool, iterations: Sequence[dict[str, Any]], aggregate: Any) -> str:
