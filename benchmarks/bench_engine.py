@@ -4,9 +4,10 @@ share of it, and `whatif` from the parse cache, all in one run.
 The sets are those of the engine issue: a real 2 x H200 trace (sample_traces/ag-gemm/host-sync, a GEMM
 with all-gathers and a host sync in every iteration) tiled 400 times in time with make_large_trace.py,
 its ProfilerStep ranges left out (each rank's whole window is then one step): 56 MB, 9,600 kernels and
-3,600 blocking syncs a rank. `2` is the two ranks; `8` is eight ranks, rank r a hard link of rank r % 2
-with its distributedInfo removed (the rank comes from the file name). They go under
-benchmarks/data/engine/ (git-ignored).
+3,600 blocking syncs a rank. `2` is the two ranks; `8` is eight ranks, rank r a copy of rank r % 2 whose
+distributedInfo says rank r of 8. HolisticTraceAnalysis keys each file by the first `"rank": N` in it, so
+every file must name its own rank, or HTA reads one file per rank number and drops the rest (the run
+checks how many ranks HTA's overlap table has). They go under benchmarks/data/engine/ (git-ignored).
 
 Each round, per set, one after the other, each as a whole process:
   cold     `overlapscope analyze SET -f json --no-cache` through graph_timing.py (the command unchanged,
@@ -53,7 +54,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 HTA_SNIPPET = (
     "import logging,sys; logging.disable(logging.WARNING);"
     "from hta.trace_analysis import TraceAnalysis;"
-    "print(TraceAnalysis(trace_dir=sys.argv[1]).get_comm_comp_overlap(visualize=False).to_string())"
+    "df = TraceAnalysis(trace_dir=sys.argv[1]).get_comm_comp_overlap(visualize=False); print(df.to_string());"
+    "sys.exit(0 if df['rank'].nunique() == int(sys.argv[2]) else 'HTA read ' + str(df['rank'].nunique())"
+    " ranks, not ' + sys.argv[2])"
 )
 
 
@@ -69,28 +72,28 @@ def build_sets(names: list[str]) -> dict[str, Path]:
     for name in names:
         n = int(name)
         folder = DATA / f"set-{n}"
-        if not (folder / ".complete").exists():
+        if not (folder / ".ranked").exists():
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True)
             for r in range(n):
-                src = tiled / f"rank{r % 2}.json" if n == 2 else _anonymous(tiled / f"rank{r % 2}.json")
-                os.link(src, folder / f"rank{r}.json")
-            (folder / ".complete").touch()
+                src = tiled / f"rank{r % 2}.json"
+                if n == 2:
+                    os.link(src, folder / f"rank{r}.json")
+                else:
+                    _write_as_rank(src, folder / f"rank{r}.json", r, n)
+            (folder / ".ranked").touch()
         out[name] = folder
     return out
 
 
-def _anonymous(path: Path) -> Path:
-    """path without its distributedInfo (the rank then comes from the file name), made once."""
-    out = path.with_name(path.stem + "-anon.json")
-    if not out.exists():
-        raw = path.read_bytes()
-        cut = raw.index(b'"traceEvents"')
-        head = json.loads(raw[:cut] + b'"traceEvents": []}')
-        head.pop("distributedInfo", None)
-        del head["traceEvents"]
-        out.write_bytes(json.dumps(head)[:-1].encode() + (b", " if head else b"") + raw[cut:])
-    return out
+def _write_as_rank(src: Path, out: Path, rank: int, world: int) -> None:
+    """src's bytes with its distributedInfo saying rank of world (the events untouched)."""
+    raw = src.read_bytes()
+    cut = raw.index(b'"traceEvents"')
+    head = json.loads(raw[:cut] + b'"traceEvents": []}')
+    del head["traceEvents"]
+    head["distributedInfo"] = {**head.get("distributedInfo", {}), "rank": rank, "world_size": world}
+    out.write_bytes(json.dumps(head)[:-1].encode() + b", " + raw[cut:])
 
 
 CPU: dict[str, float] = {}  # the CPU seconds of the last run() (its whole process tree, reaped children)
@@ -156,7 +159,8 @@ def main() -> None:
                 graph = t["caller_graph_s"] + t["worker_graph_s"] / max(t["workers"], 1)
                 cpu_share = (t["caller_graph_cpu_s"] + t["worker_graph_cpu_s"]) / t["tree_cpu_s"]
                 load_cold = load()
-                hta = None if a.no_hta else run([py, "-c", HTA_SNIPPET, str(folder)])
+                ranks = str(len(list(folder.glob("rank*.json"))))
+                hta = None if a.no_hta else run([py, "-c", HTA_SNIPPET, str(folder), ranks])
                 hta_cpu = CPU["last"]
                 load_hta = load()
                 ask = [py, "-m", "overlapscope", "whatif", str(folder), "--fix", "host-syncs", "-f", "json"]

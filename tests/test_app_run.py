@@ -55,7 +55,7 @@ def test_run_button_reproduces_a_sample(cpu_sample: Path, tmp_path: Path, monkey
     assert any("1 run(s) added" in s.value for s in at.success), [s.value for s in at.success]
     made = out  # `overlapscope run --out OUT` writes the run into OUT
     assert (made / "manifest.json").exists() and sorted(p.name for p in made.glob("rank*.json.gz")) == [
-        "rank0.json.gz", "rank1.json.gz"]
+        "rank0.et.json.gz", "rank0.json.gz", "rank1.et.json.gz", "rank1.json.gz"]  # each trace and its ET
     assert any(k.startswith("run:") for k in at.session_state["os_selected"])
 
 
