@@ -55,8 +55,7 @@ HTA_SNIPPET = (
     "import logging,sys; logging.disable(logging.WARNING);"
     "from hta.trace_analysis import TraceAnalysis;"
     "df = TraceAnalysis(trace_dir=sys.argv[1]).get_comm_comp_overlap(visualize=False); print(df.to_string());"
-    "sys.exit(0 if df['rank'].nunique() == int(sys.argv[2]) else 'HTA read ' + str(df['rank'].nunique())"
-    " ranks, not ' + sys.argv[2])"
+    "n = df['rank'].nunique(); sys.exit(0 if n == int(sys.argv[2]) else f'HTA read {n} ranks, not {sys.argv[2]}')"
 )
 
 
