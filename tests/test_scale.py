@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyzers.io import parse_cache, worker_memory
+from analyzers.io import environment, parse_cache, worker_memory
 from analyzers.io.load import load_file, load_traces
 from analyzers.io.parallel import PER_RANK_KEY
 from analyzers.io.plain import to_json, to_plain
@@ -180,9 +180,29 @@ def test_cli_json_identical_across_executors(cache_dir):
 
 
 def test_unreachable_scheduler_is_one_line_exit_3():
-    r = cli("analyze", str(SETS[0]), "--scheduler", "tcp://127.0.0.1:9", "--no-cache")
+    """Dask retries a refused connection until the connect timeout: 2 s here instead of the default 20."""
+    r = cli("analyze", str(SETS[0]), "--scheduler", "tcp://127.0.0.1:9", "--no-cache",
+            env={"OVERLAPSCOPE_SCHEDULER_TIMEOUT": "2"})
     assert r.returncode == 3 and "Traceback" not in r.stderr
     assert "Dask scheduler" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bad_scheduler_timeout_is_one_line_exit_3():
+    r = cli("analyze", str(SETS[0]), "--scheduler", "tcp://127.0.0.1:9", "--no-cache",
+            env={"OVERLAPSCOPE_SCHEDULER_TIMEOUT": "soon"})
+    assert r.returncode == 3 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "OVERLAPSCOPE_SCHEDULER_TIMEOUT must be a positive number" in r.stderr and "'soon'" in r.stderr
+
+
+def test_scheduler_timeout_is_a_positive_number_of_seconds(monkeypatch):
+    monkeypatch.delenv(environment.ENV_SCHEDULER_TIMEOUT, raising=False)
+    assert environment.scheduler_timeout_s() == 20.0
+    monkeypatch.setenv(environment.ENV_SCHEDULER_TIMEOUT, " 2.5 ")
+    assert environment.scheduler_timeout_s() == 2.5
+    for bad in ("0", "-1", "inf", "nan", "soon"):
+        monkeypatch.setenv(environment.ENV_SCHEDULER_TIMEOUT, bad)
+        with pytest.raises(ValueError, match="positive number of seconds"):
+            environment.scheduler_timeout_s()
 
 
 def test_plain_json_cleans_in_one_pass():

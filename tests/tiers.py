@@ -335,6 +335,7 @@ SLOW: dict[str, tuple[str, ...]] = {
     "test_scale": (
         "test_cli_json_identical_across_executors",
         "test_unreachable_scheduler_is_one_line_exit_3",
+        "test_bad_scheduler_timeout_is_one_line_exit_3",
         "test_cache_commands",
         "test_jobs_cache_and_reference_agree",
         "test_workers_keep_the_host_tables_when_the_caller_only_analyzes",

@@ -16,6 +16,8 @@ from platformdirs import user_cache_dir
 
 ENV_CACHE_DIR = "OVERLAPSCOPE_CACHE_DIR"
 ENV_SCHEDULER = "OVERLAPSCOPE_SCHEDULER"
+ENV_SCHEDULER_TIMEOUT = "OVERLAPSCOPE_SCHEDULER_TIMEOUT"
+DEFAULT_SCHEDULER_TIMEOUT_S = 20.0
 
 
 def cache_base() -> Path:
@@ -91,3 +93,20 @@ def touch(path: Path) -> None:
 def scheduler_from_env(value: str | None) -> str | None:
     """--scheduler wins; else $OVERLAPSCOPE_SCHEDULER; empty means local."""
     return value or os.environ.get(ENV_SCHEDULER) or None
+
+
+def scheduler_timeout_s() -> float:
+    """Seconds to wait for the Dask scheduler to answer: $OVERLAPSCOPE_SCHEDULER_TIMEOUT, else 20.
+
+    Dask retries a refused connection until this runs out, so an unreachable scheduler costs
+    this long before its one-line error. Raises ValueError on a value that is not a positive number."""
+    raw = os.environ.get(ENV_SCHEDULER_TIMEOUT, "").strip()
+    if not raw:
+        return DEFAULT_SCHEDULER_TIMEOUT_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"${ENV_SCHEDULER_TIMEOUT} must be a positive number of seconds, not {raw!r}")
+    return seconds

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from analyzers.errors import BadInputError, WorkerDiedError
+from analyzers.io.environment import scheduler_timeout_s
 from analyzers.io.nsys_cache import reuse_entries
 from analyzers.io.rank_select import skip_file
 from analyzers.io.trace_bytes import map_files_here
@@ -211,7 +212,11 @@ def _execute_dask(args: list[tuple[Any, ...]], scheduler: str) -> Iterator[tuple
     from distributed import as_completed as dask_completed
 
     try:
-        client = Client(scheduler, timeout="20s", set_as_default=False)
+        timeout_s = scheduler_timeout_s()
+    except ValueError as exc:
+        raise BadInputError(scheduler, str(exc)) from None
+    try:
+        client = Client(scheduler, timeout=timeout_s, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as exc:
         raise BadInputError(scheduler, f"cannot reach the Dask scheduler ({exc})") from None
     try:
