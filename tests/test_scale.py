@@ -21,6 +21,8 @@ from analyzers.io.plain import to_json, to_plain
 from analyzers.overlap.metrics import AnalysisOptions
 from analyzers.report import RankStage, analyze, precomputed_results
 
+from .inprocess import cli as cli_here
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces"
 # Two Kineto runs with findings and syncs, and an nsys run (two exports).
@@ -91,16 +93,16 @@ def test_stale_and_corrupt_entries_are_rewritten(cache_dir, tmp_path):
 
 
 def test_cache_commands(cache_dir):
-    env = {parse_cache.ENV_CACHE_DIR: str(cache_dir)}
-    assert cli("analyze", str(SETS[0]), "-f", "csv", env=env).returncode == 0
-    info = cli("cache", "info", env=env)
+    """In this process (tests/inprocess.py): the cache_dir fixture sets $OVERLAPSCOPE_CACHE_DIR here."""
+    assert cli_here("analyze", str(SETS[0]), "-f", "csv").returncode == 0
+    info = cli_here("cache", "info")
     assert info.returncode == 0 and "entries: 2" in info.stdout and str(cache_dir) in info.stdout
-    cleared = cli("cache", "clear", env=env)
+    cleared = cli_here("cache", "clear")
     assert cleared.returncode == 0 and "removed 2 entries" in cleared.stdout
-    assert "entries: 0" in cli("cache", "info", env=env).stdout
+    assert "entries: 0" in cli_here("cache", "info").stdout
     # --no-cache writes nothing
-    assert cli("analyze", str(SETS[0]), "-f", "csv", "--no-cache", env=env).returncode == 0
-    assert "entries: 0" in cli("cache", "info", env=env).stdout
+    assert cli_here("analyze", str(SETS[0]), "-f", "csv", "--no-cache").returncode == 0
+    assert "entries: 0" in cli_here("cache", "info").stdout
 
 
 def _report_json(paths, **load) -> str:
@@ -115,9 +117,10 @@ def test_jobs_cache_and_reference_agree(cache_dir, run):
     assert _report_json([run], jobs=1) == reference
     assert _report_json([run], jobs=2) == reference
     assert _report_json([run], jobs=2, cache=True) == reference  # writes the cache
-    traces = load_traces([run], jobs=2, cache=True, per_rank=RankStage(AnalysisOptions()))
+    options = AnalysisOptions()
+    traces = load_traces([run], jobs=2, cache=True, per_rank=RankStage(options))  # reads it
     assert set(traces.meta[PER_RANK_KEY]) == set(traces.ranks)
-    assert _report_json([run], jobs=2, cache=True) == reference  # reads it
+    assert to_json(analyze(traces, options).to_dict()) == reference
     assert len(list(cache_dir.joinpath("parsed").iterdir())) == len(traces.ranks)
 
 
@@ -154,25 +157,26 @@ def test_per_rank_results_are_dropped_when_the_tables_change(change):
     assert to_json(analyze(traces, options).to_dict()) == to_json(analyze(fresh, options).to_dict())
 
 
-def test_cli_json_identical_across_executors(cache_dir):
+def test_cli_json_identical_across_executors(cache_dir, monkeypatch):
+    """In this process (tests/inprocess.py); the cache_dir fixture sets $OVERLAPSCOPE_CACHE_DIR here."""
     from distributed import LocalCluster
 
-    env = {parse_cache.ENV_CACHE_DIR: str(cache_dir)}
     run = str(SETS[0])
     outs = {}
     for label, extra in [("jobs1", ["--jobs", "1", "--no-cache"]), ("jobs2", ["--jobs", "2", "--no-cache"]),
                          ("cache-cold", []), ("report-cache-hit", []), ("parse-cache-hit", [])]:
         if label == "parse-cache-hit":  # the report cache emptied: the tables come from the parse cache
             shutil.rmtree(cache_dir / "reports")
-        r = cli("analyze", run, "-f", "json", *extra, env=env)
+        r = cli_here("analyze", run, "-f", "json", *extra)
         assert r.returncode == 0, r.stderr
         outs[label] = r.stdout
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        r = cli("analyze", run, "-f", "json", "--no-cache", "--scheduler", cluster.scheduler_address, env=env)
+        r = cli_here("analyze", run, "-f", "json", "--no-cache", "--scheduler", cluster.scheduler_address)
         assert r.returncode == 0, r.stderr
         outs["dask"] = r.stdout
-        r = cli("analyze", run, "-f", "json", "--no-cache",
-                env={**env, "OVERLAPSCOPE_SCHEDULER": cluster.scheduler_address})
+        monkeypatch.setenv("OVERLAPSCOPE_SCHEDULER", cluster.scheduler_address)
+        r = cli_here("analyze", run, "-f", "json", "--no-cache")
+        assert r.returncode == 0, r.stderr
         outs["dask-env"] = r.stdout
     assert len(set(outs.values())) == 1, {k: len(v) for k, v in outs.items()}
     doc = json.loads(outs["jobs1"])
