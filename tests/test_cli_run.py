@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -33,12 +35,26 @@ def test_run_writes_traces_and_prints_analysis(tmp_path):
     assert json.loads(gzip.decompress((out / "rank1.et.json.gz").read_bytes()))["nodes"]
 
 
-def test_relative_out_is_the_callers_directory(tmp_path):
+@pytest.fixture(scope="module")
+def over_an_earlier_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One launch serving two tests: `--out run --overwrite` from another directory, where ./run holds an
+    earlier run's manifest, a rank file the new run does not write, and a file of the user's."""
+    caller = tmp_path_factory.mktemp("caller")
+    out = caller / "run"
+    out.mkdir()
+    (out / "manifest.json").write_text('{"status": "ok", "variant": "old"}')
+    (out / "rank2.json.gz").write_bytes(b"a rank of an earlier 3-rank run")
+    (out / "notes.txt").write_text("mine")
+    r = cli("run", "ag-gemm", "--variant", "baseline", "--out", "run", "--profiler", "none", "--overwrite",
+            "-f", "json", "M=64", "K=32", "N=16", cwd=caller)
+    return out, r
+
+
+def test_relative_out_is_the_callers_directory(over_an_earlier_run):
     """The ranks run in the repository root; `--out run` still means ./run of the caller."""
-    r = cli("run", "ag-gemm", "--variant", "baseline", "--out", "run", "--profiler", "none", "-f", "json",
-            "M=64", "K=32", "N=16", cwd=tmp_path)
+    out, r = over_an_earlier_run
     assert r.returncode == 0, r.stderr
-    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["variant"] == "baseline"
+    assert json.loads((out / "manifest.json").read_text())["variant"] == "baseline"
     assert not (ROOT / "run").exists()
 
 
@@ -163,14 +179,8 @@ def test_sweep_refuses_a_variant_folder_holding_a_run(tmp_path):
     assert r.returncode == 2 and str(tmp_path / "ring") in r.stderr and "already holds a run" in r.stderr
 
 
-def test_overwrite_replaces_only_the_earlier_runs_files(tmp_path):
-    out = tmp_path / "again"
-    out.mkdir()
-    (out / "manifest.json").write_text('{"status": "ok", "variant": "old"}')
-    (out / "rank2.json.gz").write_bytes(b"a rank of an earlier 3-rank run")
-    (out / "notes.txt").write_text("mine")
-    r = cli("run", "ag-gemm", "--variant", "baseline", "--out", str(out), "--profiler", "none", "--overwrite",
-            "-f", "json", "M=64", "K=32", "N=16")
+def test_overwrite_replaces_only_the_earlier_runs_files(over_an_earlier_run):
+    out, r = over_an_earlier_run
     assert r.returncode == 0, r.stderr
     assert json.loads((out / "manifest.json").read_text())["variant"] == "baseline"
     assert not (out / "rank2.json.gz").exists()  # would have mixed into the new run's analysis
