@@ -22,7 +22,7 @@ from . import data, preload, ui, uploads
 # How long the Overview may draw its first chart before the sidebar: the wait for the server's first load of the
 # opening runs; past it the sidebar is drawn and the page keeps waiting, so a long load never hides the run picker.
 WAIT_S = 10.0
-K_UPLOAD_GUARDS = "os_upload_guards"  # uploads.UploadGuard of each upload this session made
+K_UPLOAD_GUARDS = "os_upload_guards"  # uploads.UploadGuard of each upload made in this browser session
 
 
 def draw() -> None:

@@ -7,20 +7,14 @@ samples the other browser tests use); Debian's chromium through Playwright (test
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from app import data
-
+from .app_server import start_app
 from .conftest import ROOT
-from .test_app_browser import ERROR_SELECTORS, free_port, launch_browser
+from .test_app_browser import ERROR_SELECTORS, launch_browser
 
 VARIANTS = ("baseline", "sync-in-loop", "sync-before-loop", "host-sync", "tuned")
 # Where kernels are: the middles of the hover rows' cells (each an activity, or a run of sub-pixel ones) that a
@@ -48,27 +42,9 @@ SPOTS_JS = """() => {
 
 @pytest.fixture()
 def five(tmp_path: Path):
-    env = dict(os.environ)
-    env.update({data.ENV_RUNS_DIR: str(tmp_path / "runs"), "OVERLAPSCOPE_CACHE_DIR": str(tmp_path / "cache"),
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))})
-    for var in (data.ENV_ALLOWED_ROOTS, data.ENV_APP_PATHS, data.ENV_SAMPLES):
-        env.pop(var, None)
-    port = free_port()
-    paths = [str(ROOT / "sample_traces" / "ag-gemm" / v) for v in VARIANTS]
-    log = (tmp_path / "app.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "overlapscope", "app", *paths, "--port", str(port)], cwd=ROOT,
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "app.log").read_text()[-2000:]
-            time.sleep(0.3)
+    proc, url = start_app([ROOT / "sample_traces" / "ag-gemm" / v for v in VARIANTS], tmp_path)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield url
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)

@@ -8,20 +8,14 @@ and the slider stay as they were): the hover rows sent for the whole trace answe
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from app import data
-
+from .app_server import start_app
 from .conftest import ROOT
-from .test_app_browser import ERROR_SELECTORS, free_port, launch_browser, window_values
+from .test_app_browser import ERROR_SELECTORS, launch_browser, window_values
 
 pytestmark = pytest.mark.browser
 RUN = ROOT / "sample_traces" / "gemm-rs" / "ring"
@@ -41,26 +35,9 @@ CELLS_JS = """() => {
 
 @pytest.fixture()
 def ring(tmp_path: Path):
-    env = dict(os.environ)
-    env.update({data.ENV_RUNS_DIR: str(tmp_path / "runs"), "OVERLAPSCOPE_CACHE_DIR": str(tmp_path / "cache"),
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))})
-    for var in (data.ENV_ALLOWED_ROOTS, data.ENV_APP_PATHS, data.ENV_SAMPLES):
-        env.pop(var, None)
-    port = free_port()
-    log = (tmp_path / "app.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "overlapscope", "app", str(RUN), "--port", str(port)], cwd=ROOT,
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "app.log").read_text()[-2000:]
-            time.sleep(0.3)
+    proc, url = start_app([RUN], tmp_path)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield url
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)

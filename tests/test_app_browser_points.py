@@ -14,8 +14,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -24,10 +22,10 @@ import pytest
 
 from analyzers.io.load import load_traces
 from analyzers.report import analyze
-from app import data
 
+from .app_server import app_answers, start_app
 from .conftest import ROOT
-from .test_app_browser import ERROR_SELECTORS, free_port, launch_browser
+from .test_app_browser import ERROR_SELECTORS, launch_browser
 from .test_app_stop import _children
 from .test_app_words import RAW
 
@@ -46,34 +44,9 @@ CHART_JS = """(i) => { const gd = document.querySelectorAll('[data-testid="stPlo
     colorbar: t.colorbar && t.colorbar.title ? t.colorbar.title.text : null, showlegend: t.showlegend})) : null; }"""
 
 
-def _start(paths: list[Path], tmp: Path) -> tuple[subprocess.Popen, str]:
-    env = dict(os.environ)
-    env.update({data.ENV_RUNS_DIR: str(tmp / "runs"), "OVERLAPSCOPE_CACHE_DIR": str(tmp / "cache"),
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))})
-    for var in (data.ENV_ALLOWED_ROOTS, data.ENV_APP_PATHS, data.ENV_SAMPLES):
-        env.pop(var, None)
-    port = free_port()
-    log = (tmp / "app.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "overlapscope", "app", *map(str, paths), "--port", str(port)],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while not _answers(port):
-        assert proc.poll() is None and time.monotonic() < deadline, (tmp / "app.log").read_text()[-2000:]
-        time.sleep(0.3)
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def _answers(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def four(tmp_path_factory: pytest.TempPathFactory):
-    proc, url = _start([FOLDER / v for v in VARIANTS], tmp_path_factory.mktemp("four"))
+    proc, url = start_app([FOLDER / v for v in VARIANTS], tmp_path_factory.mktemp("four"))
     try:
         yield url
     finally:
@@ -223,7 +196,7 @@ def test_red_heatmap_columns_only_where_peers_waited(four: str) -> None:
 def test_stopping_the_command_stops_every_process_of_the_server(tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright
 
-    proc, url = _start([FOLDER / "tuned"], tmp_path)
+    proc, url = start_app([FOLDER / "tuned"], tmp_path)
     port = int(url.rsplit(":", 1)[1])
     try:
         with sync_playwright() as p:
@@ -237,9 +210,9 @@ def test_stopping_the_command_stops_every_process_of_the_server(tmp_path: Path) 
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
         deadline = time.monotonic() + 15
-        while _answers(port) and time.monotonic() < deadline:
+        while app_answers(port) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not _answers(port), "something still serves the port"
+        assert not app_answers(port), "something still serves the port"
         for pid in server:  # no process of the group is left
             with pytest.raises(ProcessLookupError):
                 os.killpg(pid, 0)

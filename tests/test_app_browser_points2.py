@@ -22,9 +22,10 @@ from analyzers.graph.fixes import FIX_OF_FINDING, Fix
 from analyzers.io.load import load_traces
 from analyzers.report import analyze
 
+from .app_server import start_app
 from .conftest import ROOT
 from .test_app_browser import launch_browser
-from .test_app_browser_points import IDLE_JS, _open, _start
+from .test_app_browser_points import IDLE_JS, _open
 
 pytestmark = pytest.mark.browser
 SAMPLES = ROOT / "sample_traces"
@@ -54,7 +55,7 @@ FIGURE_JS = """() => { const gd = document.querySelector('[data-testid="stPlotly
 
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory: pytest.TempPathFactory):
-    proc, url = _start([*(SAMPLES / label for label in LABELS), *DENSE.values()], tmp_path_factory.mktemp("mixed"))
+    proc, url = start_app([*(SAMPLES / label for label in LABELS), *DENSE.values()], tmp_path_factory.mktemp("mixed"))
     try:
         yield url
     finally:

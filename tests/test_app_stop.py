@@ -12,13 +12,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from app import data
 
+from .app_server import app_answers
 from .conftest import ROOT
 from .test_app import make_samples
 from .test_app_browser import free_port
@@ -45,14 +45,6 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _answers(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
-
-
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signal_to_the_command_stops_the_server(signum: int, tmp_path: Path, hta_dir: Path) -> None:
     samples = make_samples(tmp_path / "samples")
@@ -66,7 +58,7 @@ def test_signal_to_the_command_stops_the_server(signum: int, tmp_path: Path, hta
                            stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 90
-        while not _answers(port):
+        while not app_answers(port):
             assert cli.poll() is None and time.monotonic() < deadline, (tmp_path / "app.log").read_text()[-2000:]
             time.sleep(0.3)
         servers = _children(cli.pid)
@@ -78,7 +70,7 @@ def test_signal_to_the_command_stops_the_server(signum: int, tmp_path: Path, hta
         while any(_alive(p) for p in servers) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not any(_alive(p) for p in servers), "app/serve.py outlived the command"
-        assert not _answers(port), "something still serves the port"
+        assert not app_answers(port), "something still serves the port"
     finally:
         if cli.poll() is None:
             cli.kill()
