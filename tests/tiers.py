@@ -367,6 +367,9 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_whatif_repeated_question_is_answered_from_the_report_cache",
         "test_whatif_several_fixes_and_markdown",
     ),
+    "test_whatif_coalesce": (
+        "test_coalesced_kernels_against_the_coalesced_ring",
+    ),
     "test_whatif_moves": (
         "test_moves_on_the_repository_traces",
     ),

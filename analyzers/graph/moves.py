@@ -3,10 +3,9 @@
 - ``prefetch[=N]``: all-gathers issued N consumers ahead (graph.prefetch).
 - ``comm-first``: communication dispatched before the GPU-filling compute it waited behind (a gate kernel).
 - ``agreed-order``: every rank runs its compute kernels in the leader's order of streams (graph.agreed_order).
-- ``coalesce``: the send and receive of one ring step run as one kernel (``batch_isend_irecv``): on each rank,
-  consecutive point-to-point kernels of one stream pair up (first with second, third with fourth); the
-  second of each pair takes no time, its join is dissolved, and the first carries the longer of the two
-  transfers after the join of its own collective (both directions of a link run at once).
+- ``coalesce``: the send and receive of one ring step run as one kernel (``batch_isend_irecv``): each rank's
+  back-to-back point-to-point kernels pair up, the first carrying both directions on NCCL's split of its
+  warps (graph.coalesce).
 
 What moves is read off the graph: which kernels consume a collective's output and which produce its input come
 from the CPU op tree's FSDP module ranges (graph.dataflow) where the trace has them, else from the recorded stream
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from analyzers.graph.agreed_order import agreed_order
+from analyzers.graph.coalesce import coalesce
 from analyzers.graph.contention import contended_replay
 from analyzers.graph.fixes import Fix, ReplayInputs, apply_fixes
 from analyzers.graph.prefetch import PREFETCH_KINDS, StreamPlan, prefetch, topological_keys
@@ -28,7 +28,6 @@ from analyzers.graph.replay import Replay, loop_order
 from analyzers.graph.set_graph import SetGraph
 
 MOVES = ("prefetch", "coalesce", "comm-first", "agreed-order")
-P2P_KINDS = ("SendRecv", "Send", "Recv", "sendrecv")
 SHARED_CACHES = ("_contention", "_step_groups", "_series_edges", "_residency")
 
 
@@ -55,42 +54,6 @@ def _names_of(sg: SetGraph) -> np.ndarray:
 
 def _of_kind(names: np.ndarray, kinds: tuple[str, ...]) -> np.ndarray:
     return np.asarray([any(k in str(n) for k in kinds) for n in names], dtype=bool)
-
-
-def _coalesce(sg: SetGraph, inp: ReplayInputs, names: np.ndarray) -> tuple[SetGraph, list[str]]:
-    p2p = (sg.coll >= 0) & _of_kind(names, P2P_KINDS)
-    second = np.zeros(sg.n, dtype=bool)
-    for r in sg.ranks:
-        rows = np.flatnonzero(p2p & (sg.rank_of == r))
-        rows = rows[np.argsort(sg.start[rows], kind="stable")]
-        k = 0
-        while k + 1 < len(rows):
-            a, b = int(rows[k]), int(rows[k + 1])
-            if sg.prev[b] == a:  # back to back on one stream: one exchange
-                second[b] = True
-                inp.dur[a] = max(int(inp.dur[a]), int(inp.dur[b]))
-                inp.dur[b] = 0
-                inp.off[b] = min(int(inp.off[b]), int(inp.off[a]))
-                k += 2
-            else:
-                k += 1
-    sizes = np.diff(sg.coll_ptr)
-    member_second = second[sg.coll_nodes]
-    gone = np.add.reduceat(member_second.astype(np.int64), sg.coll_ptr[:-1]) == sizes if len(sizes) else sizes
-    gone &= sizes > 0
-    keep_c = np.flatnonzero(~gone)
-    remap = np.full(len(sizes), -1, dtype=np.int64)
-    remap[keep_c] = np.arange(len(keep_c))
-    coll = np.where(sg.coll >= 0, remap[np.maximum(sg.coll, 0)], -1)
-    nodes = [sg.coll_nodes[sg.coll_ptr[c]:sg.coll_ptr[c + 1]] for c in keep_c.tolist()]
-    ptr = np.r_[0, np.cumsum([len(x) for x in nodes])].astype(np.int64)
-    cnodes = np.concatenate(nodes).astype(np.int64) if nodes else np.zeros(0, dtype=np.int64)
-    dissolved = coll < 0
-    inp.dur = np.where(dissolved & second, 0, inp.dur)
-    mixed = int((second & (coll >= 0)).sum())
-    notes = [f"coalesce: {int(gone.sum())} point-to-point exchanges merged into the one before them"
-             + (f"; {mixed} second kernels whose collective also holds a first one stay joined" if mixed else "")]
-    return _copy(sg, coll=coll, coll_ptr=ptr, coll_nodes=cnodes), notes
 
 
 def _comm_first(sg: SetGraph, inp: ReplayInputs) -> tuple[SetGraph, list[str]]:
@@ -136,7 +99,8 @@ def apply_moves(sg: SetGraph, fixes: list[Fix]) -> Moved:
             prev, key, more = prefetch(out, inp, int(fix.factor or 1), names, _of_kind(names, PREFETCH_KINDS))
             out = _copy(out, prev=prev, order_key=key)
         elif fix.name == "coalesce":
-            out, more = _coalesce(out, inp, names)
+            changes, more = coalesce(out, inp, names)
+            out = _copy(out, **changes)
         elif fix.name == "comm-first":
             out, more = _comm_first(out, inp)
         elif fix.name == "agreed-order":

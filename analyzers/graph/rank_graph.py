@@ -26,6 +26,7 @@ import pandas as pd
 from analyzers.graph import deps
 from analyzers.graph.dataflow import module_roles, roles_note
 from analyzers.graph.et_roles import check_process, et_roles
+from analyzers.graph.link_facts import message_bytes, rank_link_gbps
 from analyzers.io.exec_trace import ExecTrace
 from analyzers.timeline.constants import NO_TIME
 from analyzers.timeline.iterations import assign_steps, host_steps
@@ -74,6 +75,9 @@ class RankGraph:
     role: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int8))
     module: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     modules: list[str] = field(default_factory=list)
+    # the coalesce fix's link model (graph.coalesce): per row, its message's bytes (-1); the GPU's link peak
+    msg_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    link_gbps: float = 0.0  # per direction, GB/s; 0 unknown
 
     @property
     def n(self) -> int:
@@ -225,4 +229,4 @@ def build_rank_graph(trace: RankTrace, syncs: pd.DataFrame, step_pattern: str,
         launch_latency_ns=lat_ns, turnaround_ns=turn_ns, names=[str(x) for x in trace.names_of(used)],
         stream_labels=labels,
         has_steps=bool((step >= 0).any()), notes=notes, res_id=res_id, res=res, role=role, module=module,
-        modules=modules)
+        modules=modules, msg_bytes=message_bytes(gpu), link_gbps=rank_link_gbps(trace.devices))
