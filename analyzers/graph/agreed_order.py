@@ -9,7 +9,10 @@ symmetric-memory two-stream pipeline: a sleep kernel on one stream makes every r
 Per step, each other rank's compute kernels are put in the leader's (lowest rank's) sequence of streams, each
 stream's own kernels keeping their order: the i-th kernel of the leader's order runs on stream S, so the
 other rank runs its next kernel of stream S there. The series edges follow the new order, each kernel takes the
-ordering key of the slot it fills, and the graph's order is recomputed (Kahn's order, graph.prefetch). Streams
+ordering key of the slot it fills, and the graph's order is recomputed (Kahn's order, graph.prefetch). A kernel
+whose new predecessor is a GEMM the trace shows another stream's GEMM starting inside (its first blocks retire
+a tail before its end: one round of its tiles) starts that tail before the predecessor's end, as an SM gate
+(graph.residency), rather than at its end. Streams
 are matched across ranks by their stream number; a step whose streams or counts differ from the leader's keeps
 its order (the note counts those).
 """
@@ -39,6 +42,42 @@ def _stream_numbers(sg: SetGraph) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
 
+def compute_tails(sg: SetGraph) -> np.ndarray:
+    """Per compute node: the longest time before its end that a compute kernel of another stream of its rank was
+    seen to start inside it (the first of its blocks to retire free SMs for the next GEMM), by rank and name;
+    0 where none was."""
+    comp = np.flatnonzero(sg.cat == CAT_CODES["compute"])
+    stream = np.concatenate([sg.graphs[r].stream for r in sg.ranks]) if sg.ranks else np.zeros(0, dtype=np.int64)
+    name = np.concatenate([sg.graphs[r].name_id for r in sg.ranks]) if sg.ranks else np.zeros(0, dtype=np.int64)
+    key = sg.rank_of * (1 << 32) + name
+    seen: dict[int, int] = {}
+    for r in np.unique(sg.rank_of[comp]).tolist():
+        rows = comp[sg.rank_of[comp] == r]
+        rows = rows[np.argsort(sg.start[rows], kind="stable")]
+        for k, x in zip(rows[:-1].tolist(), rows[1:].tolist(), strict=True):
+            if stream[k] != stream[x] and sg.start[k] < sg.start[x] < sg.end[k] < sg.end[x]:
+                seen[int(key[k])] = max(seen.get(int(key[k]), 0), int(sg.end[k] - sg.start[x]))
+    out = np.zeros(sg.n, dtype=np.int64)
+    if seen:
+        out[comp] = [seen.get(int(kk), 0) for kk in key[comp].tolist()]
+    return out
+
+
+def _start_in_tails(inp: ReplayInputs, tails: np.ndarray, series: list[tuple[int, int]]) -> int:
+    """Turn the new series edges whose source's tail is known into SM gates (after the ordering keys are made:
+    they keep the source first): the kernel gets SMs as the source's first blocks retire, its tail before its
+    end, as the trace shows it doing. Returns how many."""
+    kept = [(b, a) for b, a in series if inp.dep2[b] == a]
+    if not kept:
+        return 0
+    gate = inp.gate.copy() if inp.gate is not None else np.full(len(inp.dur), -1, dtype=np.int64)
+    gate_lat = inp.gate_lat.copy() if inp.gate_lat is not None else np.zeros(len(inp.dur), dtype=np.int64)
+    b, a = (np.asarray(x, dtype=np.int64) for x in zip(*kept, strict=True))
+    gate[b], gate_lat[b], inp.dep2[b] = a, -tails[a], -1
+    inp.gate, inp.gate_lat = gate, gate_lat
+    return len(b)
+
+
 def agreed_order(sg: SetGraph, inp: ReplayInputs) -> tuple[np.ndarray, list[str]]:
     """New ordering keys (inp's series edges changed in place) and the note."""
     serial = _serial_compute_ranks(sg)
@@ -50,6 +89,8 @@ def agreed_order(sg: SetGraph, inp: ReplayInputs) -> tuple[np.ndarray, list[str]
     leader = serial[0]
     plan = StreamPlan(sg, inp)
     moved = kept = 0
+    tails = compute_tails(sg)
+    series: list[tuple[int, int]] = []  # (kernel, the one before it in the new order) where that one's tail is known
     for step in np.unique(sg.step[comp]).tolist():
         lead = np.flatnonzero(comp & (sg.rank_of == leader) & (sg.step == step))
         lead = lead[np.argsort(sg.start[lead], kind="stable")]
@@ -68,11 +109,17 @@ def agreed_order(sg: SetGraph, inp: ReplayInputs) -> tuple[np.ndarray, list[str]
             plan.key[new] = slots
             for a, b in zip(new[:-1], new[1:], strict=True):
                 inp.dep2[b] = a if stream[a] != stream[b] else -1
+                if stream[a] != stream[b] and tails[a] > 0:
+                    series.append((b, a))
             inp.dep2[new[0]] = -1 if inp.dep2[new[0]] in set(new) else inp.dep2[new[0]]
             moved += 1
     dropped = topological_keys(plan, inp)
+    tailed = _start_in_tails(inp, tails, series)
     note = (f"agreed-order: {moved} rank-steps run their compute kernels in rank {leader}'s order of streams"
             if moved else "agreed-order: every rank already runs its compute kernels in the leader's order")
+    if tailed:
+        note += (f"; {tailed} of their GEMMs start in the tail of the one before them, as the trace shows them "
+                 f"doing (up to {tails.max() / 1e3:.1f} µs before its end)")
     if kept:
         note += f"; {kept} rank-steps whose streams differ from the leader's keep theirs"
     if dropped:

@@ -1,0 +1,48 @@
+"""The agreed-order fix's GEMM tails (analyzers/graph/agreed_order.py) on a hand-made graph worked out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analyzers.graph.agreed_order import compute_tails
+from analyzers.graph.analysis import whatif
+from analyzers.graph.fixes import parse_fix
+from analyzers.graph.rank_graph import CAT_CODES
+from tests.test_graph import US, _graph, _run
+
+C, M = CAT_CODES["compute"], CAT_CODES["comm"]
+
+
+def _rank(rank: int, first_stream: int):
+    """Two GEMMs of one kernel (100 µs each, streams 0 and 1), the second starting 5 µs before the first's end
+    (an inferred wait in its tail), each followed on its stream by a 10 µs collective (X on stream 0, Y on 1)."""
+    a, b = (0, 1) if first_stream == 0 else (1, 0)  # rows of the stream-0 and stream-1 GEMMs
+    start, end = [0, 0, 0, 0], [0, 0, 0, 0]
+    start[a], end[a], start[b], end[b] = 0, 100, 95, 195
+    start[2], end[2] = end[0], end[0] + 10  # X after the stream-0 GEMM
+    start[3], end[3] = end[1], end[1] + 10  # Y after the stream-1 GEMM
+    dep = [-1, -1, -1, -1]
+    dep[b] = a
+    g = _graph(rank, start, end, stream=[0, 1, 0, 1], prev=[-1, -1, 0, 1], dep=dep, cat=[C, C, M, M], step=[1] * 4,
+               names=["gemm", "gemm", "x", "y"])
+    g.dep_lat[b] = -5 * US
+    return g
+
+
+def test_the_reordered_gemm_starts_in_the_tail_of_the_one_before_it():
+    # rank 0 runs stream 0's GEMM first, rank 1 stream 1's: X waits for rank 1's second GEMM (195), Y for rank 0's
+    # (195): both end at 205. In rank 0's order rank 1's stream-1 GEMM follows its stream-0 one; it starts in its
+    # 5 µs tail (95-195), as both ranks' traces show: X runs 100-110 and Y ends at 205 again (at the first
+    # GEMM's end, 210)
+    run = _run([_rank(0, 0), _rank(1, 1)],
+               pd.DataFrame({"coll_id": [0, 0, 1, 1], "rank": [0, 1, 0, 1], "row": [2, 2, 3, 3]}))
+    assert compute_tails(run.sg).tolist() == [5 * US, 5 * US, 0, 0] * 2
+    assert run.replayed["dur_ns"].tolist() == [205 * US, 205 * US]
+    inp, rp = run.run([parse_fix("agreed-order")])
+    r1 = run.sg.base[1]
+    assert (np.asarray(rp.start[r1:r1 + 4]) / US).tolist() == [0, 95, 100, 195]
+    res = whatif(run, [parse_fix("agreed-order")])
+    assert res["predicted_step_ns"] == 205 * US
+    note = next(n for n in res["notes"] if n.startswith("agreed-order:"))
+    assert "1 of their GEMMs start in the tail" in note
