@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
@@ -9,6 +11,7 @@ from analyzers.graph.agreed_order import compute_tails
 from analyzers.graph.analysis import whatif
 from analyzers.graph.fixes import parse_fix
 from analyzers.graph.rank_graph import CAT_CODES
+from analyzers.timeline.sm_resources import RES_COLUMNS
 from tests.test_graph import US, _graph, _run
 
 C, M = CAT_CODES["compute"], CAT_CODES["comm"]
@@ -27,7 +30,11 @@ def _rank(rank: int, first_stream: int):
     g = _graph(rank, start, end, stream=[0, 1, 0, 1], prev=[-1, -1, 0, 1], dep=dep, cat=[C, C, M, M], step=[1] * 4,
                names=["gemm", "gemm", "x", "y"])
     g.dep_lat[b] = -5 * US
-    return g
+    # a GEMM's block per SM (384 threads × 168 registers) leaves no room for another's: it starts as blocks retire
+    facts = {"device": 0, "sms": 132, "regs": 65536, "smem": 233472, "threads": 2048, "max_blocks": 32, "blocks": 132,
+             "block_threads": 384, "thread_regs": 168, "block_smem": 200_000}
+    res = np.asarray([[facts[c] for c in RES_COLUMNS]], dtype=np.int64)
+    return replace(g, res_id=np.array([0, 0, -1, -1], dtype=np.int32), res=res)
 
 
 def test_the_reordered_gemm_starts_in_the_tail_of_the_one_before_it():
@@ -44,5 +51,10 @@ def test_the_reordered_gemm_starts_in_the_tail_of_the_one_before_it():
     assert (np.asarray(rp.start[r1:r1 + 4]) / US).tolist() == [0, 95, 100, 195]
     res = whatif(run, [parse_fix("agreed-order")])
     assert res["predicted_step_ns"] == 205 * US
+    # without the kernels' resources nothing says the second GEMM waited for the first's blocks: no tail
+    unknown = np.zeros(0, dtype=np.int32)
+    bare = _run([replace(_rank(0, 0), res_id=unknown), replace(_rank(1, 1), res_id=unknown)],
+                pd.DataFrame({"coll_id": [0, 0, 1, 1], "rank": [0, 1, 0, 1], "row": [2, 2, 3, 3]}))
+    assert not compute_tails(bare.sg).any()
     note = next(n for n in res["notes"] if n.startswith("agreed-order:"))
-    assert "1 of their GEMMs start in the tail" in note
+    assert "1 of their kernels start in the tail" in note

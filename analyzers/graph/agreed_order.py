@@ -10,9 +10,9 @@ Per step, each other rank's compute kernels are put in the leader's (lowest rank
 stream's own kernels keeping their order: the i-th kernel of the leader's order runs on stream S, so the
 other rank runs its next kernel of stream S there. The series edges follow the new order, each kernel takes the
 ordering key of the slot it fills, and the graph's order is recomputed (Kahn's order, graph.prefetch). A kernel
-whose new predecessor is a GEMM the trace shows another stream's GEMM starting inside (its first blocks retire
-a tail before its end: one round of its tiles) starts that tail before the predecessor's end, as an SM gate
-(graph.residency), rather than at its end. Streams
+whose new predecessor fills the GPU, where the trace shows a compute kernel of another stream that cannot fit
+beside it starting inside it (its first blocks retire a tail before its end: one round of a GEMM's tiles),
+starts that tail before the predecessor's end, as an SM gate (graph.residency), rather than at its end. Streams
 are matched across ranks by their stream number; a step whose streams or counts differ from the leader's keeps
 its order (the note counts those).
 """
@@ -26,6 +26,7 @@ import numpy as np
 from analyzers.graph.fixes import ReplayInputs, _serial_compute_ranks
 from analyzers.graph.prefetch import StreamPlan, topological_keys
 from analyzers.graph.rank_graph import CAT_CODES
+from analyzers.graph.residency import residency
 from analyzers.graph.set_graph import SetGraph
 
 _STREAM = re.compile(r"stream (-?\d+)$")
@@ -43,19 +44,22 @@ def _stream_numbers(sg: SetGraph) -> np.ndarray:
 
 
 def compute_tails(sg: SetGraph) -> np.ndarray:
-    """Per compute node: the longest time before its end that a compute kernel of another stream of its rank was
-    seen to start inside it (the first of its blocks to retire free SMs for the next GEMM), by rank and name;
-    0 where none was."""
+    """Per compute node: the longest time before its end that a compute kernel of another stream of its rank, one
+    that could not fit beside its blocks (graph.residency: it fills the GPU), was seen to start inside it (its
+    first blocks to retire free SMs for the next one), by rank and name; 0 where none was."""
+    rs = residency(sg)
     comp = np.flatnonzero(sg.cat == CAT_CODES["compute"])
-    stream = np.concatenate([sg.graphs[r].stream for r in sg.ranks]) if sg.ranks else np.zeros(0, dtype=np.int64)
     name = np.concatenate([sg.graphs[r].name_id for r in sg.ranks]) if sg.ranks else np.zeros(0, dtype=np.int64)
     key = sg.rank_of * (1 << 32) + name
     seen: dict[int, int] = {}
     for r in np.unique(sg.rank_of[comp]).tolist():
+        if r not in rs.blocked:
+            continue
         rows = comp[sg.rank_of[comp] == r]
         rows = rows[np.argsort(sg.start[rows], kind="stable")]
         for k, x in zip(rows[:-1].tolist(), rows[1:].tolist(), strict=True):
-            if stream[k] != stream[x] and sg.start[k] < sg.start[x] < sg.end[k] < sg.end[x]:
+            if (rs.holder[k] and rs.res[x] >= 0 and rs.blocked[r][rs.res[x], rs.res[k]] and rs.stream[k] != rs.stream[x]
+                    and sg.start[k] < sg.start[x] < sg.end[k] < sg.end[x]):
                 seen[int(key[k])] = max(seen.get(int(key[k]), 0), int(sg.end[k] - sg.start[x]))
     out = np.zeros(sg.n, dtype=np.int64)
     if seen:
@@ -118,8 +122,8 @@ def agreed_order(sg: SetGraph, inp: ReplayInputs) -> tuple[np.ndarray, list[str]
     note = (f"agreed-order: {moved} rank-steps run their compute kernels in rank {leader}'s order of streams"
             if moved else "agreed-order: every rank already runs its compute kernels in the leader's order")
     if tailed:
-        note += (f"; {tailed} of their GEMMs start in the tail of the one before them, as the trace shows them "
-                 f"doing (up to {tails.max() / 1e3:.1f} µs before its end)")
+        note += (f"; {tailed} of their kernels start in the tail of the GPU-filling one before them, as the trace "
+                 f"shows them doing (up to {tails.max() / 1e3:.1f} µs before its end)")
     if kept:
         note += f"; {kept} rank-steps whose streams differ from the leader's keep theirs"
     if dropped:
