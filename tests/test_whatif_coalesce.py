@@ -91,3 +91,15 @@ def test_coalesced_kernels_against_the_coalesced_ring():
     measured = ring.transfer[p2p_alone(ring, ring.transfer)]
     assert len(modelled) >= 4 and len(measured) >= 4
     assert abs(np.median(modelled) / np.median(measured) - 1) < 0.05
+
+
+def test_link_facts_from_the_gpu_table_and_the_gpu_model():
+    from analyzers.graph.link_facts import message_bytes, rank_link_gbps
+
+    # 33554432 bfloat16 elements: 64 MiB; 10 floats: 40 bytes; unknown dtype or count: -1
+    gpu = pd.DataFrame({"msg_nelems": [33554432, 10, 10, -1], "dtype": ["BFloat16", "Float", "", "Float"]})
+    assert message_bytes(gpu).tolist() == [64 << 20, 40, -1, -1]
+    assert message_bytes(pd.DataFrame({"start_ns": [0]})).tolist() == [-1]
+    # the slowest known model of the rank's GPUs (H200: 450, A100 SXM: 300 GB/s per direction); none known: 0
+    assert rank_link_gbps({0: "NVIDIA H200", 1: "NVIDIA A100-SXM4-80GB"}) == 300.0
+    assert rank_link_gbps({0: "a GPU nobody lists"}) == 0.0 and rank_link_gbps({}) == 0.0
