@@ -14,7 +14,10 @@ measured times allow it, so it never contradicts the trace):
   ended before the call was made imposed nothing in this run (the host was later than the GPU), but
   the order is the program's: a fix that makes the host earlier (launch-gaps, host-syncs) makes the
   wait bind again, so the edge is kept as an *idle* wait. It does not take its target out of the
-  launch-latency sample (it set no start), and it replaces no inferred edge;
+  launch-latency sample (it set no start), and it replaces no inferred edge. A wait called inside a c10d
+  collective call whose target is that call's kernel, on a stream that also runs work launched outside
+  collective calls, is no edge: ProcessGroupNCCL's wait of the collective's stream on the caller's current
+  stream, here the same stream (_own_stream_waits);
 - an activity that started later than its stream, its launch and its recorded wait explain
   (by ``MIN_DELAY_NS`` or more) is taken to wait for the last activity of another stream of its
   device to start before it, if that one was still running or had ended at most ``EXPLAIN_NS``
@@ -28,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyzers.timeline import intervals as iv
 from analyzers.timeline.constants import NO_TIME
 from analyzers.timeline.model import RankTrace
 
@@ -137,6 +141,41 @@ def _wait_calls(trace: RankTrace, stream_of: dict[tuple[int, int], int]) -> tupl
     return code[ok], rs[pos[ok]]
 
 
+COLLECTIVE_CALLS = ("record_param_comms", "c10d::", "nccl:")
+
+
+def _collective_calls(trace: RankTrace) -> tuple[np.ndarray, np.ndarray]:
+    """The host time ranges of the rank's c10d collective calls (PyTorch's ``record_param_comms``, ``c10d::*``,
+    ``nccl:*`` ops), merged."""
+    ops = trace.host_ops
+    if ops is None or ops.empty:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    codes, uniques = pd.factorize(ops["name_id"].to_numpy(np.int64))
+    hit = np.asarray([str(n).startswith(COLLECTIVE_CALLS) for n in trace.names_of(uniques)], dtype=bool)[codes]
+    return iv.union(ops["start_ns"].to_numpy(np.int64)[hit], ops["end_ns"].to_numpy(np.int64)[hit])
+
+
+def _own_stream_waits(calls: tuple[np.ndarray, np.ndarray], wait_t: np.ndarray, tgt_launch: np.ndarray,
+                      stream_launches: np.ndarray) -> np.ndarray:
+    """Per wait: ProcessGroupNCCL's wait of a collective's stream on the caller's current stream, where the
+    two are one stream. Inside a collective call c10d records an event on the current stream and makes the
+    collective's stream wait for it; where the call launched its kernel onto a stream that also runs work
+    launched outside collective calls (the caller's compute), that stream is the current one and the wait
+    orders nothing. The trace does not say on which stream the event was recorded: without this the wait
+    is tied to another stream's last activity (a GEMM the collective never waited for)."""
+    lo, hi = calls
+    if not len(lo) or not len(wait_t) or (_call_index(lo, hi, stream_launches) >= 0).all():
+        return np.zeros(len(wait_t), dtype=bool)  # no calls, or the stream runs collectives only (its own)
+    call = _call_index(lo, hi, wait_t)
+    return (call >= 0) & (call == _call_index(lo, hi, tgt_launch))
+
+
+def _call_index(lo: np.ndarray, hi: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per time: the (merged, sorted) call range that holds it, -1."""
+    j = np.searchsorted(lo, t, side="right") - 1
+    return np.where((j >= 0) & (t <= hi[np.maximum(j, 0)]), j, -1)
+
+
 def _lookup(codes: dict[tuple[int, int], int], device: np.ndarray, stream: np.ndarray) -> np.ndarray:
     """codes[(device, stream)] per pair, -1 where absent (one vectorized look-up, not one per record)."""
     if not codes or not len(device):
@@ -162,6 +201,7 @@ def event_waits(trace: RankTrace, start: np.ndarray, end: np.ndarray, device: np
     per = _by_stream(stream, launch, launched)
     stream_of = {(int(d), int(s)): i for i, (d, s) in enumerate(uniq)}
     w_code, w_time = _wait_calls(trace, stream_of)
+    calls = _collective_calls(trace)
     for s, (rows, keys) in per.items():
         sel = w_code == s
         if not sel.any():
@@ -170,6 +210,8 @@ def event_waits(trace: RankTrace, start: np.ndarray, end: np.ndarray, device: np
         ok = k < len(rows)
         tgt = rows[k[ok]]
         wt = w_time[sel][ok]
+        own = _own_stream_waits(calls, wt, launch[tgt], launch[rows])
+        tgt, wt = tgt[~own], wt[~own]
         for x, (xrows, xkeys) in per.items():
             if x == s or sdev[x] != sdev[s]:
                 continue
