@@ -64,16 +64,19 @@ def coalesced_ns(t_a: np.ndarray, t_b: np.ndarray, bytes_a: np.ndarray, bytes_b:
 
 def _per_node(sg: SetGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per node of the set: message bytes (-1), its rank's link peak (0), its block size (-1)."""
-    nbytes, link, threads = [], [], []
+    nbytes = np.full(sg.n, -1, dtype=np.int64)
+    link = np.zeros(sg.n, dtype=np.float64)
+    threads = np.full(sg.n, -1, dtype=np.int64)
     for r in sg.ranks:
-        g = sg.graphs[r]
-        nbytes.append(g.msg_bytes if len(g.msg_bytes) == g.n else np.full(g.n, -1, dtype=np.int64))
-        link.append(np.full(g.n, float(g.link_gbps)))
-        rid = g.res_id.astype(np.int64) if len(g.res_id) == g.n else np.full(g.n, -1, dtype=np.int64)
-        bt = g.res[np.maximum(rid, 0), _BLOCK_THREADS] if len(g.res) else np.full(g.n, -1, dtype=np.int64)
-        threads.append(np.where(rid >= 0, bt, -1))
-    cat = (lambda parts, dt: np.concatenate(parts).astype(dt) if parts else np.zeros(0, dtype=dt))  # noqa: E731
-    return cat(nbytes, np.int64), cat(link, np.float64), cat(threads, np.int64)
+        g, b = sg.graphs[r], sg.base[r]
+        rows = slice(b, b + g.n)
+        if len(g.msg_bytes) == g.n:
+            nbytes[rows] = g.msg_bytes
+        link[rows] = float(g.link_gbps)
+        if len(g.res_id) == g.n and len(g.res):
+            rid = g.res_id.astype(np.int64)
+            threads[rows] = np.where(rid >= 0, g.res[np.maximum(rid, 0), _BLOCK_THREADS], -1)
+    return nbytes, link, threads
 
 
 def _pairs(sg: SetGraph, p2p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -120,8 +123,7 @@ def coalesce(sg: SetGraph, inp: ReplayInputs, names: np.ndarray) -> tuple[dict[s
     mixed = int((second & (coll >= 0)).sum())
     note = f"coalesce: {int(gone.sum())} point-to-point exchanges merged into the one before them"
     if modelled.any():
-        _, share = nccl_p2p_warps(threads[a[modelled]])
-        alone, _ = nccl_p2p_warps(threads[a[modelled]])
+        alone, share = nccl_p2p_warps(threads[a[modelled]])
         note += (f"; each kernel carries both directions on NCCL's split of its warps ({int(np.median(share))} of "
                  f"{int(np.median(alone))} per direction) at up to {np.median(link[a[modelled]]):g} GB/s per "
                  f"direction: {np.median(dur[modelled]) / 1e3:.1f} µs median where the longer transfer took "
