@@ -6,13 +6,15 @@ median over steps of the slowest rank's step) and compared with the fixed varian
 merges or moves kernels) is listed as such, with what the closest fix gives in parentheses where
 there is one; the median error is over the predictable pairs only. The last column compares the
 two runs' GPUs: the median duration of each rank's busiest compute kernel run alone (nothing of the
-other class beside it), fixed run over unfixed run: what the prediction cannot know. Prints the
+other class beside it; the unfixed run's busiest kernel in both), fixed run over unfixed run: what the
+prediction cannot know. Prints the
 Markdown table of docs/whatif.md.
 
 usage: python benchmarks/whatif_pairs.py [--samples DIR] [--no-et] [--only TEXT]
   DIR: a tree laid out as sample_traces/ whose sets replace the repository's (sets it lacks come from
-  sample_traces/), e.g. benchmarks/recordings/ag-gemm-second, a second recording of the ag-gemm pairs, or
-  benchmarks/recordings/fsdp-et, the FSDP pairs recorded with their Execution Traces
+  sample_traces/), e.g. benchmarks/recordings/ag-gemm-second, a second recording of the ag-gemm pairs,
+  benchmarks/recordings/fsdp-et, the FSDP pairs recorded with their Execution Traces, or
+  benchmarks/recordings/fsdp-dim4096 (and -zero3), the FSDP pairs at dim 4096, where the GPU sets the step
   An unfixed set with Execution Traces beside its traces (rank{R}.et.json.gz, as the runners record them) is
   replayed with them, as `whatif --et` does; --no-et leaves them out (the op tree's module ranges alone).
 """
