@@ -6,13 +6,15 @@ median over steps of the slowest rank's step) and compared with the fixed varian
 merges or moves kernels) is listed as such, with what the closest fix gives in parentheses where
 there is one; the median error is over the predictable pairs only. The last column compares the
 two runs' GPUs: the median duration of each rank's busiest compute kernel run alone (nothing of the
-other class beside it), fixed run over unfixed run: what the prediction cannot know. Prints the
+other class beside it; the unfixed run's busiest kernel in both), fixed run over unfixed run: what the
+prediction cannot know. Prints the
 Markdown table of docs/whatif.md.
 
 usage: python benchmarks/whatif_pairs.py [--samples DIR] [--no-et] [--only TEXT]
   DIR: a tree laid out as sample_traces/ whose sets replace the repository's (sets it lacks come from
-  sample_traces/), e.g. benchmarks/recordings/ag-gemm-second, a second recording of the ag-gemm pairs, or
-  benchmarks/recordings/fsdp-et, the FSDP pairs recorded with their Execution Traces
+  sample_traces/), e.g. benchmarks/recordings/ag-gemm-second, a second recording of the ag-gemm pairs,
+  benchmarks/recordings/fsdp-et, the FSDP pairs recorded with their Execution Traces, or
+  benchmarks/recordings/fsdp-dim4096 (and -zero3), the FSDP pairs at dim 4096, where the GPU sets the step
   An unfixed set with Execution Traces beside its traces (rank{R}.et.json.gz, as the runners record them) is
   replayed with them, as `whatif --et` does; --no-et leaves them out (the op tree's module ranges alone).
 """
@@ -34,6 +36,7 @@ from analyzers.graph.contention import F_ALONE, contended_replay, overlap_shares
 from analyzers.graph.fixes import apply_fixes, baseline_inputs, parse_fix  # noqa: E402
 from analyzers.graph.moves import MOVES, apply_moves  # noqa: E402
 from analyzers.graph.rank_graph import CAT_CODES  # noqa: E402
+from analyzers.graph.replay import loop_order  # noqa: E402
 from analyzers.graph.steps import job_steps, median_ns, rank_steps  # noqa: E402
 from analyzers.io.exec_trace import read_exec_traces  # noqa: E402
 from analyzers.io.load import load_traces  # noqa: E402
@@ -78,8 +81,9 @@ def _et_run(folder: str):
     return graph_run(load_traces([_path(folder)]), None, read_exec_traces(ets))
 
 
-def _busiest_alone(rep) -> dict[int, float]:
-    """Per rank: the median duration of its busiest compute kernel's instances run alone."""
+def _busiest_alone(rep, names: dict[int, str] | None = None) -> dict[int, tuple[str, float]]:
+    """Per rank: its busiest compute kernel (or the one named in `names`) and the median duration of its
+    instances run alone."""
     sg = rep.graph_run.sg
     dur = baseline_inputs(sg).dur
     f = overlap_shares(sg, sg.start, sg.end, dur)
@@ -89,21 +93,23 @@ def _busiest_alone(rep) -> dict[int, float]:
         rows = np.flatnonzero(g.cat == CAT_CODES["compute"])
         if not len(rows):
             continue
-        names = np.asarray(g.names, dtype=object)[g.name_id[rows]]
+        kernel_names = np.asarray(g.names, dtype=object)[g.name_id[rows]]
         total: dict[str, int] = {}
-        for nm, d in zip(names.tolist(), dur[rows + b].tolist(), strict=True):
+        for nm, d in zip(kernel_names.tolist(), dur[rows + b].tolist(), strict=True):
             total[nm] = total.get(nm, 0) + d
-        top = max(total, key=total.__getitem__)
-        pick = rows[(names == top) & (f[rows + b] < F_ALONE)] + b
-        if len(pick):
-            out[r] = float(np.median(dur[pick]))
+        top = names.get(r) if names is not None else max(total, key=total.__getitem__)
+        pick = rows[(kernel_names == top) & (f[rows + b] < F_ALONE)] + b
+        if top is not None and len(pick):
+            out[r] = (top, float(np.median(dur[pick])))
     return out
 
 
 def _speeds(a, b) -> dict[int, float]:
-    """Per rank: the busiest compute kernel's alone duration, fixed run over unfixed run."""
-    da, db = _busiest_alone(a), _busiest_alone(b)
-    return {r: db[r] / da[r] for r in sorted(set(da) & set(db)) if da[r] > 0}
+    """Per rank: the unfixed run's busiest compute kernel alone, its duration in the fixed run over the
+    unfixed run's (the same kernel name in both)."""
+    da = _busiest_alone(a)
+    db = _busiest_alone(b, {r: name for r, (name, _) in da.items()})
+    return {r: db[r][1] / da[r][1] for r in sorted(set(da) & set(db)) if da[r][1] > 0}
 
 
 def _host_span(rep) -> dict[int, float]:
@@ -148,11 +154,13 @@ def _at_fixed_speed(run, fix: str, speeds: dict[int, float]) -> int | None:
     fixes = [parse_fix(fix)]
     moved = apply_moves(sg, fixes) if any(f.name in MOVES for f in fixes) else None
     inp = moved.inputs if moved else apply_fixes(sg, fixes)
-    compute = sg.cat == CAT_CODES["compute"]
+    graph = moved.sg if moved else sg  # a move may add or reorder activities: its rows, not the trace's
+    compute = graph.cat == CAT_CODES["compute"]
     for r, v in speeds.items():
-        sel = compute & (sg.rank_of == r)
+        sel = compute & (graph.rank_of == r)
         inp.dur[sel] = np.round(inp.dur[sel] * v).astype(np.int64)
-    rp = contended_replay(moved.sg if moved else sg, inp, run.order).replay
+    order = run.order if graph.order_key is sg.order_key else loop_order(graph)  # as moves.moved_replay
+    rp = contended_replay(graph, inp, order).replay
     return median_ns(job_steps(rank_steps(sg, rp.start, rp.end))["dur_ns"])
 
 

@@ -35,6 +35,10 @@ ENV_CACHE_DIR = "OVERLAPSCOPE_CACHE_DIR"  # the same override as the analyzer's 
 # the cached run's confirmation: chunks of the check (choice, runner-up, baselines), then of the re-timing
 CONFIRM_REPS = (4, 10)
 
+# the schedules that are a reference itself (the baseline's, PyTorch's fused op): every search times them to its
+# last round, so the choice loses to either only by the noise
+REFERENCE_TRANSPORTS = ("serial", "fused")
+
 ProgressFn = Callable[[str], None]
 MeasureFn = Callable[[Sequence["Schedule"], int], dict[str, float]]
 # times named callables for a number of chunks: name -> (median ms, spread ms = half the range of chunk medians)
@@ -45,7 +49,8 @@ SpreadMeasureFn = Callable[[Sequence[str], int], dict[str, tuple[float, float]]]
 class Schedule:
     """One candidate schedule of a tuned variant.
 
-    transport: "serial" (the baseline's collective after the whole GEMM: no overlap), "ce"
+    transport: "serial" (the baseline's collective after the whole GEMM: no overlap), "fused"
+    (PyTorch's own fused symmetric-memory op, the `fused-ref` variant's call), "ce"
     (copy engine through symmetric memory) or "nccl" (NCCL collectives / point-to-point).
     chunks: pipeline chunks per rank's block. priority: CUDA priority of the comm streams.
     barrier: where the schedule waits for its peers (algorithm-specific names). graph: the
@@ -62,8 +67,8 @@ class Schedule:
 
     @property
     def name(self) -> str:
-        if self.transport == "serial":
-            return "serial" + ("+graph" if self.graph else "")
+        if self.transport in REFERENCE_TRANSPORTS:
+            return self.transport + ("+graph" if self.graph else "")
         return (f"{self.transport}{'' if self.lanes == 1 else f'*{self.lanes}'} x{self.chunks} "
                 f"prio{self.priority} {self.barrier}"
                 + (" +graph" if self.graph else ""))
@@ -98,9 +103,10 @@ def search(candidates: Sequence[Schedule], measure: MeasureFn, *, keep: int = 4,
            skipped: dict[str, str] | None = None) -> SearchResult:
     """Three rounds: every candidate for reps[0] timing chunks, then the best `keep`, the best of every
     family (transport and barrier: structurally different schedules, whose round-1 order a few
-    noisy chunks can swap) and every serial candidate (the baseline-equivalent ones) again for
-    reps[1] chunks, then the best FINALISTS of that round, the best of each of its FINALISTS best
-    families and the best serial one for reps[2] chunks; the lowest median of the last round wins.
+    noisy chunks can swap) and every reference candidate (REFERENCE_TRANSPORTS: the baseline's schedule,
+    PyTorch's fused op) again for reps[1] chunks, then the best FINALISTS of that round, the best of each
+    of its FINALISTS best families and the best of each reference transport for reps[2] chunks; the
+    lowest median of the last round wins.
     Schedules of different families often lie within 2-4 % of each other, as close as the spread of
     a 50-iteration median, and their order moves with the GPU's clocks (on 2 x H200 at 8192 x 4096 x
     32768 fp16 three output-push schedules led round 2 while the operand exchange was 4 % faster
@@ -122,15 +128,16 @@ def search(candidates: Sequence[Schedule], measure: MeasureFn, *, keep: int = 4,
         for c in ranked:
             family_best.setdefault((c.transport, c.barrier), c)
         finalists = list(dict.fromkeys([*ranked[:keep], *family_best.values(),
-                                        *[c for c in candidates if c.transport == "serial"]]))
+                                        *[c for c in candidates if c.transport in REFERENCE_TRANSPORTS]]))
         say(f"tuning: round 2, {len(finalists)} finalists: " + ", ".join(c.name for c in finalists))
         rounds.append(measure(finalists, reps[1]))
         ranked = sorted(finalists, key=lambda c: rounds[-1][c.name])
-        serial = [c for c in ranked if c.transport == "serial"][:1]
+        references = [next(c for c in ranked if c.transport == t) for t in REFERENCE_TRANSPORTS
+                      if any(c.transport == t for c in ranked)]
         family_lead: dict[tuple[str, str], Schedule] = {}
         for c in ranked:
             family_lead.setdefault((c.transport, c.barrier), c)
-        last = list(dict.fromkeys([*ranked[:FINALISTS], *list(family_lead.values())[:FINALISTS], *serial]))
+        last = list(dict.fromkeys([*ranked[:FINALISTS], *list(family_lead.values())[:FINALISTS], *references]))
         if len(last) > 1 and clock() - t0 < budget_s * 3 / 4:
             say(f"tuning: round 3, {len(last)} finalists: " + ", ".join(c.name for c in last))
             rounds.append(measure(last, reps[2]))

@@ -38,6 +38,11 @@ Each finding of this tool on the recorded traces became a dimension of the searc
   and re-writes the output block): barrier "kcat" (runners/gemm_rs_kcat.py) places the peers'
   operands beside the rank's own along K and runs one GEMM over K for all but the first rows.
 
+- transport "fused": PyTorch's `fused_matmul_reduce_scatter` itself (the `fused-ref` variant's call), a
+  candidate as "serial" is: on 4 x H200 at 12288 x 12288 x 6144 bf16 the output pushes stayed at
+  1.02-1.03 x `fused-ref` in three runs of four, so the search picks it where nothing above matches it,
+  and `tuned` loses to either reference only by the timing noise.
+
 Receive slots alternate between two buffers by iteration; the barriers keep a peer less than
 one iteration ahead, so it never overwrites a slot that is still being read.
 """
@@ -56,7 +61,7 @@ from runners.graphs import capture
 from runners.streams import Marker, Streams, region
 from runners.workload import Workload
 
-CODE_VERSION = "gemm-rs tuned 9"  # part of the cache fingerprint: bump when a schedule or its timing changes
+CODE_VERSION = "gemm-rs tuned 10"  # part of the cache fingerprint: bump when a schedule or its timing changes
 CHUNKS = (2, 4, 8)
 
 
@@ -65,6 +70,8 @@ def candidates(wl: Workload) -> list[Schedule]:
     ctx, rows = wl.ctx, wl.M // wl.D
     graphs = (False, True) if ctx.cuda else (False,)
     out = [Schedule("serial", graph=g) for g in graphs]
+    if symm.available(ctx) and wl.D > 1:  # PyTorch's fused op itself, eager (a capture of its barriers is not tried)
+        out.append(Schedule("fused"))
     chunks = [s for s in CHUNKS if rows % s == 0]
     if symm.available(ctx) and wl.D > 1:
         out += [Schedule("ce", s, -1, b, g) for s in chunks for b in ("group", "once") for g in graphs]
@@ -115,6 +122,8 @@ class TunedGemmRs:
         self.calls = [0]
 
     def build(self, s: Schedule) -> Callable[[], Any]:
+        if s.transport == "fused":
+            return self.wl.variant_fn("fused-ref")
         if s.transport == "serial":
             step: Callable[[int], Any] = lambda _par: self._serial_step()  # noqa: E731
             parities = 1

@@ -375,6 +375,8 @@ SLOW: dict[str, tuple[str, ...]] = {
     ),
     "test_whatif_moves": (
         "test_moves_on_the_repository_traces",
+        "test_prefetch_front_loaded_from_the_op_tree_at_dim_4096",
+        "test_fsdp_pairs_at_dim_4096_meet_the_target_with_their_execution_traces",
     ),
     "test_write_tables": (
         "test_cli_writes_readable_parquet",

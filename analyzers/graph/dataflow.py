@@ -9,6 +9,8 @@ compute is launched between the end of ``FSDP::pre_forward (blocks.3)`` and the 
 ``FSDP::post_forward (blocks.3)`` (backward: from ``FSDP::pre_backward (M)`` to M's first
 ``FSDP::post_backward_*``). Each GPU activity gets the module and role of the range its launching call
 sits in (same thread); the first compute of a module after its all-gather is that all-gather's consumer.
+The root module's ranges name no module (``FSDP::all_gather``): its all-gather and copy-out get the module
+``(root)``; its forward and backward windows, which hold every block's, give no role.
 
 The ranges come from the host ops table: in a Kineto trace the profiler's ``record_function`` ranges, in an
 Nsight Systems export its NVTX ranges (NVTX_EVENTS: the same names where the program pushes them, as
@@ -32,7 +34,8 @@ from analyzers.timeline.constants import NO_TIME
 NONE, GATHER, COPY_OUT, FORWARD, BACKWARD = 0, 1, 2, 3, 4
 # an NVTX range of the same name may carry emit_nvtx's suffix (", seq = 3, op_id = 7")
 _HOOK = re.compile(r"^FSDP::(all_gather|all_gather_copy_out|pre_forward|post_forward|pre_backward|"
-                   r"post_backward_\w+) \(([^()]+)\)(?:, .*)?$")
+                   r"post_backward_\w+)(?: \(([^()]+)\))?(?:, .*)?$")
+ROOT = "(root)"  # FSDP2 names no module in the root module's ranges
 
 
 def _hooks(ops: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
@@ -46,7 +49,7 @@ def _hooks(ops: pd.DataFrame, names: Sequence[str]) -> pd.DataFrame:
     sel = np.isin(ids, np.fromiter(hit, dtype=np.int64))
     rows = ops[sel]
     mids = rows["name_id"].to_numpy(np.int64).tolist()
-    return pd.DataFrame({"hook": [hit[i].group(1) for i in mids], "module": [hit[i].group(2) for i in mids],
+    return pd.DataFrame({"hook": [hit[i].group(1) for i in mids], "module": [hit[i].group(2) or ROOT for i in mids],
                          "start": rows["start_ns"].to_numpy(np.int64), "end": rows["end_ns"].to_numpy(np.int64),
                          "tid": rows["tid"].to_numpy(np.int64)})
 
@@ -96,6 +99,8 @@ def module_roles(ops: pd.DataFrame, names: Sequence[str], launch: np.ndarray,
     for hook, code in (("all_gather_copy_out", COPY_OUT), ("all_gather", GATHER)):
         w = h[h["hook"] == hook][["module", "tid", "start", "end"]]
         _assign(role, module, code, w, mods, launch, ltid)
+    # the root's forward and backward windows hold every block's: only its all-gather and copy-out are its own
+    h = h[h["module"] != ROOT]
     _assign(role, module, FORWARD, _windows(h, "pre_forward", "post_forward$", True), mods, launch, ltid)
     _assign(role, module, BACKWARD, _windows(h, "pre_backward", "post_backward_", True), mods, launch, ltid)
     return role, module, list(mods)
