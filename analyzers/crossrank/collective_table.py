@@ -267,13 +267,16 @@ def _member_waits(cross: CrossRankReport | None) -> dict[int, pd.Series]:
 
 
 def _rank_rows(t: RankTrace, waits: pd.Series | None, params: CollectiveParams) -> pd.DataFrame:
+    """A rank's rows. Every string column is worked out once per distinct value (names by name id, the
+    operation per name and collective, sizes per distinct size), never per row."""
     gpu = t.gpu
     sel = np.flatnonzero((gpu["category"] == "comm").to_numpy(dtype=bool) & (gpu["kind"] != "memset").to_numpy())
     if not sel.size:
         return pd.DataFrame()
     g = gpu.iloc[sel]
-    raw = t.names_of(g["name_id"].to_numpy())
-    coll = g["coll_name"].to_numpy(dtype=object).astype(str)
+    name_code, name_ids = pd.factorize(g["name_id"].to_numpy(np.int64))
+    raw = t.names_of(name_ids)  # the distinct names
+    coll_code, coll = _str_codes(g["coll_name"])
     s, e = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)
     dur = np.maximum(e - s, 0)
     wait_known = np.zeros(sel.size, dtype=bool)
@@ -283,10 +286,13 @@ def _rank_rows(t: RankTrace, waits: pd.Series | None, params: CollectiveParams) 
         wait_known = w.notna().to_numpy()
         wait = np.clip(np.nan_to_num(w.to_numpy(dtype=float)).astype(np.int64), 0, dur)
     transfer = dur - wait
-    op = _per_distinct(_pairs(raw, coll), lambda k: comm_op(str(k[0]), str(k[1])))
+    op_code, ops = _per_pair(name_code, coll_code, lambda a, b: comm_op(str(raw[a]), coll[b]))
+    op = ops[op_code]
     nbytes = _message_bytes(g)
     n = g["group_size"].to_numpy(np.int64) if "group_size" in g else np.full(sel.size, -1, np.int64)
-    factor = _per_distinct(_pairs(op, n), lambda k: _factor(str(k[0]), int(k[1]))).astype(float)
+    n_code, n_values = pd.factorize(n)
+    factor = _per_pair(op_code, n_code, lambda a, b: _factor(ops[a], int(n_values[b])))
+    factor = factor[1][factor[0]].astype(float)
     with np.errstate(divide="ignore", invalid="ignore"):
         algbw = np.where((nbytes > 0) & (transfer > 0), nbytes / np.maximum(transfer, 1), np.nan)  # bytes/ns = GB/s
     comp = (gpu["category"] == "compute").to_numpy(dtype=bool)
@@ -294,21 +300,41 @@ def _rank_rows(t: RankTrace, waits: pd.Series | None, params: CollectiveParams) 
     t0 = s + wait
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(transfer > 0, (_covered(busy, e) - _covered(busy, t0)) / np.maximum(transfer, 1), np.nan)
+    pg_code, pgs = _str_codes(g["pg"])
+    size_code, sizes = pd.factorize(nbytes)
     return pd.DataFrame({
         "rank": np.full(sel.size, t.rank, dtype=np.int64), "row": sel.astype(np.int64), "start_ns": s, "end_ns": e,
         "stream": g["stream"].to_numpy(np.int64),
-        "name": _per_distinct(pd.Series(raw, dtype=object), lambda n: normalize_kernel_name(str(n))),
-        "library": _per_distinct(pd.Series(raw, dtype=object), lambda n: comm_library(str(n))), "op": op,
-        "pg": g["pg"].to_numpy(dtype=object).astype(str), "group_size": n, "dtype": g["dtype"].to_numpy(dtype=object),
+        "name": _each(raw, normalize_kernel_name)[name_code],
+        "library": _each(raw, comm_library)[name_code], "op": op,
+        "pg": _each(pgs, str)[pg_code], "group_size": n, "dtype": g["dtype"].to_numpy(dtype=object),
         "bytes": nbytes, "dur_ns": dur, "wait_ns": np.where(wait_known, wait, np.nan), "transfer_ns": transfer,
         "wait_known": wait_known, "algbw_gbps": algbw, "busbw_gbps": algbw * factor, "overlap_share": share,
         "overlapped": np.nan_to_num(share) >= params.overlapped_min_share,
-        "size_bucket": _per_distinct(pd.Series(nbytes), lambda b: size_bucket(float(b))),
+        "size_bucket": _each(sizes, lambda b: size_bucket(float(b)))[size_code],
     })
 
 
-def _pairs(a: np.ndarray, b: np.ndarray) -> pd.Series:
-    return pd.Series(list(zip(a.tolist(), b.tolist(), strict=True)), dtype=object)
+def _str_codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """(code per row, str of each distinct value): what ``col.to_numpy(dtype=object).astype(str)`` holds, as
+    codes (a missing value reads "nan", or "None", as there)."""
+    values = col.array
+    if isinstance(values, pd.Categorical):
+        codes = values.codes.astype(np.int64)
+        uniques = [str(v) for v in values.categories.to_numpy(dtype=object)]
+        if (codes < 0).any():
+            codes = np.where(codes < 0, len(uniques), codes)
+            uniques.append(str(np.nan))
+        return codes, uniques
+    codes, distinct = pd.factorize(col.to_numpy(dtype=object), use_na_sentinel=False)
+    return codes.astype(np.int64), [str(v) for v in distinct]
+
+
+def _per_pair(a: np.ndarray, b: np.ndarray, fn: Callable[[int, int], Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(code per row, fn of each distinct (a, b) pair of codes as an object array)."""
+    width = int(b.max()) + 1 if len(b) else 1  # both are codes (>= 0): one int64 key per pair
+    code, keys = pd.factorize(a * width + b)
+    return code, _each(keys.tolist(), lambda k: fn(*divmod(k, width)))
 
 
 def _factor(op: str, n: int) -> float:
@@ -316,16 +342,19 @@ def _factor(op: str, n: int) -> float:
     return np.nan if f is None else f
 
 
-def _per_distinct(values: pd.Series, fn) -> np.ndarray:
-    """fn of each value, computed once per distinct value (object array in the values' order)."""
-    codes, uniques = pd.factorize(values, use_na_sentinel=False)
-    return np.asarray([fn(u) for u in uniques], dtype=object)[codes] if len(values) else np.zeros(0, dtype=object)
+def _each(values: Any, fn: Callable[[Any], Any]) -> np.ndarray:
+    """fn of each value, as an object array (values: the distinct ones)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = [fn(v) for v in values]
+    return out
 
 
 def _message_bytes(g: pd.DataFrame) -> np.ndarray:
     """S of NCCL's formulas per row: the larger of in and out messages × element size (the whole
     buffer: all-gather's output, reduce-scatter's input); a copy's own bytes; 0 when unknown."""
-    size = np.array([dtype_bytes(d) or 0 for d in g["dtype"].to_numpy(dtype=object)], dtype=np.int64)
+    code, dtypes = _str_codes(g["dtype"])
+    size = np.array([dtype_bytes(d) or 0 for d in dtypes], dtype=np.int64)[code] if len(code) else \
+        np.zeros(0, dtype=np.int64)
     n_in = g["msg_nelems"].to_numpy(np.int64)
     n_out = g["out_nelems"].to_numpy(np.int64) if "out_nelems" in g else np.full(len(g), -1, np.int64)
     msg = np.maximum(np.maximum(n_in, n_out), 0) * size
