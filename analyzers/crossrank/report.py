@@ -113,8 +113,7 @@ class CrossRankReport:
     clock: ClockAlignment | None
     # One row per matched collective: id, group, index, seq, coll_name, n_ranks, peers_known,
     # arrival_ns, first_start_ns, skew_ns, late_rank (-1: arrived together), end_spread_ns,
-    # max_wait_ns, total_wait_ns, and per rank r: start_ns_r{r}, end_ns_r{r}, wait_ns_r{r},
-    # transfer_ns_r{r} (NaN where the rank is not in the collective).
+    # max_wait_ns, total_wait_ns (its per-rank columns: collectives_by_rank()).
     collectives: pd.DataFrame
     # One row per (collective, rank): coll_id, rank, row (index into that rank's gpu table),
     # stream, start_ns, end_ns (aligned), wait_ns, transfer_ns.
@@ -132,6 +131,14 @@ class CrossRankReport:
     @property
     def n_matched(self) -> int:
         return len(self.collectives)
+
+    def collectives_by_rank(self) -> pd.DataFrame:
+        """The collectives with, per rank r, start_ns_r{r}, end_ns_r{r}, wait_ns_r{r}, transfer_ns_r{r}
+        (nullable Int64, NA where the rank is not in the collective), made from the members on each call:
+        ranks x collectives values, which `analyze` never reads, so the report does not hold them."""
+        per_rank = per_rank_columns(self.members, self.collectives["coll_id"].to_numpy(), self.ranks)
+        return pd.concat([self.collectives, pd.DataFrame(per_rank, index=self.collectives.index, copy=False)],
+                         axis=1) if per_rank else self.collectives.copy()
 
     def to_dict(self) -> dict[str, Any]:
         return to_plain(self.document())
@@ -162,6 +169,30 @@ class CrossRankReport:
 
 
 # --------------------------------------------------------------------------- helpers
+
+def per_rank_columns(members: pd.DataFrame, ids: np.ndarray, ranks: list[int]) -> dict[str, pd.arrays.IntegerArray]:
+    """start_ns_r{r}, end_ns_r{r}, wait_ns_r{r}, transfer_ns_r{r} of the collectives `ids` (sorted) per rank,
+    nullable Int64 (a rank may be absent): exact epoch nanoseconds, one column per rank and value, built in
+    one pass. Each value is one rank-major matrix whose rows are the columns (no copy per column)."""
+    if not len(ids) or members.empty:
+        return {}
+    rank_arr = np.asarray(ranks, dtype=np.int64)
+    ci = np.searchsorted(ids, members["coll_id"].to_numpy())
+    ri = np.searchsorted(rank_arr, members["rank"].to_numpy())
+    absent = np.ones((len(ranks), len(ids)), dtype=bool)
+    absent[ri, ci] = False
+    mats = {}
+    for n in ("start_ns", "end_ns", "wait_ns", "transfer_ns"):
+        mat = np.zeros((len(ranks), len(ids)), dtype=np.int64)
+        mat[ri, ci] = members[n].to_numpy(dtype=np.int64)
+        mats[n] = mat
+    out: dict[str, pd.arrays.IntegerArray] = {}
+    for j, r in enumerate(ranks):
+        mask = absent[j]
+        for n, mat in mats.items():
+            out[f"{n}_r{r}"] = pd.arrays.IntegerArray(mat[j], mask.copy())
+    return out
+
 
 def listed_collectives(colls: pd.DataFrame, cap: int) -> pd.DataFrame:
     """The matched collectives the document lists: the cap with the longest peer wait (ties: the earlier), in
