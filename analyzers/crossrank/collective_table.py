@@ -150,7 +150,10 @@ class CollectiveTable:
             "link_source": self.link_source,
             "n_rows": self.n_rows,
             "groups": rows(self.groups),
-            "per_rank": rows(self.rank_groups),
+            # the groups per rank grow with ranks: the first max_listed (with their count when cut; every one:
+            # `analyze --tables`, collective_groups.parquet)
+            **({"n_per_rank": len(self.rank_groups)} if len(self.rank_groups) > self.params.max_listed else {}),
+            "per_rank": rows(self.rank_groups.head(self.params.max_listed)),
             "rows": rows(self.head),
             "params": asdict(self.params),
             "notes": list(self.notes),

@@ -162,7 +162,7 @@ class CrossRankReport:
             "stream_roles": {str(r): v for r, v in self.stream_roles.items()},
             "n_mismatches": int(len(self.mismatches)),
             "mismatches": rows(self.mismatches.head(cap)),
-            "mismatch_summary": self.mismatch_summary,
+            "mismatch_summary": listed_order_checks(self.mismatch_summary, ORDER_CHECKS_LISTED),
             "params": asdict(self.params),
             "notes": list(self.notes),
         }
@@ -203,6 +203,19 @@ def listed_collectives(colls: pd.DataFrame, cap: int) -> pd.DataFrame:
     wait = pd.to_numeric(cols["max_wait_ns"], errors="coerce").to_numpy(np.float64)
     top = np.argsort(-np.nan_to_num(wait, nan=-np.inf), kind="stable")[:cap]
     return cols.iloc[np.sort(top)]
+
+
+ORDER_CHECKS_LISTED = 32  # order checks the document lists (their evidence; renders show the first few)
+
+
+def listed_order_checks(summary: dict[str, Any], cap: int) -> dict[str, Any]:
+    """The order comparison's summary as the document lists it: its first `cap` checks (one per rank pair and
+    stream-role pair: they grow with ranks x streams), with how many there are when cut (every one: `analyze
+    --tables`, order_checks.parquet)."""
+    checks = summary.get("order_checks")
+    if checks is None or len(checks) <= cap:
+        return summary
+    return {**summary, "n_order_checks": len(checks), "order_checks": checks[:cap]}
 
 
 _PER_RANK_COLUMN = re.compile(r"_r\d+$")
