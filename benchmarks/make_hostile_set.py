@@ -60,7 +60,8 @@ def rank_events(rank: int, world: int, steps: int, seed: int = 7) -> list[dict]:
             for j, name in enumerate(names):
                 ev.append(_x("cuda_runtime", "cudaLaunchKernel", t + 10 + j, 3, PID, {"correlation": corr}))
                 ev.append(_x("kernel", name, t + 15 + 30 * j, 25 + rnd.randrange(20), 0,
-                             {"device": 0, "stream": COMPUTE_STREAMS[(step + k + 20 * j) % len(COMPUTE_STREAMS)], "correlation": corr,
+                             {"device": 0, "stream": COMPUTE_STREAMS[(step + k + 20 * j) % len(COMPUTE_STREAMS)],
+                              "correlation": corr,
                               "grid": [132 * (1 + j), 1, 1], "block": [256, 1, 1], "registers per thread": 128,
                               "shared memory": 49152}))
                 corr += 1
