@@ -162,7 +162,7 @@ class CrossRankReport:
             "stream_roles": {str(r): v for r, v in self.stream_roles.items()},
             "n_mismatches": int(len(self.mismatches)),
             "mismatches": rows(self.mismatches.head(cap)),
-            "mismatch_summary": listed_order_checks(self.mismatch_summary, ORDER_CHECKS_LISTED),
+            "mismatch_summary": listed_order_checks(self.mismatch_summary, cap),
             "params": asdict(self.params),
             "notes": list(self.notes),
         }
@@ -203,9 +203,6 @@ def listed_collectives(colls: pd.DataFrame, cap: int) -> pd.DataFrame:
     wait = pd.to_numeric(cols["max_wait_ns"], errors="coerce").to_numpy(np.float64)
     top = np.argsort(-np.nan_to_num(wait, nan=-np.inf), kind="stable")[:cap]
     return cols.iloc[np.sort(top)]
-
-
-ORDER_CHECKS_LISTED = 32  # order checks the document lists (their evidence; renders show the first few)
 
 
 def listed_order_checks(summary: dict[str, Any], cap: int) -> dict[str, Any]:
