@@ -7,9 +7,11 @@ form (one row per rank and item), readable with pandas (`pd.read_parquet`) or Du
 
   ranks.parquet             one row per rank: the whole-trace metrics and the iteration summary
   iterations.parquet        one row per (rank, iteration): the per-iteration metrics
-  streams.parquet           one row per (rank, stream): busy, comm and compute time (the JSON: up to 32 a rank)
+  streams.parquet           one row per (rank, stream): busy, comm and compute time (the JSON: up to 16 a rank)
   stream_pairs.parquet      one row per (rank, stream pair, a <= b): time both were busy (the JSON: the matrix
-                            over up to 16 streams a rank)
+                            over up to 8 streams a rank)
+  stream_roles.parquet      one row per (rank, stream): the stream role it was matched to across ranks (the JSON:
+                            up to 16 a rank)
   collectives.parquet       one row per matched collective: arrival, skew, late rank, waits
   collective_ranks.parquet  one row per (collective, rank): aligned start/end, wait, transfer, lateness, last
   collective_activities.parquet  one row per communication activity and rank: bytes, wait, transfer, bandwidth
@@ -80,6 +82,7 @@ def table_chunks(report: AnalysisReport) -> dict[str, Iterator[pd.DataFrame]]:
 
         out["collectives"] = iter([cr.collectives[collective_columns(cr.collectives)].reset_index(drop=True)])
         out["collective_ranks"] = _collective_ranks(cr.collectives, cr.members)
+        out["stream_roles"] = iter([pd.DataFrame([{"rank": r, **d} for r, v in cr.stream_roles.items() for d in v])])
         if checks := (cr.mismatch_summary or {}).get("order_checks"):
             out["order_checks"] = iter([pd.DataFrame(checks)])
     if report.collectives is not None and report.collectives.n_rows:

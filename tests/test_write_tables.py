@@ -23,7 +23,7 @@ def test_tables_hold_the_detail_the_document_leaves_out():
     tabs = report_tables(rep)
     assert set(tabs) == {"ranks", "iterations", "collectives", "collective_ranks", "stragglers", "syncs",
                          "critical_rows", "critical_steps", "collective_activities", "findings", "streams",
-                         "stream_pairs", "collective_groups", "order_checks"}
+                         "stream_pairs", "collective_groups", "order_checks", "stream_roles"}
     # every stream of every rank, and each pair once; the document's groups per rank and order checks, all of them
     assert tabs["streams"]["busy_ns"].tolist() == [s["busy_ns"] for d in doc["ranks"] for s in d["streams"]]
     for d in doc["ranks"]:
@@ -33,6 +33,8 @@ def test_tables_hold_the_detail_the_document_leaves_out():
         assert len(pairs) == n * (n + 1) // 2 and pairs["overlap_ns"].tolist() == [
             m["matrix"][i][j] for i in range(n) for j in range(i, n)]
     assert tabs["collective_groups"]["n"].tolist() == [g["n"] for g in doc["collectives"]["per_rank"]]
+    assert tabs["stream_roles"]["role"].tolist() == [d["role"] for v in doc["cross_rank"]["stream_roles"].values()
+                                                     for d in v]
     checks = doc["cross_rank"]["mismatch_summary"]["order_checks"]
     assert tabs["order_checks"]["swapped"].tolist() == [c["swapped"] for c in checks]
     assert tabs["findings"]["id"].tolist() == [f["id"] for f in doc["findings"]]
@@ -77,7 +79,7 @@ def test_cli_writes_readable_parquet(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == sorted(
         f"{n}.parquet" for n in ("ranks", "iterations", "collectives", "collective_ranks", "stragglers", "syncs",
                                  "critical_rows", "critical_steps", "collective_activities", "findings", "streams",
-                                 "stream_pairs", "collective_groups", "order_checks"))
+                                 "stream_pairs", "collective_groups", "order_checks", "stream_roles"))
     assert pd.read_parquet(out / "findings.parquet")["title"].tolist() == [f["title"] for f in doc["findings"]]
     ranks = pd.read_parquet(out / "ranks.parquet")
     assert ranks["overlap_ratio"].tolist() == [x["overlap_ratio"] for x in doc["ranks"]]

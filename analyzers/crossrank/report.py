@@ -159,7 +159,7 @@ class CrossRankReport:
             "inconsistent": self.inconsistent[:cap],
             "peer_wait": {str(r): v for r, v in self.peer_wait.items()},
             "late_ranks": self.late_ranks,
-            "stream_roles": {str(r): v for r, v in self.stream_roles.items()},
+            **listed_stream_roles(self.stream_roles, STREAM_ROLES_LISTED),
             "n_mismatches": int(len(self.mismatches)),
             "mismatches": rows(self.mismatches.head(cap)),
             "mismatch_summary": listed_order_checks(self.mismatch_summary, cap),
@@ -203,6 +203,23 @@ def listed_collectives(colls: pd.DataFrame, cap: int) -> pd.DataFrame:
     wait = pd.to_numeric(cols["max_wait_ns"], errors="coerce").to_numpy(np.float64)
     top = np.argsort(-np.nan_to_num(wait, nan=-np.inf), kind="stable")[:cap]
     return cols.iloc[np.sort(top)]
+
+
+STREAM_ROLES_LISTED = 16  # streams a rank's role list in the document holds (every one: --tables stream_roles)
+
+
+def listed_stream_roles(roles: dict[int, list[dict[str, Any]]], cap: int) -> dict[str, Any]:
+    """The document's `stream_roles`: per rank its streams' roles, past `cap` streams the `cap` with the most
+    kernels (in their order), and then `n_stream_roles`, each cut rank's full count (every one: `analyze
+    --tables`, stream_roles.parquet)."""
+    listed, counts = {}, {}
+    for r, v in roles.items():
+        if len(v) > cap:
+            keep = sorted(sorted(range(len(v)), key=lambda i: -v[i]["n"])[:cap])
+            listed[str(r)], counts[str(r)] = [v[i] for i in keep], len(v)
+        else:
+            listed[str(r)] = v
+    return {"stream_roles": listed, **({"n_stream_roles": counts} if counts else {})}
 
 
 def listed_order_checks(summary: dict[str, Any], cap: int) -> dict[str, Any]:

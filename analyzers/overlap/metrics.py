@@ -248,8 +248,8 @@ class RankMetrics:
 
 # What the compact document lists of a rank's streams (they grow with the trace, the pair matrix as their
 # square): the busiest first; every stream and pair is a row of `analyze --tables`.
-STREAMS_LISTED = 32
-PAIR_STREAMS_LISTED = 16
+STREAMS_LISTED = 16
+PAIR_STREAMS_LISTED = 8
 
 
 def listed_streams(m: RankMetrics) -> tuple[pd.DataFrame, pd.DataFrame]:
