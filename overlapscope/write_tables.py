@@ -9,7 +9,7 @@ form (one row per rank and item), readable with pandas (`pd.read_parquet`) or Du
   iterations.parquet        one row per (rank, iteration): the per-iteration metrics
   streams.parquet           one row per (rank, stream): busy, comm and compute time (the JSON: up to 16 a rank)
   stream_pairs.parquet      one row per (rank, stream pair, a <= b): time both were busy (the JSON: the matrix
-                            over up to 8 streams a rank)
+                            over up to 16 streams a rank)
   stream_roles.parquet      one row per (rank, stream): the stream role it was matched to across ranks (the JSON:
                             up to 16 a rank)
   collectives.parquet       one row per matched collective: arrival, skew, late rank, waits

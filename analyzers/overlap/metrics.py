@@ -249,7 +249,7 @@ class RankMetrics:
 # What the compact document lists of a rank's streams (they grow with the trace, the pair matrix as their
 # square): the busiest first; every stream and pair is a row of `analyze --tables`.
 STREAMS_LISTED = 16
-PAIR_STREAMS_LISTED = 8
+PAIR_STREAMS_LISTED = 16
 
 
 def listed_streams(m: RankMetrics) -> tuple[pd.DataFrame, pd.DataFrame]:
