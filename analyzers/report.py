@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from analyzers.crossrank import CrossRankParams, CrossRankReport, RankSteps, analyze_cross_rank, rank_steps
@@ -205,22 +203,10 @@ def categorical_strings(gpu: pd.DataFrame) -> pd.DataFrame:
 
 
 def table_fingerprint(trace: RankTrace) -> int:
-    """A checksum of what per-rank results depend on: GPU rows with their categories, host tables' sizes.
-    CRC-32 over the columns' bytes (3x quicker than hashing them row by row with pandas; the same in
-    every process, so a Dask worker's results match the caller's tables)."""
-    gpu = trace.gpu
-    crc = 0
-    for c in ("start_ns", "end_ns", "stream", "name_id"):
-        crc = zlib.crc32(np.ascontiguousarray(gpu[c].to_numpy()), crc)
-    category = gpu["category"]
-    if not len(gpu):  # no rows, no categories: an empty table is the same whatever dtype it was shipped with
-        pass
-    elif isinstance(category.dtype, pd.CategoricalDtype):
-        crc = zlib.crc32(np.ascontiguousarray(category.cat.codes.to_numpy()), crc)
-        crc = zlib.crc32(repr(tuple(category.cat.categories)).encode(), crc)
-    else:
-        crc = zlib.crc32(np.ascontiguousarray(pd.util.hash_array(category.to_numpy(dtype=object))), crc)
-    return hash((crc, len(gpu), *trace.host_row_counts(), trace.rank))
+    """A checksum of what per-rank results depend on: GPU rows with their categories (RankTrace.gpu_checksum:
+    a packed trace keeps the one made when it was packed, so checking results against it unpacks nothing),
+    host tables' sizes, the rank."""
+    return hash((trace.gpu_checksum(), *trace.host_row_counts(), trace.rank))
 
 
 def precomputed_results(traces: TraceSet, options: AnalysisOptions, diagnose: bool,

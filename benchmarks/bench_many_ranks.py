@@ -18,8 +18,12 @@ parsed and analyzed in the workers) beside the graph stage's (the caller's repla
 plus the per-rank graph builds over the workers), and how many ranks the critical path covers (its per-rank
 rows) and how many findings carry a saving. The 1-minute load average is printed beside each run.
 
+With --hostile the set is make_hostile_set.py's instead: every rank written apart, full of what grows the JSON
+document (64 streams, 16 process groups, 30 size buckets, 40 sync callers, unmatched and reordered kernels),
+for the document's size at any rank count.
+
 usage: python benchmarks/bench_many_ranks.py [--ranks 8,1024] [--modes pool,dask] [--dask-workers 2] [--clean]
-       [--source RANK.json]
+       [--source RANK.json | --hostile]
 """
 
 from __future__ import annotations
@@ -158,6 +162,7 @@ def main() -> None:
     ap.add_argument("--source", type=Path, default=SOURCE,
                     help="the rank to copy (.json or .json.gz; default the public 54 MB V100 rank), e.g. a rank "
                          "of a set made with make_large_trace.py")
+    ap.add_argument("--hostile", action="store_true", help="make_hostile_set.py's ranks instead of copies of one")
     a = ap.parse_args()
     print(f"machine: {platform.machine()}, {len(os.sched_getaffinity(0))} cores, "
           f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM, Python {platform.python_version()}")
@@ -167,7 +172,13 @@ def main() -> None:
     rows = []
     try:
         for n in (int(x) for x in a.ranks.split(",")):
-            folder = build_set(n, a.source)
+            if a.hostile:
+                sys.path.insert(0, str(ROOT / "benchmarks"))
+                from make_hostile_set import write_set
+
+                folder = write_set(DATA / f"hostile-{n}", n, steps=40)
+            else:
+                folder = build_set(n, a.source)
             for mode in a.modes.split(","):
                 tables = Path(tempfile.mkdtemp(prefix="overlapscope-tables-"))
                 cmd = [sys.executable, "-m", "overlapscope", "analyze", str(folder), "-f", "json", "--no-cache",
@@ -190,7 +201,7 @@ def main() -> None:
                       f"{r['priced']} | {os.getloadavg()[0]:.1f} |", flush=True)
     finally:
         if a.clean:
-            for f in DATA.glob("many-*"):
+            for f in [*DATA.glob("many-*"), *DATA.glob("hostile-*")]:
                 shutil.rmtree(f, ignore_errors=True) if f.is_dir() else f.unlink()
     by_mode: dict[str, list[tuple[int, float]]] = {}
     for n, mode, r in rows:

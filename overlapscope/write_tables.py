@@ -7,10 +7,19 @@ form (one row per rank and item), readable with pandas (`pd.read_parquet`) or Du
 
   ranks.parquet             one row per rank: the whole-trace metrics and the iteration summary
   iterations.parquet        one row per (rank, iteration): the per-iteration metrics
+  streams.parquet           one row per (rank, stream): busy, comm and compute time (the JSON: up to 16 a rank)
+  stream_pairs.parquet      one row per (rank, stream pair, a <= b): time both were busy (the JSON: the matrix
+                            over up to 16 streams a rank)
+  stream_roles.parquet      one row per (rank, stream): the stream role it was matched to across ranks (the JSON:
+                            up to 16 a rank)
   collectives.parquet       one row per matched collective: arrival, skew, late rank, waits
   collective_ranks.parquet  one row per (collective, rank): aligned start/end, wait, transfer, lateness, last
   collective_activities.parquet  one row per communication activity and rank: bytes, wait, transfer, bandwidth
                             (the JSON: groups per operation and size, the first rows)
+  collective_groups.parquet one row per (rank, operation, size bucket): medians of those activities (the JSON:
+                            the groups over all ranks, the first of these)
+  order_checks.parquet      one row per (rank pair, stream-role pair) whose kernel order was compared (the
+                            JSON: the first of them and their count)
   stragglers.parquet        one row per rank: the straggler view (times last, lateness, what came before)
   syncs.parquet             one row per blocking host sync, with its rank (the JSON: totals, groups, the top syncs)
   findings.parquet          one row per finding, evidence as JSON text (the JSON: at most 32 of each kind)
@@ -59,6 +68,11 @@ def table_chunks(report: AnalysisReport) -> dict[str, Iterator[pd.DataFrame]]:
                     if not isinstance(v, dict | list)})
         ranks.append(row)
     out["ranks"] = iter([pd.DataFrame(ranks)])
+    if any(len(m.streams) for m in report.ranks):
+        out["streams"] = iter([_rank_first(pd.concat([m.streams.assign(rank=m.rank) for m in report.ranks],
+                                                     ignore_index=True))])
+        out["stream_pairs"] = iter([pd.concat([_pairs_long(m.rank, m.stream_pairs) for m in report.ranks],
+                                              ignore_index=True)])
     its = [m.iterations.assign(rank=m.rank) for m in report.ranks if len(m.iterations)]
     if its:
         out["iterations"] = iter([_rank_first(pd.concat(its, ignore_index=True))])
@@ -68,8 +82,12 @@ def table_chunks(report: AnalysisReport) -> dict[str, Iterator[pd.DataFrame]]:
 
         out["collectives"] = iter([cr.collectives[collective_columns(cr.collectives)].reset_index(drop=True)])
         out["collective_ranks"] = _collective_ranks(cr.collectives, cr.members)
+        out["stream_roles"] = iter([pd.DataFrame([{"rank": r, **d} for r, v in cr.stream_roles.items() for d in v])])
+        if checks := (cr.mismatch_summary or {}).get("order_checks"):
+            out["order_checks"] = iter([pd.DataFrame(checks)])
     if report.collectives is not None and report.collectives.n_rows:
         out["collective_activities"] = report.collectives.row_chunks()
+        out["collective_groups"] = iter([report.collectives.rank_groups])
     if report.stragglers and report.stragglers.get("ranks"):
         out["stragglers"] = iter([pd.DataFrame(report.stragglers["ranks"])])
     if any(len(df) for df in report.syncs.values()):
@@ -108,6 +126,17 @@ def _collective_ranks(colls: pd.DataFrame, members: pd.DataFrame) -> Iterator[pd
         if not all_known:
             part = part.astype({"lateness_ns": "float64", "last": object})
         yield part
+
+
+def _pairs_long(rank: int, matrix: pd.DataFrame) -> pd.DataFrame:
+    """A rank's stream-pair matrix as rows (rank, stream_a, stream_b, overlap_ns), a <= b."""
+    import numpy as np
+    import pandas as pd
+
+    a, b = np.triu_indices(len(matrix))
+    labels = np.asarray(matrix.index, dtype=np.int64)
+    return pd.DataFrame({"rank": np.full(len(a), rank, dtype=np.int64), "stream_a": labels[a],
+                         "stream_b": labels[b], "overlap_ns": matrix.to_numpy(dtype=np.int64)[a, b]})
 
 
 def _rank_syncs(syncs: Mapping[int, pd.DataFrame]) -> Iterator[pd.DataFrame]:

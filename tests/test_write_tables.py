@@ -22,7 +22,21 @@ def test_tables_hold_the_detail_the_document_leaves_out():
     doc = rep.to_dict()
     tabs = report_tables(rep)
     assert set(tabs) == {"ranks", "iterations", "collectives", "collective_ranks", "stragglers", "syncs",
-                         "critical_rows", "critical_steps", "collective_activities", "findings"}
+                         "critical_rows", "critical_steps", "collective_activities", "findings", "streams",
+                         "stream_pairs", "collective_groups", "order_checks", "stream_roles"}
+    # every stream of every rank, and each pair once; the document's groups per rank and order checks, all of them
+    assert tabs["streams"]["busy_ns"].tolist() == [s["busy_ns"] for d in doc["ranks"] for s in d["streams"]]
+    for d in doc["ranks"]:
+        pairs = tabs["stream_pairs"][tabs["stream_pairs"]["rank"] == d["rank"]]
+        m = d["stream_pair_overlap_ns"]
+        n = len(m["streams"])
+        assert len(pairs) == n * (n + 1) // 2 and pairs["overlap_ns"].tolist() == [
+            m["matrix"][i][j] for i in range(n) for j in range(i, n)]
+    assert tabs["collective_groups"]["n"].tolist() == [g["n"] for g in doc["collectives"]["per_rank"]]
+    assert tabs["stream_roles"]["role"].tolist() == [d["role"] for v in doc["cross_rank"]["stream_roles"].values()
+                                                     for d in v]
+    checks = doc["cross_rank"]["mismatch_summary"]["order_checks"]
+    assert tabs["order_checks"]["swapped"].tolist() == [c["swapped"] for c in checks]
     assert tabs["findings"]["id"].tolist() == [f["id"] for f in doc["findings"]]
     assert len(tabs["collective_activities"]) == doc["collectives"]["n_rows"]
     # per-iteration rows: one per rank and step, the same as the report's
@@ -64,7 +78,8 @@ def test_cli_writes_readable_parquet(tmp_path):
     doc = json.loads(r.stdout)
     assert sorted(p.name for p in out.iterdir()) == sorted(
         f"{n}.parquet" for n in ("ranks", "iterations", "collectives", "collective_ranks", "stragglers", "syncs",
-                                 "critical_rows", "critical_steps", "collective_activities", "findings"))
+                                 "critical_rows", "critical_steps", "collective_activities", "findings", "streams",
+                                 "stream_pairs", "collective_groups", "order_checks", "stream_roles"))
     assert pd.read_parquet(out / "findings.parquet")["title"].tolist() == [f["title"] for f in doc["findings"]]
     ranks = pd.read_parquet(out / "ranks.parquet")
     assert ranks["overlap_ratio"].tolist() == [x["overlap_ratio"] for x in doc["ranks"]]
@@ -119,3 +134,21 @@ def test_document_lists_at_most_32_findings_of_each_kind_and_the_tables_all():
     assert len(doc["findings"]) == 33 and doc["notes"] == listed_findings_note(many + few)
     tabs = report_tables(rep)
     assert len(tabs["findings"]) == 41 and tabs["findings"]["saving_ns"].tolist()[:3] == [1000, 999, 998]
+
+
+def test_document_lists_the_busiest_streams_and_the_tables_all():
+    from analyzers.overlap.metrics import PAIR_STREAMS_LISTED, STREAMS_LISTED, rank_metrics
+
+    from .synth import GEMM, rank_trace
+
+    # 40 streams, stream s busy 1000 * (s + 1) ns, none beside another: the busiest are the highest streams
+    n = 40
+    t = rank_trace([(10_000_000 * s, 10_000_000 * s + 1000 * (s + 1), s, GEMM) for s in range(n)])
+    m = rank_metrics(t)
+    d = m.to_dict(iterations=False)
+    assert d["n_streams"] == n and [s["stream"] for s in d["streams"]] == list(range(n - STREAMS_LISTED, n))
+    pairs = d["stream_pair_overlap_ns"]
+    assert pairs["n_pair_streams"] == n and pairs["streams"] == list(range(n - PAIR_STREAMS_LISTED, n))
+    assert pairs["matrix"][0][0] == 1000 * (n - PAIR_STREAMS_LISTED + 1) and pairs["matrix"][0][1] == 0
+    full = m.to_dict()  # the plain form keeps every stream
+    assert len(full["streams"]) == n and "n_streams" not in full

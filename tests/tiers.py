@@ -381,6 +381,7 @@ SLOW: dict[str, tuple[str, ...]] = {
     "test_write_tables": (
         "test_cli_writes_readable_parquet",
         "test_collective_ranks_written_in_chunks_is_the_whole_merge",
+        "test_document_lists_the_busiest_streams_and_the_tables_all",
     ),
 }
 

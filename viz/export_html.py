@@ -233,7 +233,7 @@ def _cross_rank_html(report: AnalysisReport, doc: dict, fig) -> str:
         if s.caption:
             parts.append(f'<p class="muted">{_e(s.caption)}</p>')
     if len(cross.collectives):
-        parts.append(fig(skew_heatmap(cross.collectives, cross.ranks), "skew"))
+        parts.append(fig(skew_heatmap(cross.collectives_by_rank(), cross.ranks), "skew"))
     pw = pd.DataFrame([{"rank": r, **{k: v for k, v in d.items() if not isinstance(v, dict)}}
                        for r, d in cross.peer_wait.items()])
     if len(pw) and pw["n_collectives"].sum() > 0:

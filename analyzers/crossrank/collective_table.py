@@ -14,24 +14,24 @@ and compared with the link's peak: ``--link-gbps`` or the GPU model's entry in L
 
 from __future__ import annotations
 
-import re
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache, partial
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from analyzers.crossrank.collective_rows import bucket_floor, comm_library, comm_op, rank_rows, size_bucket
 from analyzers.crossrank.frames import _codes, _slices
-from analyzers.crossrank.link_peaks import bus_factor, dtype_bytes, link_peak_gbps
-from analyzers.crossrank.peer_wait import _covered, _covered_before
+from analyzers.crossrank.link_peaks import link_peak_gbps
 from analyzers.crossrank.report import CrossRankReport
 from analyzers.io.plain import rows
-from analyzers.timeline import intervals as iv
-from analyzers.timeline.kernel_names import normalize_kernel_name
-from analyzers.timeline.model import RankTrace, TraceSet
+from analyzers.timeline.model import TraceSet
+
+__all__ = ["CollectiveParams", "CollectiveTable", "bucket_floor", "collective_table", "comm_library", "comm_op",
+           "size_bucket"]
 
 
 @dataclass(frozen=True)
@@ -46,75 +46,6 @@ class CollectiveParams:
     overlapped_min_share: float = 0.5
     # JSON lists at most this many rows (every row counts in the groups; `analyze --tables` has them all).
     max_listed: int = 100
-
-
-# Operation of a communication kernel whose name carries no NCCL collective: first match wins.
-_OPS: tuple[tuple[str, str], ...] = (
-    (r"^Memcpy PtoP", "PeerCopy"),
-    (r"(?i)(?:^|::|\s)(?:\w*_)?(?:deep_?)?ep::(?:\w+::)*\w*dispatch|EpDispatch", "EpDispatch"),
-    (r"(?i)(?:^|::|\s)(?:\w*_)?(?:deep_?)?ep::(?:\w+::)*\w*combine|EpCombine", "EpCombine"),
-    (r"(?i)all_?reduce|cross_device_reduce|ar_fusion|rdxn", "AllReduce"),
-    (r"(?i)reduce_?scatter", "ReduceScatter"),
-    (r"(?i)all_?gather|fcollect", "AllGather"),
-    (r"(?i)all_?to_?all", "AllToAll"),
-    (r"(?i)broadcast", "Broadcast"),
-    (r"(?i)barrier|sync_all|notify", "Barrier"),
-)
-# Which library a communication kernel comes from (for the table; classification is the rules').
-_LIBRARIES: tuple[tuple[str, str], ...] = (
-    (r"^Memcpy PtoP", "peer copy"),
-    (r"(?i)^(?:void\s+)?rccl|ncclKernel|ncclDevKernel|^(?:void\s+)?nccl", "NCCL/RCCL"),
-    (r"(?<![\w])(?:deep_ep|dpsk::ep|uccl)::|\bEp(?:Dispatch|Combine)", "DeepEP"),
-    (r"tensorrt_llm::|\bar_fusion::|allreduce_fusion_kernel", "TensorRT-LLM"),
-    (r"cross_device_reduce|(?i:custom_all_?reduce)", "custom all-reduce"),
-    (r"(?<![\w])nvshmem|_on_stream_kernel", "NVSHMEM"),
-    (r"symmetric_memory|symm_mem|multimem|one_shot_all_reduce|two_shot_all_reduce", "symmetric memory"),
-    (r"(?<![\w])oneccl_|allreduce_execution_", "oneCCL"),
-    (r"^(?:void )?mscclpp::", "MSCCL++"),
-)
-
-
-@lru_cache(maxsize=4096)
-def comm_op(name: str, coll_name: str = "") -> str:
-    """The operation of a communication activity: its NCCL collective, else from its name."""
-    if coll_name:
-        return coll_name
-    for pattern, op in _OPS:
-        if re.search(pattern, name):
-            return op
-    return "Other"
-
-
-@lru_cache(maxsize=4096)
-def comm_library(name: str) -> str:
-    """The library a communication kernel comes from ("other" when none is recognised)."""
-    for pattern, lib in _LIBRARIES:
-        if re.search(pattern, name):
-            return lib
-    return "other"
-
-
-def size_bucket(nbytes: float) -> str:
-    """Power-of-two bucket of a message size ("1-2 MiB"); "unknown" without a size."""
-    if not np.isfinite(nbytes) or nbytes <= 0:
-        return "unknown"
-    lo = 2 ** int(np.floor(np.log2(nbytes)))
-    return f"{_bytes(lo)}-{_bytes(2 * lo)}"
-
-
-def bucket_floor(label: str) -> float:
-    """The lower bound of a size_bucket label in bytes, for sorting (-1 for "unknown")."""
-    m = re.match(r"(\d+) (B|KiB|MiB|GiB|TiB)-", label)
-    if not m:
-        return -1.0
-    return float(m.group(1)) * 1024 ** ("B", "KiB", "MiB", "GiB", "TiB").index(m.group(2))
-
-
-def _bytes(n: int) -> str:
-    for i, unit in enumerate(("B", "KiB", "MiB", "GiB", "TiB")):
-        if n < 1024 ** (i + 1) or unit == "TiB":
-            return f"{n // 1024 ** i} {unit}"
-    return f"{n} B"
 
 
 @dataclass
@@ -150,7 +81,10 @@ class CollectiveTable:
             "link_source": self.link_source,
             "n_rows": self.n_rows,
             "groups": rows(self.groups),
-            "per_rank": rows(self.rank_groups),
+            # the groups per rank grow with ranks: the first max_listed (with their count when cut; every one:
+            # `analyze --tables`, collective_groups.parquet)
+            **({"n_per_rank": len(self.rank_groups)} if len(self.rank_groups) > self.params.max_listed else {}),
+            "per_rank": rows(self.rank_groups.head(self.params.max_listed)),
             "rows": rows(self.head),
             "params": asdict(self.params),
             "notes": list(self.notes),
@@ -236,7 +170,7 @@ def _rank_parts(traces: TraceSet, wait: dict[int, pd.Series], params: Collective
                 link: float | None) -> Iterator[pd.DataFrame]:
     """Each rank's rows of the table in their final form (ROW_COLUMNS), in rank order; empty ranks skipped."""
     for t in traces:
-        p = _rank_rows(t, wait.get(t.rank), params)
+        p = rank_rows(t, wait.get(t.rank), params.overlapped_min_share)
         if len(p):
             p["link_fraction"] = p["busbw_gbps"] / link if link else np.nan
             yield p[ROW_COLUMNS]
@@ -264,73 +198,6 @@ def _member_waits(cross: CrossRankReport | None) -> dict[int, pd.Series]:
     rank = m["rank"].to_numpy()[o]
     wait, row = m["wait_ns"].to_numpy(np.int64)[o], m["row"].to_numpy(np.int64)[o]
     return {int(r): pd.Series(wait[sl], index=row[sl]) for r, sl in _slices(rank).items()}
-
-
-def _rank_rows(t: RankTrace, waits: pd.Series | None, params: CollectiveParams) -> pd.DataFrame:
-    gpu = t.gpu
-    sel = np.flatnonzero((gpu["category"] == "comm").to_numpy(dtype=bool) & (gpu["kind"] != "memset").to_numpy())
-    if not sel.size:
-        return pd.DataFrame()
-    g = gpu.iloc[sel]
-    raw = t.names_of(g["name_id"].to_numpy())
-    coll = g["coll_name"].to_numpy(dtype=object).astype(str)
-    s, e = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)
-    dur = np.maximum(e - s, 0)
-    wait_known = np.zeros(sel.size, dtype=bool)
-    wait = np.zeros(sel.size, dtype=np.int64)
-    if waits is not None and len(waits):
-        w = waits.reindex(sel)
-        wait_known = w.notna().to_numpy()
-        wait = np.clip(np.nan_to_num(w.to_numpy(dtype=float)).astype(np.int64), 0, dur)
-    transfer = dur - wait
-    op = _per_distinct(_pairs(raw, coll), lambda k: comm_op(str(k[0]), str(k[1])))
-    nbytes = _message_bytes(g)
-    n = g["group_size"].to_numpy(np.int64) if "group_size" in g else np.full(sel.size, -1, np.int64)
-    factor = _per_distinct(_pairs(op, n), lambda k: _factor(str(k[0]), int(k[1]))).astype(float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        algbw = np.where((nbytes > 0) & (transfer > 0), nbytes / np.maximum(transfer, 1), np.nan)  # bytes/ns = GB/s
-    comp = (gpu["category"] == "compute").to_numpy(dtype=bool)
-    busy = _covered_before(iv.union(gpu["start_ns"].to_numpy()[comp], gpu["end_ns"].to_numpy()[comp]))
-    t0 = s + wait
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(transfer > 0, (_covered(busy, e) - _covered(busy, t0)) / np.maximum(transfer, 1), np.nan)
-    return pd.DataFrame({
-        "rank": np.full(sel.size, t.rank, dtype=np.int64), "row": sel.astype(np.int64), "start_ns": s, "end_ns": e,
-        "stream": g["stream"].to_numpy(np.int64),
-        "name": _per_distinct(pd.Series(raw, dtype=object), lambda n: normalize_kernel_name(str(n))),
-        "library": _per_distinct(pd.Series(raw, dtype=object), lambda n: comm_library(str(n))), "op": op,
-        "pg": g["pg"].to_numpy(dtype=object).astype(str), "group_size": n, "dtype": g["dtype"].to_numpy(dtype=object),
-        "bytes": nbytes, "dur_ns": dur, "wait_ns": np.where(wait_known, wait, np.nan), "transfer_ns": transfer,
-        "wait_known": wait_known, "algbw_gbps": algbw, "busbw_gbps": algbw * factor, "overlap_share": share,
-        "overlapped": np.nan_to_num(share) >= params.overlapped_min_share,
-        "size_bucket": _per_distinct(pd.Series(nbytes), lambda b: size_bucket(float(b))),
-    })
-
-
-def _pairs(a: np.ndarray, b: np.ndarray) -> pd.Series:
-    return pd.Series(list(zip(a.tolist(), b.tolist(), strict=True)), dtype=object)
-
-
-def _factor(op: str, n: int) -> float:
-    f = bus_factor(op, n if n > 0 else None)
-    return np.nan if f is None else f
-
-
-def _per_distinct(values: pd.Series, fn) -> np.ndarray:
-    """fn of each value, computed once per distinct value (object array in the values' order)."""
-    codes, uniques = pd.factorize(values, use_na_sentinel=False)
-    return np.asarray([fn(u) for u in uniques], dtype=object)[codes] if len(values) else np.zeros(0, dtype=object)
-
-
-def _message_bytes(g: pd.DataFrame) -> np.ndarray:
-    """S of NCCL's formulas per row: the larger of in and out messages × element size (the whole
-    buffer: all-gather's output, reduce-scatter's input); a copy's own bytes; 0 when unknown."""
-    size = np.array([dtype_bytes(d) or 0 for d in g["dtype"].to_numpy(dtype=object)], dtype=np.int64)
-    n_in = g["msg_nelems"].to_numpy(np.int64)
-    n_out = g["out_nelems"].to_numpy(np.int64) if "out_nelems" in g else np.full(len(g), -1, np.int64)
-    msg = np.maximum(np.maximum(n_in, n_out), 0) * size
-    copy = (g["kind"] == "memcpy").to_numpy(dtype=bool)
-    return np.where(copy, np.maximum(g["bytes"].to_numpy(np.int64), 0), msg).astype(np.int64)
 
 
 def _link(traces: TraceSet, params: CollectiveParams) -> tuple[float | None, str]:

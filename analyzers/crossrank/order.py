@@ -63,7 +63,7 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
     # a is sorted by (role, start): per role its matched collectives in start order.
     dep_by_role = {int(r): (a["start"][sl][m], a["coll_id"][sl][m], a["step"][sl][m])
                    for r, sl in _slices(a["role"]).items() if (m := a["coll_id"][sl] >= 0).any()}
-    rows: list[pd.DataFrame] = []
+    rows: list[dict[str, np.ndarray]] = []
     checks: list[dict[str, Any]] = []
     summary["order_checks"] = checks
     skipped_roles: set[tuple[int, int]] = set()
@@ -112,25 +112,29 @@ def find_order_mismatches(traces: TraceSet, frames: _Frames, role_labels: dict[i
                 # the dependency; if the swap explains the wait, that rank is the late one there.
                 x_first_a = sw1[hit]
                 delayer = np.where(on_y == x_first_a, ref, rb)
-                rows.append(pd.DataFrame({
-                    "rank_a": ref, "rank_b": rb, "step": step0, "coll_id": dep_id, "n_swapped_pairs": n_pairs,
-                    "kernel_x": frames.names[xh["gname"]], "stream_x": role_labels.get(rx, str(rx)),
-                    "kernel_y": frames.names[yh["gname"]], "stream_y": role_labels.get(ry, str(ry)),
+                n = int(hit.sum())
+                rows.append({  # columns of one frame, made once from all of them (not a frame per role pair)
+                    "rank_a": np.full(n, ref), "rank_b": np.full(n, rb), "step": step0, "coll_id": dep_id,
+                    "n_swapped_pairs": n_pairs,
+                    "kernel_x": frames.names[xh["gname"]], "stream_x": np.full(n, role_labels.get(rx, str(rx)), object),
+                    "kernel_y": frames.names[yh["gname"]], "stream_y": np.full(n, role_labels.get(ry, str(ry)), object),
                     "x_start_ns_a": xh["start_a"] + offsets.get(ref, 0),
                     "y_start_ns_a": yh["start_a"] + offsets.get(ref, 0),
                     "x_start_ns_b": xh["start_b"] + offsets.get(rb, 0),
                     "y_start_ns_b": yh["start_b"] + offsets.get(rb, 0),
-                    "first_on_a": np.where(sw1[hit], "x", "y"), "first_on_b": np.where(sw1[hit], "y", "x"),
+                    "first_on_a": np.where(sw1[hit], "x", "y").astype(object),
+                    "first_on_b": np.where(sw1[hit], "y", "x").astype(object),
                     "dependency_start_ns": dep_t + offsets.get(ref, 0),
-                    "dependency_stream": np.where(on_y, role_labels.get(ry, str(ry)), role_labels.get(rx, str(rx))),
+                    "dependency_stream": np.where(on_y, role_labels.get(ry, str(ry)),
+                                                  role_labels.get(rx, str(rx))).astype(object),
                     "delaying_rank": delayer,
-                }))
+                })
     if skipped_roles:
         notes.append(f"{len(skipped_roles)} stream-role pairs skipped: the same stream runs its kernels in a "
                      "different order on another rank, so its kernels cannot be paired")
     if not rows:
         return empty, summary, notes
-    det = pd.concat(rows, ignore_index=True)
+    det = pd.DataFrame({k: np.concatenate([r[k] for r in rows]) for k in rows[0]})
     summary["n_swaps_without_dependency"] = int((det["coll_id"] < 0).sum())
     det = det[det["coll_id"] >= 0]
     if det.empty:
@@ -313,7 +317,8 @@ def _order_check(ra: int, rb: int, sx: str, sy: str, n_x: int, n_y: int, ties: n
         "kernels_x": int(n_x), "kernels_y": int(n_y),
         "near_ties": int(ties.sum()), "swapped": int(hit.sum()),
         "steps": int(len(steps)), "steps_same_first_stream": int(agree.sum()),
-        "first_lead_ns_a": [int(v) for v in lead_a[:cap]], "first_lead_ns_b": [int(v) for v in lead_b[:cap]],
+        # arrays, 8 bytes a value (written as lists): rank pairs x stream-role pairs x steps of them at many ranks
+        "first_lead_ns_a": lead_a[:cap].astype(np.int64), "first_lead_ns_b": lead_b[:cap].astype(np.int64),
     }
 
 

@@ -64,36 +64,11 @@ def peer_wait(m: _Matching, ranks: list[int], offsets: dict[int, int], params: C
     })
     cols = ["coll_id", "group", "index", "seq", "coll_name", "n_ranks", "peers_known", "arrival_ns",
             "first_start_ns", "skew_ns", "late_rank", "end_spread_ns", "max_wait_ns", "total_wait_ns"]
-    colls = pd.DataFrame({**{c: data[c] for c in cols},
-                          **_per_rank_columns(mem, start, end, wait, transfer, colls["coll_id"].to_numpy(), ranks)},
-                         copy=False)
+    colls = pd.DataFrame({c: data[c] for c in cols}, copy=False)  # per-rank columns: report.collectives_by_rank
     # the members as matched, start and end aligned, with their wait and transfer (no copy of the matched columns)
     members = pd.DataFrame({**{c: mem[c].array for c in mem.columns}, "start": start, "end": end, "wait_ns": wait,
                             "transfer_ns": transfer}, copy=False).rename(columns={"start": "start_ns", "end": "end_ns"})
     return colls, members, arrival, notes
-
-
-def _per_rank_columns(mem: pd.DataFrame, start: np.ndarray, end: np.ndarray, wait: np.ndarray,
-                      transfer: np.ndarray, ids: np.ndarray, ranks: list[int]) -> dict[str, pd.arrays.IntegerArray]:
-    """start_ns_r{r}, end_ns_r{r}, wait_ns_r{r}, transfer_ns_r{r} per rank, nullable Int64 (a rank
-    may be absent): exact epoch nanoseconds, one column per rank and value, built in one pass. Each value is
-    one rank-major matrix whose rows are the columns (no copy per column)."""
-    rank_arr = np.asarray(ranks, dtype=np.int64)
-    ci = np.searchsorted(ids, mem["coll_id"].to_numpy())
-    ri = np.searchsorted(rank_arr, mem["rank"].to_numpy())
-    absent = np.ones((len(ranks), len(ids)), dtype=bool)
-    absent[ri, ci] = False
-    out: dict[str, pd.arrays.IntegerArray] = {}
-    mats = {}
-    for n, v in (("start_ns", start), ("end_ns", end), ("wait_ns", wait), ("transfer_ns", transfer)):
-        mat = np.zeros((len(ranks), len(ids)), dtype=np.int64)
-        mat[ri, ci] = v
-        mats[n] = mat
-    for j, r in enumerate(ranks):
-        mask = absent[j]
-        for n, mat in mats.items():
-            out[f"{n}_r{r}"] = pd.arrays.IntegerArray(mat[j], mask.copy())
-    return out
 
 
 def _per_member(values: dict[int, int], rank: np.ndarray) -> np.ndarray:

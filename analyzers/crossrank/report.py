@@ -113,8 +113,7 @@ class CrossRankReport:
     clock: ClockAlignment | None
     # One row per matched collective: id, group, index, seq, coll_name, n_ranks, peers_known,
     # arrival_ns, first_start_ns, skew_ns, late_rank (-1: arrived together), end_spread_ns,
-    # max_wait_ns, total_wait_ns, and per rank r: start_ns_r{r}, end_ns_r{r}, wait_ns_r{r},
-    # transfer_ns_r{r} (NaN where the rank is not in the collective).
+    # max_wait_ns, total_wait_ns (its per-rank columns: collectives_by_rank()).
     collectives: pd.DataFrame
     # One row per (collective, rank): coll_id, rank, row (index into that rank's gpu table),
     # stream, start_ns, end_ns (aligned), wait_ns, transfer_ns.
@@ -132,6 +131,14 @@ class CrossRankReport:
     @property
     def n_matched(self) -> int:
         return len(self.collectives)
+
+    def collectives_by_rank(self) -> pd.DataFrame:
+        """The collectives with, per rank r, start_ns_r{r}, end_ns_r{r}, wait_ns_r{r}, transfer_ns_r{r}
+        (nullable Int64, NA where the rank is not in the collective), made from the members on each call:
+        ranks x collectives values, which `analyze` never reads, so the report does not hold them."""
+        per_rank = per_rank_columns(self.members, self.collectives["coll_id"].to_numpy(), self.ranks)
+        return pd.concat([self.collectives, pd.DataFrame(per_rank, index=self.collectives.index, copy=False)],
+                         axis=1) if per_rank else self.collectives.copy()
 
     def to_dict(self) -> dict[str, Any]:
         return to_plain(self.document())
@@ -152,16 +159,40 @@ class CrossRankReport:
             "inconsistent": self.inconsistent[:cap],
             "peer_wait": {str(r): v for r, v in self.peer_wait.items()},
             "late_ranks": self.late_ranks,
-            "stream_roles": {str(r): v for r, v in self.stream_roles.items()},
+            **listed_stream_roles(self.stream_roles, STREAM_ROLES_LISTED),
             "n_mismatches": int(len(self.mismatches)),
             "mismatches": rows(self.mismatches.head(cap)),
-            "mismatch_summary": self.mismatch_summary,
+            "mismatch_summary": listed_order_checks(self.mismatch_summary, cap),
             "params": asdict(self.params),
             "notes": list(self.notes),
         }
 
 
 # --------------------------------------------------------------------------- helpers
+
+def per_rank_columns(members: pd.DataFrame, ids: np.ndarray, ranks: list[int]) -> dict[str, pd.arrays.IntegerArray]:
+    """start_ns_r{r}, end_ns_r{r}, wait_ns_r{r}, transfer_ns_r{r} of the collectives `ids` (sorted) per rank,
+    nullable Int64 (a rank may be absent): exact epoch nanoseconds, one column per rank and value, built in
+    one pass. Each value is one rank-major matrix whose rows are the columns (no copy per column)."""
+    if not len(ids) or members.empty:
+        return {}
+    rank_arr = np.asarray(ranks, dtype=np.int64)
+    ci = np.searchsorted(ids, members["coll_id"].to_numpy())
+    ri = np.searchsorted(rank_arr, members["rank"].to_numpy())
+    absent = np.ones((len(ranks), len(ids)), dtype=bool)
+    absent[ri, ci] = False
+    mats = {}
+    for n in ("start_ns", "end_ns", "wait_ns", "transfer_ns"):
+        mat = np.zeros((len(ranks), len(ids)), dtype=np.int64)
+        mat[ri, ci] = members[n].to_numpy(dtype=np.int64)
+        mats[n] = mat
+    out: dict[str, pd.arrays.IntegerArray] = {}
+    for j, r in enumerate(ranks):
+        mask = absent[j]
+        for n, mat in mats.items():
+            out[f"{n}_r{r}"] = pd.arrays.IntegerArray(mat[j], mask.copy())
+    return out
+
 
 def listed_collectives(colls: pd.DataFrame, cap: int) -> pd.DataFrame:
     """The matched collectives the document lists: the cap with the longest peer wait (ties: the earlier), in
@@ -172,6 +203,33 @@ def listed_collectives(colls: pd.DataFrame, cap: int) -> pd.DataFrame:
     wait = pd.to_numeric(cols["max_wait_ns"], errors="coerce").to_numpy(np.float64)
     top = np.argsort(-np.nan_to_num(wait, nan=-np.inf), kind="stable")[:cap]
     return cols.iloc[np.sort(top)]
+
+
+STREAM_ROLES_LISTED = 16  # streams a rank's role list in the document holds (every one: --tables stream_roles)
+
+
+def listed_stream_roles(roles: dict[int, list[dict[str, Any]]], cap: int) -> dict[str, Any]:
+    """The document's `stream_roles`: per rank its streams' roles, past `cap` streams the `cap` with the most
+    kernels (in their order), and then `n_stream_roles`, each cut rank's full count (every one: `analyze
+    --tables`, stream_roles.parquet)."""
+    listed, counts = {}, {}
+    for r, v in roles.items():
+        if len(v) > cap:
+            keep = sorted(sorted(range(len(v)), key=lambda i: -v[i]["n"])[:cap])
+            listed[str(r)], counts[str(r)] = [v[i] for i in keep], len(v)
+        else:
+            listed[str(r)] = v
+    return {"stream_roles": listed, **({"n_stream_roles": counts} if counts else {})}
+
+
+def listed_order_checks(summary: dict[str, Any], cap: int) -> dict[str, Any]:
+    """The order comparison's summary as the document lists it: its first `cap` checks (one per rank pair and
+    stream-role pair: they grow with ranks x streams), with how many there are when cut (every one: `analyze
+    --tables`, order_checks.parquet)."""
+    checks = summary.get("order_checks")
+    if checks is None or len(checks) <= cap:
+        return summary
+    return {**summary, "n_order_checks": len(checks), "order_checks": checks[:cap]}
 
 
 _PER_RANK_COLUMN = re.compile(r"_r\d+$")

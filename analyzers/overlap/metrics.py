@@ -222,16 +222,20 @@ class RankMetrics:
         return self.whole.overlap_ns
 
     def to_dict(self, iterations: bool = True) -> dict:
-        """Plain data; iterations=False leaves out the per-iteration rows (the compact `analyze` document
-        keeps their summary; `analyze --tables` writes the rows)."""
+        """Plain data; iterations=False is the compact `analyze` document's form: no per-iteration rows (their
+        summary stays), and past STREAMS_LISTED streams only the busiest, with n_streams, and the pair matrix
+        over the PAIR_STREAMS_LISTED busiest, with n_pair_streams (`analyze --tables` writes every row)."""
+        streams, pairs = (self.streams, self.stream_pairs) if iterations else listed_streams(self)
         out = {
             "rank": self.rank,
             "source": self.source,
             **self.whole.to_dict(),
-            "streams": records(self.streams),
+            "streams": records(streams),
+            **({"n_streams": len(self.streams)} if len(streams) < len(self.streams) else {}),
             "stream_pair_overlap_ns": {
-                "streams": [int(x) for x in self.stream_pairs.index],
-                "matrix": self.stream_pairs.to_numpy().tolist(),
+                "streams": [int(x) for x in pairs.index],
+                "matrix": pairs.to_numpy().tolist(),
+                **({"n_pair_streams": len(self.stream_pairs)} if len(pairs) < len(self.stream_pairs) else {}),
             },
             "iterations": records(self.iterations) if iterations else None,
             "iteration_summary": self.iteration_summary,
@@ -240,6 +244,25 @@ class RankMetrics:
         if not iterations:
             del out["iterations"]
         return out
+
+
+# What the compact document lists of a rank's streams (they grow with the trace, the pair matrix as their
+# square): the busiest first; every stream and pair is a row of `analyze --tables`.
+STREAMS_LISTED = 16
+PAIR_STREAMS_LISTED = 16
+
+
+def listed_streams(m: RankMetrics) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the streams the document lists, the pair matrix it lists): all of them up to the caps; past a cap the
+    busiest (ties: the table's order), in the table's order."""
+    streams, pairs = m.streams, m.stream_pairs
+    if len(streams) > STREAMS_LISTED:
+        busiest = np.sort(np.argsort(-streams["busy_ns"].to_numpy(), kind="stable")[:STREAMS_LISTED])
+        streams = streams.iloc[busiest]
+    if len(pairs) > PAIR_STREAMS_LISTED:
+        keep = np.sort(np.argsort(-np.diag(pairs.to_numpy()), kind="stable")[:PAIR_STREAMS_LISTED])
+        pairs = pairs.iloc[keep, keep]
+    return streams, pairs
 
 
 def iteration_metrics(gpu: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:

@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from analyzers.timeline.model import RankTrace
+from analyzers.timeline.model import RankTrace, gpu_table_checksum
 
 UNPACKED_HELD = 8  # tables held unpacked at once, over all packed traces
 _IPC = pa.ipc.IpcWriteOptions(compression="zstd")
@@ -80,7 +80,11 @@ class PackedRankTrace(RankTrace):
     @gpu.setter
     def gpu(self, table: pd.DataFrame) -> None:
         self.__dict__["_gpu_packed"] = _pack(table)
+        self.__dict__["_gpu_checksum"] = gpu_table_checksum(table)  # the same as of the table unpacked
         self.__dict__.pop("_gpu_table", None)
+
+    def gpu_checksum(self) -> int:
+        return self.__dict__["_gpu_checksum"]
 
     def packed_bytes(self) -> int:
         return len(self.__dict__["_gpu_packed"])

@@ -65,7 +65,7 @@ for run in runs:
         st.caption(f"Offsets {'applied' if clock.applied else 'not applied'} ({offs}); residual skew of "
                    f"matched ends {ui.ms(clock.residual_skew_ns)}. {clock.reason}")
 
-    colls = rep.collectives
+    colls = rep.collectives_by_rank()
     drawn = ranks.chosen_ranks(run) if len(rep.ranks) > MANY_RANKS else list(rep.ranks)
     few_note = (f"Ranks {', '.join(map(str, drawn))} of {len(rep.ranks)}: the Timeline's ranks (pick others there or "
                 "on the Stragglers page, which draws every rank's lateness)." if len(drawn) < len(rep.ranks) else "")
