@@ -272,7 +272,7 @@ SLOW: dict[str, tuple[str, ...]] = {
     ),
     "test_many_ranks_memory": (
         "test_a_real_rank_packs_to_a_tenth",
-        "test_analysis_past_the_cap_replays_the_slowest_ranks_and_says_so",
+        "test_forty_ranks_are_all_replayed",
         "test_analyze_keeps_syncs_packed_with_their_section_made_in_the_worker",
     ),
     "test_no_empty_tables": (
