@@ -270,6 +270,9 @@ SLOW: dict[str, tuple[str, ...]] = {
     "test_kineto_formats": (
         "test_bundled_traces_use_the_by_phase_decoder",
     ),
+    "test_graph_engine": (
+        "test_bundled_traces_replay_as_the_reference",
+    ),
     "test_many_ranks_memory": (
         "test_a_real_rank_packs_to_a_tenth",
         "test_forty_ranks_are_all_replayed",
