@@ -28,6 +28,8 @@ from analyzers.graph.set_graph import SetGraph
 
 ANCHOR, LAUNCH, STREAM, DEP, DEP2, GATE = 0, 1, 2, 3, 4, 5
 UNSET = -(1 << 62)
+CHUNK = 1 << 16  # events whose columns the loop holds as lists at once
+MAX_VISITS_KEPT = 4  # edge sets whose loop order is kept on the graph
 
 
 @dataclass
@@ -123,10 +125,6 @@ class _Visits:
             head, self.rows = np.arange(n), np.zeros(0, dtype=np.int64)
         keep = np.r_[~self.follower, np.ones(len(sg.sync_end), dtype=bool)]
         self.k = st.order[keep[st.order]]  # per event: its node, or n + its sync
-        gpu = self.k < n
-        self.nodes = self.k[gpu]  # the visited activities, in loop order
-        self.gi = np.where(gpu, self.k, 0)  # per event: the node whose columns it reads (a sync reads node 0's)
-        self.dseg = st.dseg_arr[self.gi]  # per event: the host segment its launch moves with, -1
         o = self.rows  # the runs: their heads, first and last followers, the followers' fixed columns
         self.run_head = head[o]
         h = self.run_head
@@ -147,7 +145,8 @@ def _gate(inp: ReplayInputs, n: int) -> tuple[np.ndarray, np.ndarray]:
 def _visits(sg: SetGraph, inp: ReplayInputs, st: _Static, compress: bool) -> _Visits:
     """The visits of this edge set, cached on the graph by a digest of the edges (the arrays themselves
     would be megabytes a key). Edge sets without SM-residency gates (the unfixed graph and each fix's) are
-    kept, up to 8; the gated ones, which each round of a contended replay changes, take one slot."""
+    kept, up to MAX_VISITS_KEPT (the unfixed graph's and a fix's: each is ~10 bytes an event and an activity);
+    the gated ones, which each round of a contended replay changes, take one slot."""
     gate, gate_lat = _gate(inp, sg.n)
     h = hashlib.blake2b(digest_size=16)
     for a in (inp.dep, inp.dep2, gate, gate_lat):
@@ -156,7 +155,7 @@ def _visits(sg: SetGraph, inp: ReplayInputs, st: _Static, compress: bool) -> _Vi
     gated = bool((gate >= 0).any())
     cache: dict = sg.__dict__.setdefault("_replay_visits_gated" if gated else "_replay_visits", {})
     if key not in cache:
-        if len(cache) >= (1 if gated else 8):
+        if len(cache) >= (1 if gated else MAX_VISITS_KEPT):
             cache.clear()
         cache[key] = _Visits(sg, inp, st, compress)
     return cache[key]
@@ -205,7 +204,6 @@ def _median(values: list[int]) -> int:
     return int(float(s[m])) if len(s) % 2 else int((float(s[m - 1]) + float(s[m])) / 2)
 
 
-CHUNK = 1 << 16  # events whose columns the loop holds as lists at once
 
 
 def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, compress: bool = True) -> Replay:
@@ -241,13 +239,14 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, com
     violations = 0
     for lo_ev in range(0, len(vs.k), CHUNK):
         ev = slice(lo_ev, lo_ev + CHUNK)
-        gi = vs.gi[ev]
-        dseg = vs.dseg[ev]
+        ks = vs.k[ev]
+        gi = np.where(ks < n, ks, 0)  # per event: the node whose columns it reads (a sync reads node 0's)
+        dseg = st.dseg_arr[gi]  # the host segment its launch moves with, -1
         launch = ready0_a[gi]  # a fixed launch's time; where it moves, its offset into the segment
         moving = dseg >= 0
         mv = gi[moving]
         launch[moving] = inp.off[mv] + inp.latency[mv]
-        cols = (vs.k[ev], launch, dseg, sg.prev[gi], sg.turnaround[gi], inp.dep[gi], inp.dep2[gi], sg.dep_lat[gi],
+        cols = (ks, launch, dseg, sg.prev[gi], sg.turnaround[gi], inp.dep[gi], inp.dep2[gi], sg.dep_lat[gi],
                 sg.coll[gi], inp.dur[gi], vs.tail_of[gi], runs.ph[gi], runs.qh[gi], gate_a[gi], glat_a[gi])
         for k, t, sd, p, tn, d, d2, dl, c, dk, tl, pk, qk, g, gl in zip(*(a.tolist() for a in cols), strict=True):
             if k < n:
