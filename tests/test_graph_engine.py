@@ -147,3 +147,19 @@ def test_sm_gate_replays_as_the_reference(monkeypatch):
     inp = contended_replay(sg, apply_fixes(sg, [Fix("serialized-streams")])).inputs
     assert inp.gate is not None and inp.gate.tolist() == [-1, 0]
     _same_as_reference(sg, inp, monkeypatch)
+
+
+@pytest.mark.parametrize("folder", ["sample_traces/fsdp/zero3", "sample_traces/four-gpus/fsdp"])
+def test_overlap_shares_of_every_rank_at_once_are_each_ranks_own(folder):
+    """contention.overlap_shares shifts each rank into a time range of its own; rank by rank gives the same."""
+    from analyzers.graph.contention import COMM, _overlap_shares_by_rank, overlap_shares
+    from analyzers.io.load import load_traces
+    from analyzers.report import graph_run
+
+    sg = graph_run(load_traces([ROOT / folder])).sg
+    dur = sg.end - sg.start
+    lo = np.where(sg.cat == COMM, np.maximum(sg.end - dur // 2, sg.start), sg.start)
+    for weight in (1.0, 0.3):
+        got = overlap_shares(sg, sg.start, sg.end, dur // 2, weight)
+        assert np.array_equal(got, _overlap_shares_by_rank(sg, sg.start, sg.end, lo, weight))
+        assert (got > 0).sum() > 10
