@@ -147,12 +147,11 @@ def _visits(sg: SetGraph, inp: ReplayInputs, st: _Static, compress: bool) -> _Vi
     would be megabytes a key). Edge sets without SM-residency gates (the unfixed graph and each fix's) are
     kept, up to MAX_VISITS_KEPT (the unfixed graph's and a fix's: each is ~10 bytes an event and an activity);
     the gated ones, which each round of a contended replay changes, take one slot."""
-    gate, gate_lat = _gate(inp, sg.n)
     h = hashlib.blake2b(digest_size=16)
-    for a in (inp.dep, inp.dep2, gate, gate_lat):
+    gated = inp.gate is not None and inp.gate_lat is not None and bool((inp.gate >= 0).any())
+    for a in (inp.dep, inp.dep2, *((inp.gate, inp.gate_lat) if gated else ())):
         h.update(np.ascontiguousarray(a).view(np.uint8))
-    key = (compress, h.digest())
-    gated = bool((gate >= 0).any())
+    key = (compress, gated, h.digest())
     cache: dict = sg.__dict__.setdefault("_replay_visits_gated" if gated else "_replay_visits", {})
     if key not in cache:
         if len(cache) >= (1 if gated else MAX_VISITS_KEPT):
