@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -17,8 +17,8 @@ from analyzers.findings import FindingParams, cross_rank_findings, detect_findin
 from analyzers.findings.finding import Finding, listed_findings, listed_findings_note, sort_findings
 from analyzers.findings.view import windows_of
 from analyzers.graph.analysis import GraphRun, critical_path_document
-from analyzers.graph.fixes import FIX_OF_FINDING
-from analyzers.graph.pricing import section_and_savings
+from analyzers.graph.fixes import FIX_OF_FINDING, Fix
+from analyzers.graph.pricing import section_and_savings, whatif_run
 from analyzers.graph.rank_graph import RankGraph, build_rank_graph
 from analyzers.graph.set_graph import build_set_graph
 from analyzers.io.exec_trace import ExecTrace, check_exec_ranks, exec_trace_of
@@ -320,8 +320,9 @@ def _price(report: AnalysisReport, traces: TraceSet, pre: dict[int, RankResults]
 
 def _graph_run(traces: TraceSet, syncs: Mapping[int, pd.DataFrame], cr: CrossRankReport | None,
                offsets: dict[int, int], pre: dict[int, RankResults] | None, pattern: str,
-               exec_traces: tuple[ExecTrace, ...] = ()) -> GraphRun:
-    """Every rank's graph (from the per-rank stage where it made them, else built here) in one set graph."""
+               exec_traces: tuple[ExecTrace, ...] = (), fixes: Sequence[Fix] = ()) -> GraphRun:
+    """Every rank's graph (from the per-rank stage where it made them, else built here) in one set graph;
+    fixes: `whatif`'s, replayed beside the unmodified replay (pricing.whatif_run)."""
     ids = traces.rank_ids()
     if pre:
         graphs = {r: pre[r].graph for r in ids if pre[r].graph is not None}
@@ -330,14 +331,15 @@ def _graph_run(traces: TraceSet, syncs: Mapping[int, pd.DataFrame], cr: CrossRan
                   for r in ids}
     sg = build_set_graph(graphs, offsets, cr.members if cr is not None else None,
                          cr.collectives if cr is not None else None)
-    return GraphRun(sg)
+    return whatif_run(sg, list(fixes)) if fixes else GraphRun(sg)
 
 
 def graph_run(traces: TraceSet, options: AnalysisOptions | None = None,
-              exec_traces: tuple[ExecTrace, ...] = ()) -> GraphRun:
+              exec_traces: tuple[ExecTrace, ...] = (), fixes: Sequence[Fix] = ()) -> GraphRun:
     """The set's dependency graph and its unmodified replay, as `analyze` (all steps) makes them, without
     the sections `whatif` does not read (collectives table, stragglers, findings, critical path,
-    savings): the same graph, so the same predictions."""
+    savings): the same graph, so the same predictions. fixes: those `whatif` asks, replayed beside the
+    unmodified replay where a second core can take them (the run keeps their replay for analysis.whatif)."""
     options = options or AnalysisOptions()
     if options.steps.steps is not None:
         raise ValueError("graph_run: the graph covers all steps (no step selection)")
@@ -352,4 +354,4 @@ def graph_run(traces: TraceSet, options: AnalysisOptions | None = None,
     syncs = PackedFrames({r: pre[r].syncs if pre else blocking_syncs(traces.ranks[r], None) for r in ids})
     check_exec_ranks(exec_traces, ids)
     return _graph_run(traces, syncs, cr, offsets, pre or None,
-                      FindingParams().step_pattern, exec_traces)
+                      FindingParams().step_pattern, exec_traces, fixes)

@@ -163,3 +163,30 @@ def test_overlap_shares_of_every_rank_at_once_are_each_ranks_own(folder):
         got = overlap_shares(sg, sg.start, sg.end, dur // 2, weight)
         assert np.array_equal(got, _overlap_shares_by_rank(sg, sg.start, sg.end, lo, weight))
         assert (got > 0).sum() > 10
+
+
+def test_whatif_with_the_fixes_replayed_in_a_fork_is_the_serial_answer():
+    """pricing.whatif_run replays the fixes in a forked process beside the unmodified replay: same document."""
+    import copy
+
+    from analyzers.graph.analysis import GraphRun, whatif
+    from analyzers.graph.pricing import whatif_run
+    from analyzers.io.load import load_traces
+    from analyzers.report import graph_run
+
+    sg0 = graph_run(load_traces([ROOT / "sample_traces/ag-gemm/host-sync"])).sg
+
+    def fresh() -> SetGraph:  # no cache carried from one run to the next
+        sg = copy.copy(sg0)
+        for k in [k for k in sg.__dict__ if k.startswith("_")]:
+            del sg.__dict__[k]
+        return sg
+
+    savings = []
+    for fixes in ([Fix("host-syncs")], [Fix("host-syncs"), Fix("peer-wait")], [Fix("launch-gaps")],
+                  [parse_fix("drop=^$")]):  # the last changes nothing: the base answers
+        serial = whatif(GraphRun(fresh()), fixes)
+        forked = whatif(whatif_run(fresh(), fixes, parallel=True), fixes)
+        assert forked == serial, fixes
+        savings.append(serial["saving_ns"])
+    assert savings[0] > 0 and savings[-1] == 0
