@@ -76,13 +76,14 @@ class _Walk:
 
     def add(self, part: str, a: int, b: int, node: int = -1) -> None:
         """Attribute [a, b) to part, less what the walk already attributed (each ns counts once); node: the
-        activity that ran then (its name goes with peer wait)."""
-        if a < self.lo:
-            a = self.lo
-        if b > self.hi:
-            b = self.hi
+        activity that ran then (its name goes with peer wait). The frontier never passes hi, so clipping b to
+        it clips it to hi too."""
+        if b <= a:
+            return
         if b > self.frontier:
             b = self.frontier
+        if a < self.lo:
+            a = self.lo
         if b <= a:
             return
         self.frontier = a
