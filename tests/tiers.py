@@ -272,6 +272,7 @@ SLOW: dict[str, tuple[str, ...]] = {
     ),
     "test_graph_engine": (
         "test_bundled_traces_replay_as_the_reference",
+        "test_overlap_shares_of_every_rank_at_once_are_each_ranks_own",
         "test_whatif_with_the_fixes_replayed_in_a_fork_is_the_serial_answer",
     ),
     "test_many_ranks_memory": (
