@@ -198,12 +198,12 @@ def critical_path_section(run: GraphRun, before_charge: Callable[[set[str]], Non
             res = charge(run, r, row, as_walked[(r, row["step"])])  # each cause charged as far as its removal saves
             walked[(r, row["step"])] = res
             parts.append(res["parts"])
-            crit.extend(res["nodes"])
+            crit.append(res["nodes"])
         total = mean_parts(parts)
         step_ns = int(round(float(np.mean([row["dur_ns"] for row in mine])))) if mine else 0
         per_rank[str(r)] = {"mean_step_ns": step_ns, "parts": total,
                             "shares": {k: (v / step_ns if step_ns else None) for k, v in total.items()}}
-        c = np.asarray(crit, dtype=np.int64)
+        c = np.concatenate(crit) if crit else np.zeros(0, dtype=np.int64)
         nodes[str(r)] = np.unique(c[run.sg.rank_of[c] == r] - run.sg.base[r]) if len(c) else c
     release_removals(run)  # the attribution's replays are not kept past the walk
     drop_lists(run.sg, run.base, run.inputs)

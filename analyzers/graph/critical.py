@@ -224,7 +224,7 @@ def walk(sg: SetGraph, rp: Replay, inp: ReplayInputs, rank: int, lo: int, hi: in
     late = [{"late_rank": r, "ns": int(ns),
              "cause": max(w.causes[r].items(), key=lambda kv: kv[1])[0] if w.causes[r] else ""}
             for r, ns in sorted(w.late.items(), key=lambda kv: -kv[1])]
-    return {"parts": w.parts, "peer_wait": late, "nodes": w.nodes}
+    return {"parts": w.parts, "peer_wait": late, "nodes": np.asarray(w.nodes, dtype=np.int64)}  # 8 bytes a node
 
 
 def merge_parts(items: list[dict[str, int]]) -> dict[str, int]:
