@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -15,11 +15,10 @@ from analyzers.findings import FindingParams, cross_rank_findings, detect_findin
 from analyzers.findings.finding import Finding, listed_findings, listed_findings_note, sort_findings
 from analyzers.findings.view import windows_of
 from analyzers.graph.analysis import GraphRun, critical_path_document
-from analyzers.graph.fixes import FIX_OF_FINDING
-from analyzers.graph.pricing import section_and_savings
+from analyzers.graph.fixes import FIX_OF_FINDING, Fix
+from analyzers.graph.pricing import section_and_savings, whatif_run
 from analyzers.graph.rank_graph import RankGraph, build_rank_graph
 from analyzers.graph.set_graph import build_set_graph
-from analyzers.graph.subset import SlowestRanks, bounded_rank_graphs, measured_mean_step_ns, subset_note
 from analyzers.io.exec_trace import ExecTrace, check_exec_ranks, exec_trace_of
 from analyzers.io.parallel import PER_RANK_KEY
 from analyzers.io.plain import to_plain
@@ -129,7 +128,6 @@ class RankStage:
             res.syncs = blocking_syncs(trace, None)
             res.graph = build_rank_graph(trace, res.syncs, FindingParams().step_pattern,
                                          exec_trace_of(self.exec_traces, trace.rank))
-            res.graph_step_ns = measured_mean_step_ns(res.graph)
             res.syncs = PackedFrame(res.syncs)
             return res
         metrics = rank_metrics(trace, self.options)
@@ -144,14 +142,9 @@ class RankStage:
             res.findings = detect_rank(trace, metrics, params, None, res.syncs, windows=res.windows)
             if self.options.steps.steps is None:
                 res.graph = build_rank_graph(trace, res.syncs, params.step_pattern)
-                res.graph_step_ns = measured_mean_step_ns(res.graph)
             res.sync_summary = rank_sync_summary(trace.rank, res.syncs)
             res.syncs = PackedFrame(res.syncs)  # what travels back and stays in the caller, a tenth of the bytes
         return res
-
-    def collector(self) -> Callable[[dict[int, Any]], None]:
-        """What the caller runs on each file's results as they arrive (analyzers.io.parallel)."""
-        return SlowestGraphs()
 
     def shipped(self, trace: RankTrace) -> RankTrace:
         """The trace as the caller gets it back, once __call__ has run on it (see send_host_tables); its GPU
@@ -178,23 +171,6 @@ class RankResults:
     windows: pd.DataFrame | None = None  # the findings' iteration windows (findings.view.windows_of)
     cross_steps: RankSteps | None = None  # the cross-rank order comparison's steps (default pattern)
     graph: RankGraph | None = None  # the rank's dependency graph (analyzers.graph), with diagnose
-    graph_step_ns: float | None = None  # its measured mean step; graph None with it: left out of the replay
-
-
-class SlowestGraphs:
-    """Keeps the graphs of the slowest ranks only (analyzers.graph.subset), as the results arrive: the
-    caller holds at most GRAPH_MAX_RANKS + 1 rank graphs at any rank count."""
-
-    def __init__(self) -> None:
-        self.pick = SlowestRanks()
-        self.held: dict[int, RankResults] = {}
-
-    def __call__(self, results: dict[int, Any]) -> None:
-        for r, res in results.items():
-            if isinstance(res, RankResults) and res.graph is not None and res.graph_step_ns is not None:
-                self.held[r] = res
-                if (dropped := self.pick.offer(r, res.graph_step_ns)) is not None:
-                    self.held.pop(dropped).graph = None
 
 
 def categorical_strings(gpu: pd.DataFrame) -> pd.DataFrame:
@@ -330,32 +306,26 @@ def _price(report: AnalysisReport, traces: TraceSet, pre: dict[int, RankResults]
 
 def _graph_run(traces: TraceSet, syncs: Mapping[int, pd.DataFrame], cr: CrossRankReport | None,
                offsets: dict[int, int], pre: dict[int, RankResults] | None, pattern: str,
-               exec_traces: tuple[ExecTrace, ...] = ()) -> GraphRun:
-    """The graphs come from the per-rank stage (pre: those it kept, analyzers.graph.subset), else are
-    built here; past GRAPH_MAX_RANKS ranks the slowest are replayed, with a note."""
+               exec_traces: tuple[ExecTrace, ...] = (), fixes: Sequence[Fix] = ()) -> GraphRun:
+    """Every rank's graph (from the per-rank stage where it made them, else built here) in one set graph;
+    fixes: `whatif`'s, replayed beside the unmodified replay (pricing.whatif_run)."""
     ids = traces.rank_ids()
     if pre:
-        graphs = bounded_rank_graphs([r for r in ids if pre[r].graph is not None], lambda r: pre[r].graph,
-                                     lambda g: _step_of(pre[g.rank], g))
+        graphs = {r: pre[r].graph for r in ids if pre[r].graph is not None}
     else:
-        graphs = bounded_rank_graphs(ids, lambda r: build_rank_graph(traces.ranks[r], syncs[r], pattern,
-                                                                     exec_trace_of(exec_traces, r)))
+        graphs = {r: build_rank_graph(traces.ranks[r], syncs[r], pattern, exec_trace_of(exec_traces, r))
+                  for r in ids}
     sg = build_set_graph(graphs, offsets, cr.members if cr is not None else None,
                          cr.collectives if cr is not None else None)
-    if note := subset_note(len(graphs), len(ids)):
-        sg.notes.append(note)
-    return GraphRun(sg)
-
-
-def _step_of(res: RankResults, g: RankGraph) -> float:
-    return res.graph_step_ns if res.graph_step_ns is not None else measured_mean_step_ns(g)
+    return whatif_run(sg, list(fixes)) if fixes else GraphRun(sg)
 
 
 def graph_run(traces: TraceSet, options: AnalysisOptions | None = None,
-              exec_traces: tuple[ExecTrace, ...] = ()) -> GraphRun:
+              exec_traces: tuple[ExecTrace, ...] = (), fixes: Sequence[Fix] = ()) -> GraphRun:
     """The set's dependency graph and its unmodified replay, as `analyze` (all steps) makes them, without
     the sections `whatif` does not read (collectives table, stragglers, findings, critical path,
-    savings): the same graph, so the same predictions."""
+    savings): the same graph, so the same predictions. fixes: those `whatif` asks, replayed beside the
+    unmodified replay where a second core can take them (the run keeps their replay for analysis.whatif)."""
     options = options or AnalysisOptions()
     if options.steps.steps is not None:
         raise ValueError("graph_run: the graph covers all steps (no step selection)")
@@ -370,4 +340,4 @@ def graph_run(traces: TraceSet, options: AnalysisOptions | None = None,
     syncs = PackedFrames({r: pre[r].syncs if pre else blocking_syncs(traces.ranks[r], None) for r in ids})
     check_exec_ranks(exec_traces, ids)
     return _graph_run(traces, syncs, cr, offsets, pre or None,
-                      FindingParams().step_pattern, exec_traces)
+                      FindingParams().step_pattern, exec_traces, fixes)

@@ -5,7 +5,7 @@ usage: python benchmarks/graph_timing.py OUT.json ARGS...
 Runs the command unchanged and writes OUT.json at exit: the wall time from this process's start, the
 caller's graph stage (report._price: set graph, unmodified replay, critical path, every finding's replay),
 of it the set graph and unmodified replay alone (report._graph_run: caller_base), and the graph's part
-of the per-rank stage (report.build_rank_graph and the step it measures, in the pool's workers, which
+of the per-rank stage (report.build_rank_graph, in the pool's workers, which
 fork from this process and so inherit the timers; each rank's seconds travel back on its RankResults),
 summed over ranks, with the number of ranks and of workers; and the per-rank stage's wall time
 (load_traces: every file parsed and analyzed in the workers, their graph builds included). Each as wall
@@ -54,7 +54,6 @@ def main() -> None:
         return wrapper
 
     report.build_rank_graph = timed(report.build_rank_graph, "rank")
-    report.measured_mean_step_ns = timed(report.measured_mean_step_ns, "rank")
     report._price = timed(report._price, "caller_graph_s")
     report._graph_run = timed(report._graph_run, "caller_base_s")
     stage_call = report.RankStage.__call__
@@ -66,16 +65,19 @@ def main() -> None:
         return res
 
     report.RankStage.__call__ = rank_stage
-    collect = report.SlowestGraphs.__call__
+    import analyzers.io.parallel as parallel
+    run_files = parallel.run_files
 
-    def collected(self, results):  # in the caller, as each file's results arrive
-        for res in results.values():
-            figures["worker_graph_s"] += getattr(res, "graph_s", 0.0)
-            figures["worker_graph_cpu_s"] += getattr(res, "graph_cpu_s", 0.0)
-            figures["ranks"] += 1
-        return collect(self, results)
+    def counted(*a, **k):  # in the caller: each file's results, as the per-rank stage hands them back
+        out = run_files(*a, **k)
+        for fr in out:
+            for res in (getattr(fr, "results", None) or {}).values():
+                figures["worker_graph_s"] += getattr(res, "graph_s", 0.0)
+                figures["worker_graph_cpu_s"] += getattr(res, "graph_cpu_s", 0.0)
+                figures["ranks"] += 1
+        return out
 
-    report.SlowestGraphs.__call__ = collected
+    parallel.run_files = counted
     import analyzers.io.load as load  # the per-rank stage (parse, per-rank analysis, graph builds) as a whole
 
     load.load_traces = timed(load.load_traces, "load_s")

@@ -80,7 +80,7 @@ def whatif_cmd(
         traces = load_set(paths, rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache,
                           options=options, diagnose=True, host_tables=False, graph_only=True,
                           exec_traces=exec_traces)
-        result = whatif(graph_run(traces, options, exec_traces), fixes)
+        result = whatif(graph_run(traces, options, exec_traces, fixes), fixes)
         result["label"] = traces.label
         doc = json_bytes(result)
         if key is not None:

@@ -1,19 +1,17 @@
-"""What keeps the caller's memory bounded at many ranks: packed GPU tables, a bounded number unpacked,
-and the replay's choice of the slowest ranks past GRAPH_MAX_RANKS (the same whatever order results come in)."""
+"""What keeps the caller's memory bounded at many ranks: packed GPU tables, a bounded number unpacked; and
+the replay covers every rank however many there are."""
 
 from __future__ import annotations
 
-import itertools
 import pickle
 from dataclasses import replace
 
 import pandas as pd
 import pytest
 
-from analyzers.graph.subset import GRAPH_MAX_RANKS, SlowestRanks, bounded_rank_graphs, subset_note
 from analyzers.io.load import load_traces
 from analyzers.overlap.metrics import AnalysisOptions
-from analyzers.report import RankResults, RankStage, SlowestGraphs, analyze
+from analyzers.report import RankStage, analyze
 from analyzers.timeline import packed as packed_mod
 from analyzers.timeline.model import TraceSet
 from analyzers.timeline.packed import PackedRankTrace, packed
@@ -55,58 +53,24 @@ def test_at_most_unpacked_held_tables_are_unpacked():
     assert "_gpu_table" not in traces[0].__dict__ and "_gpu_table" in traces[-1].__dict__
 
 
-@pytest.mark.parametrize(("steps", "k", "kept"), [
-    ({0: 5, 1: 9, 2: 9, 3: 1, 4: 7}, 3, {1, 2, 4}),  # the three longest steps
-    ({0: 5, 1: 5, 2: 5, 3: 5}, 2, {0, 1}),  # ties: the lower ranks
-    ({0: 1, 1: 2}, 3, {0, 1}),  # fewer than k: all
-])
-def test_slowest_ranks_whatever_the_order(steps, k, kept):
-    for order in itertools.permutations(steps):
-        pick = SlowestRanks(k)
-        dropped = [d for r in order if (d := pick.offer(r, steps[r])) is not None]
-        assert set(pick.kept) == kept
-        assert sorted(dropped) == sorted(set(steps) - kept)
-
-
-def test_slowest_graphs_drop_the_others_graphs_as_results_arrive():
-    opts = AnalysisOptions()
-    steps = {r: float(100 + (r * 7) % 23) for r in range(GRAPH_MAX_RANKS + 4)}
-    results = {r: RankResults(opts, True, 0, None, graph=f"graph {r}", graph_step_ns=s)  # type: ignore[arg-type]
-               for r, s in steps.items()}
-    sink = SlowestGraphs()
-    for r in sorted(results, reverse=True):  # one file at a time, in any order
-        sink({r: results[r]})
-    kept = {r for r, res in results.items() if res.graph is not None}
-    slowest = sorted(steps, key=lambda r: (-steps[r], r))[:GRAPH_MAX_RANKS]
-    assert kept == set(slowest)
-    assert all(results[r].graph_step_ns == steps[r] for r in results)  # left-out ranks keep their step
-
-
-def test_bounded_rank_graphs_and_note():
-    built = []
-
-    def graph_of(r: int) -> str:
-        built.append(r)
-        return f"g{r}"
-
-    # steps 0, 1, 2, 0, 1: rank 2, then rank 1 (tied with rank 4, the lower rank)
-    got = bounded_rank_graphs(list(range(5)), graph_of, lambda g: float(g[1:]) % 3, k=2)  # type: ignore[arg-type]
-    assert got == {1: "g1", 2: "g2"} and list(got) == [1, 2] and built == [0, 1, 2, 3, 4]
-    assert subset_note(16, 16) is None
-    assert subset_note(16, 1024).startswith("critical path and findings' savings: replayed on the 16 of 1024 ranks")
-
-
-def test_analysis_past_the_cap_replays_the_slowest_ranks_and_says_so():
+def test_forty_ranks_are_all_replayed():
+    """No cap: a 40-rank set (copies of a 2-rank trace) gets a critical path on every rank (copies of one rank
+    replay alike: the set is symmetric), a fidelity like the two ranks', and a price on its findings."""
     one = load_traces([SET], per_rank=None)
-    n = GRAPH_MAX_RANKS + 2
+    n = 40
     ranks = {r: replace(one.ranks[r % 2], rank=r) for r in range(n)}
     ts = TraceSet(ranks=ranks, label="copies", fmt=one.fmt, world_size=n)
     rep = analyze(ts, AnalysisOptions())
     cp = rep.critical_path
-    assert len(cp["per_rank"]) == GRAPH_MAX_RANKS
-    assert any(note.startswith(f"critical path and findings' savings: replayed on the {GRAPH_MAX_RANKS} of {n} ranks")
-               for note in cp["notes"])
-    assert len(rep.ranks) == n  # everything else covers every rank
+    assert sorted(int(r) for r in cp["per_rank"]) == list(range(n))
+    sg = rep.graph_run.sg
+    assert sg.ranks == list(range(n)) and sg.n == n // 2 * (len(one.ranks[0].gpu) + len(one.ranks[1].gpu))
+    assert not any("replayed on the" in note for note in cp["notes"])
+    two = analyze(one, AnalysisOptions()).critical_path
+    for r in range(2, n):
+        assert cp["per_rank"][str(r)]["mean_step_ns"] == cp["per_rank"][str(r % 2)]["mean_step_ns"] > 0
+    assert cp["fidelity"]["median_abs_error"] == pytest.approx(two["fidelity"]["median_abs_error"], abs=0.02)
+    assert any(f.saving_ns is not None for f in rep.findings)
 
 
 def test_rank_stage_ships_packed_tables():

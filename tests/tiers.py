@@ -273,9 +273,14 @@ SLOW: dict[str, tuple[str, ...]] = {
     "test_kineto_formats": (
         "test_bundled_traces_use_the_by_phase_decoder",
     ),
+    "test_graph_engine": (
+        "test_bundled_traces_replay_as_the_reference",
+        "test_overlap_shares_of_every_rank_at_once_are_each_ranks_own",
+        "test_whatif_with_the_fixes_replayed_in_a_fork_is_the_serial_answer",
+    ),
     "test_many_ranks_memory": (
         "test_a_real_rank_packs_to_a_tenth",
-        "test_analysis_past_the_cap_replays_the_slowest_ranks_and_says_so",
+        "test_forty_ranks_are_all_replayed",
         "test_analyze_keeps_syncs_packed_with_their_section_made_in_the_worker",
     ),
     "test_no_empty_tables": (

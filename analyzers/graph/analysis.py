@@ -146,13 +146,9 @@ def whatif(run: GraphRun, fixes: list[Fix]) -> dict[str, Any]:
         notes.append(f"SM residency: {held} communication kernels wait for a compute kernel that holds every SM of "
                      "their GPU to retire (one of their blocks does not fit beside its blocks); without that they "
                      "would run under it")
-    per_rank = []
-    for r in run.sg.ranks:
-        m = run.measured[run.measured["rank"] == r]["dur_ns"]
-        b = run.replayed[run.replayed["rank"] == r]["dur_ns"]
-        p = pred[pred["rank"] == r]["dur_ns"]
-        per_rank.append({"rank": r, "measured_step_ns": median_ns(m), "replayed_step_ns": median_ns(b),
-                         "predicted_step_ns": median_ns(p)})
+    medians = [_rank_medians(df) for df in (run.measured, run.replayed, pred)]  # one pass each, not one a rank
+    per_rank = [{"rank": r, "measured_step_ns": medians[0].get(r), "replayed_step_ns": medians[1].get(r),
+                 "predicted_step_ns": medians[2].get(r)} for r in run.sg.ranks]
     saving, fraction = _saving(t)
     return {
         "fixes": [f.label for f in fixes],
@@ -164,6 +160,14 @@ def whatif(run: GraphRun, fixes: list[Fix]) -> dict[str, Any]:
         "per_rank": per_rank,
         "notes": notes,
     }
+
+
+def _rank_medians(steps: pd.DataFrame) -> dict[int, int]:
+    """Per rank: median_ns of its steps' durations."""
+    if steps.empty:
+        return {}
+    med = steps.groupby("rank")["dur_ns"].median()
+    return {int(r): int(round(float(v))) for r, v in zip(med.index, med.to_numpy(np.float64), strict=True)}
 
 
 def _walk(run: GraphRun, row: dict[str, Any]) -> dict[str, Any]:
@@ -184,19 +188,22 @@ def critical_path_section(run: GraphRun, before_charge: Callable[[set[str]], Non
     as_walked = {(row["rank"], row["step"]): _walk(run, row) for row in rows}
     if before_charge is not None:
         before_charge(removals_needed([(row, as_walked[(row["rank"], row["step"])]) for row in rows]))
+    by_rank: dict[int, list[dict[str, Any]]] = {r: [] for r in run.sg.ranks}
+    for row in rows:
+        by_rank[row["rank"]].append(row)
     for r in run.sg.ranks:
-        mine = [row for row in rows if row["rank"] == r]
+        mine = by_rank[r]
         parts, crit = [], []
         for row in mine:
             res = charge(run, r, row, as_walked[(r, row["step"])])  # each cause charged as far as its removal saves
             walked[(r, row["step"])] = res
             parts.append(res["parts"])
-            crit.extend(res["nodes"])
+            crit.append(res["nodes"])
         total = mean_parts(parts)
         step_ns = int(round(float(np.mean([row["dur_ns"] for row in mine])))) if mine else 0
         per_rank[str(r)] = {"mean_step_ns": step_ns, "parts": total,
                             "shares": {k: (v / step_ns if step_ns else None) for k, v in total.items()}}
-        c = np.asarray(crit, dtype=np.int64)
+        c = np.concatenate(crit) if crit else np.zeros(0, dtype=np.int64)
         nodes[str(r)] = np.unique(c[run.sg.rank_of[c] == r] - run.sg.base[r]) if len(c) else c
     release_removals(run)  # the attribution's replays are not kept past the walk
     drop_lists(run.sg, run.base, run.inputs)

@@ -95,10 +95,39 @@ def overlap_shares(sg: SetGraph, start: np.ndarray, end: np.ndarray, dur: np.nda
     """Per node: the share of its time beside the other class on its rank (0 for copies and others).
 
     A communication node's time is its transfer window [end - dur, end]; a compute node's its span, whose
-    time beside a communication kernel's wait (not beside any transfer) counts wait_weight of itself."""
+    time beside a communication kernel's wait (not beside any transfer) counts wait_weight of itself.
+    Every rank at once: each rank's times are shifted into a range of their own (rank position x the set's
+    time span), so one union and one search serve all ranks and no interval reaches another rank's."""
     f = np.zeros(sg.n, dtype=np.float64)
     comm, comp = sg.cat == COMM, sg.cat == COMPUTE
     lo = np.where(comm, np.maximum(end - dur, start), start)
+    if not sg.n:
+        return f
+    t0 = int(min(start.min(), lo.min()))
+    span = int(max(end.max(), lo.max())) - t0 + 1
+    if span * (len(sg.ranks) + 1) >= 1 << 62:  # the shifted times would leave int64: rank by rank
+        return _overlap_shares_by_rank(sg, start, end, lo, wait_weight)
+    pos = np.searchsorted(np.asarray(sg.ranks), sg.rank_of)
+    shift = pos.astype(np.int64) * span - t0
+    s_all, e_all, lo_all = start + shift, end + shift, lo + shift
+    for mine, other, is_comp in ((comm, comp, False), (comp, comm, True)):
+        rows, orows = np.flatnonzero(mine), np.flatnonzero(other)
+        if not len(rows) or not len(orows):
+            continue
+        s, e = lo_all[rows], e_all[rows]
+        width = e - s
+        ov = _beside(s_all[orows], e_all[orows], s, e)
+        if is_comp and wait_weight != 1.0:  # beside transfers in full, beside waits only in part
+            tr = _beside(lo_all[orows], e_all[orows], s, e)
+            ov = tr + wait_weight * (ov - tr)
+        f[rows] = np.where(width > 0, ov / np.maximum(width, 1), 0.0)
+    return f
+
+
+def _overlap_shares_by_rank(sg: SetGraph, start: np.ndarray, end: np.ndarray, lo: np.ndarray,
+                            wait_weight: float) -> np.ndarray:
+    f = np.zeros(sg.n, dtype=np.float64)
+    comm, comp = sg.cat == COMM, sg.cat == COMPUTE
     for r in sg.ranks:
         b, n = sg.base[r], sg.graphs[r].n
         sl = slice(b, b + n)

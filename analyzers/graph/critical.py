@@ -76,13 +76,14 @@ class _Walk:
 
     def add(self, part: str, a: int, b: int, node: int = -1) -> None:
         """Attribute [a, b) to part, less what the walk already attributed (each ns counts once); node: the
-        activity that ran then (its name goes with peer wait)."""
-        if a < self.lo:
-            a = self.lo
-        if b > self.hi:
-            b = self.hi
+        activity that ran then (its name goes with peer wait). The frontier never passes hi, so clipping b to
+        it clips it to hi too."""
+        if b <= a:
+            return
         if b > self.frontier:
             b = self.frontier
+        if a < self.lo:
+            a = self.lo
         if b <= a:
             return
         self.frontier = a
@@ -164,31 +165,53 @@ def _explain_host(w: _Walk, seg: int, t: int, part: str) -> tuple[tuple[int, int
 
 def walk(sg: SetGraph, rp: Replay, inp: ReplayInputs, rank: int, lo: int, hi: int, node: int,
          at_end: bool) -> dict[str, Any]:
-    """Attribution of [lo, hi) on rank's path ending at node's end (at_end) or start."""
+    """Attribution of [lo, hi) on rank's path ending at node's end (at_end) or start.
+
+    The common step (an activity of no collective, reached through its stream, an event wait or a gate) is
+    done inline here, with a gap of no length skipped before calling add: most of a path is such steps."""
     w = _Walk(sg, rp, inp, int(rank), int(lo), int(hi))
     node = int(node)
     cur: tuple[int, int] | None = _execute(w, node, w.hi) if at_end else (node, w.start[node])
     reached = w.hi
-    why_of, end, prev = w.why, w.end, w.prev
+    why_of, end, start, prev, coll, cat, rank_of = w.why, w.end, w.start, w.prev, w.coll, w.cat, w.rank_of
+    dep, dep2, gate = w.dep, w.dep2, w.gate
+    nodes, add, me, w_lo = w.nodes, w.add, w.rank, w.lo
+    part_of = _CAT_PART
     for _ in range(MAX_STEPS_WALKED):
         if cur is None:
             break
         i, t = cur
         reached = t
-        if t <= w.lo:
+        if t <= w_lo:
             break
         why = why_of[i]
         if why == STREAM or why == DEP or why == DEP2 or why == GATE:
-            p = prev[i] if why == STREAM else w.dep[i] if why == DEP else w.dep2[i] if why == DEP2 else w.gate[i]
-            w.add("other", end[p], t)
-            cur = _execute(w, p, min(t, end[p]))
+            p = prev[i] if why == STREAM else dep[i] if why == DEP else dep2[i] if why == DEP2 else gate[i]
+            ep = end[p]
+            if ep < t:
+                add("other", ep, t)
+            if coll[p] >= 0:
+                cur = _execute(w, p, t if t < ep else ep)
+                continue
+            r = rank_of[p]  # _execute inlined for an activity of no collective
+            if w.away is None:
+                if r != me:
+                    w.away = r
+            elif r == me:
+                w.away = None
+            nodes.append(p)
+            s = start[p]
+            e = t if t < ep else ep
+            if s < e:
+                add(part_of[cat[p]], s, e, p)
+            cur = (p, s)
         elif why == LAUNCH:
-            s = w.seg[i]
-            ready = w.seg_time[s] + w.off[i]
-            w.add("launch_gaps", ready, t)
-            y = w.seg_opened_by[s]
+            sg_ = w.seg[i]
+            ready = w.seg_time[sg_] + w.off[i]
+            add("launch_gaps", ready, t)
+            y = w.seg_opened_by[sg_]
             part = "launch_gaps" if y < 0 or not w.sync_blocks[y] else "sync_idle"
-            host, back_to = _explain_host(w, s, ready, part)
+            host, back_to = _explain_host(w, sg_, ready, part)
             if host is None:
                 reached = back_to
                 cur = None
@@ -201,7 +224,7 @@ def walk(sg: SetGraph, rp: Replay, inp: ReplayInputs, rank: int, lo: int, hi: in
     late = [{"late_rank": r, "ns": int(ns),
              "cause": max(w.causes[r].items(), key=lambda kv: kv[1])[0] if w.causes[r] else ""}
             for r, ns in sorted(w.late.items(), key=lambda kv: -kv[1])]
-    return {"parts": w.parts, "peer_wait": late, "nodes": w.nodes}
+    return {"parts": w.parts, "peer_wait": late, "nodes": np.asarray(w.nodes, dtype=np.int64)}  # 8 bytes a node
 
 
 def merge_parts(items: list[dict[str, int]]) -> dict[str, int]:

@@ -21,7 +21,7 @@ import threading
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from analyzers.graph.analysis import GraphRun, critical_path_section, finding_savings
+from analyzers.graph.analysis import GraphRun, _same_inputs, critical_path_section, finding_savings
 from analyzers.graph.attribution import (
     CAUSES,
     NO_PEER_WAIT,
@@ -29,10 +29,15 @@ from analyzers.graph.attribution import (
     no_peer_wait_replay,
     prepare_removals,
 )
+from analyzers.graph.contention import contended_replay
 from analyzers.graph.critical import ATTRIBUTION
-from analyzers.graph.fixes import FIX_OF_FINDING, Fix
+from analyzers.graph.fixes import FIX_OF_FINDING, Fix, apply_fixes
+from analyzers.graph.moves import MOVES
+from analyzers.graph.replay import loop_order
+from analyzers.graph.set_graph import SetGraph
 
 _RUN: GraphRun | None = None  # the run a forked pricing process reads (set only while one runs)
+_SG: SetGraph | None = None  # the graph a forked whatif process replays (set only while one runs)
 Made = dict[tuple[Fix, ...], tuple[Any, Any, bool]]  # fixes -> (inputs, replay, unsettled)
 
 
@@ -60,6 +65,45 @@ def _removals_here(parts: list[str]) -> tuple[Made, tuple[Any, Any] | None]:
     return made, (no_peer_wait_replay(_RUN) if any(CAUSES[p][1] == NO_PEER_WAIT for p in parts) else None)
 
 
+def _fixed_here(fixes: list[Fix]) -> tuple[Any, Any, bool]:
+    """In the forked process: the fixes' contended replay on the graph it inherited (whatif_run)."""
+    assert _SG is not None
+    res = contended_replay(_SG, apply_fixes(_SG, fixes), loop_order(_SG))
+    return res.inputs, res.replay, not res.converged
+
+
+def _can_fork() -> bool:
+    return _cores() > 1 and sys.platform.startswith("linux") and threading.active_count() == 1
+
+
+def whatif_run(sg: SetGraph, fixes: list[Fix], parallel: bool | None = None) -> GraphRun:
+    """GraphRun(sg) with the fixes' replay (one replay of them all, as GraphRun.run makes it) made beside its
+    unmodified replay, in a forked process where parallel (default: as section_and_savings decides); the two
+    do not depend on each other. The run keeps that replay, so whatif(run, fixes) reads it; the figures are
+    those of the serial order (the same code on the same inputs). Fixes that move work (graph.moves) read
+    the unmodified replay: they run after it, here."""
+    global _SG
+    if parallel is None:
+        parallel = bool(fixes) and _can_fork()
+    if not parallel or any(f.name in MOVES for f in fixes):
+        return GraphRun(sg)
+    _SG = sg
+    try:
+        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork")) as pool:
+            pending = pool.submit(_fixed_here, list(fixes))  # forks now: the child sees _SG
+            run = GraphRun(sg)
+            try:
+                made = pending.result()
+            except Exception:  # a child that died or failed: GraphRun.run replays the fixes here
+                return run
+    finally:
+        _SG = None
+    inp, rp, unsettled = made
+    if not _same_inputs(apply_fixes(sg, fixes), run.unfixed):  # else GraphRun.run answers with the base, as serially
+        run.keep_replays({tuple(fixes): (inp, rp, unsettled)})
+    return run
+
+
 def _finding_fixes(finding_ids: list[str]) -> list[Fix]:
     names = dict.fromkeys(FIX_OF_FINDING[f] for f in finding_ids if f in FIX_OF_FINDING)
     return [Fix(n) for n in names]
@@ -73,8 +117,7 @@ def section_and_savings(run: GraphRun, finding_ids: list[str], parallel: bool | 
     global _RUN
     fixes = _finding_fixes(finding_ids)
     if parallel is None:
-        parallel = (bool(fixes) and _cores() > 1 and sys.platform.startswith("linux")
-                    and threading.active_count() == 1)
+        parallel = bool(fixes) and _can_fork()
     run.keep_replays({})
     try:
         if not parallel:

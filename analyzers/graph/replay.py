@@ -10,9 +10,12 @@ for, plus its wake latency. Measured times are used only for the first segment o
 the events (the measured order is a topological order of the graph: every edge goes from an event
 that was measured earlier to one measured later).
 
-The loop runs once over the events in that order, in plain Python over lists (one pass,
-~1 µs an event): a longest-path computation has no vector form that beats it on these graphs,
-whose paths switch between streams, ranks and the host thousands of times.
+The loop runs once over the events in that order, in plain Python (one pass, ~1.1-1.3 µs an
+event): a longest-path computation has no vector form that beats it on these graphs, whose paths
+switch between streams, ranks and the host thousands of times. What it holds does not grow past
+the arrays: the replayed times are numpy arrays it reads and writes through memoryviews (8 bytes
+an activity), and it takes the events CHUNK at a time, each chunk's columns gathered from the
+graph's arrays and made lists only for that chunk, so every rank of a large set is replayed at once.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from analyzers.graph.set_graph import SetGraph
 
 ANCHOR, LAUNCH, STREAM, DEP, DEP2, GATE = 0, 1, 2, 3, 4, 5
 UNSET = -(1 << 62)
+CHUNK = 1 << 16  # events whose columns the loop holds as lists at once
+MAX_VISITS_KEPT = 4  # edge sets whose loop order is kept on the graph
 
 
 @dataclass
@@ -64,9 +69,8 @@ class _Static:
         self.static = has & (opened < 0)
         self.dseg_arr = np.where(has & ~self.static, sg.seg, -1)
         self.seg_base = sg.seg_base[np.maximum(sg.seg, 0)] if len(sg.seg_base) else np.zeros(sg.n, dtype=np.int64)
-        self.s_seg, self.s_aw, self.s_lat = sg.sync_seg.tolist(), sg.sync_awaited.tolist(), sg.sync_lat.tolist()
-        self.s_opens = sg.sync_opens.tolist()
-        self.ptr, self.cnodes = sg.coll_ptr.tolist(), sg.coll_nodes.tolist()
+        self.s_seg, self.s_aw = memoryview(sg.sync_seg), memoryview(sg.sync_awaited)
+        self.s_lat, self.s_opens = memoryview(sg.sync_lat), memoryview(sg.sync_opens)
 
 
 def _static(sg: SetGraph, order: np.ndarray | None) -> _Static:
@@ -111,10 +115,9 @@ def _run_structure(sg: SetGraph, inp: ReplayInputs, st: _Static) -> tuple[np.nda
 
 
 class _Visits:
-    """The loop's events in order (activities it visits and sync returns) with what it reads of each that
-    depends on the graph's edges only, and the stream runs it skips: fixes that change durations or host
-    offsets reuse it (kept on the graph, by the edges' bytes). The loop zips these lists instead of
-    indexing arrays by node."""
+    """The loop's events in order (activities it visits and sync returns) and the stream runs it skips: what
+    depends on the graph's edges only, so fixes that change durations or host offsets reuse it (kept on the
+    graph, by the edges' bytes). Arrays only: the loop gathers each chunk's columns from them (replay)."""
 
     def __init__(self, sg: SetGraph, inp: ReplayInputs, st: _Static, compress: bool) -> None:
         n = sg.n
@@ -124,27 +127,15 @@ class _Visits:
             self.follower = np.zeros(n, dtype=bool)
             head, self.rows = np.arange(n), np.zeros(0, dtype=np.int64)
         keep = np.r_[~self.follower, np.ones(len(sg.sync_end), dtype=bool)]
-        ol = st.order[keep[st.order]]
-        gpu = ol < n
-        self.nodes = ol[gpu]  # the visited activities, in loop order
-        self.gi = np.where(gpu, ol, 0)  # per event: the node whose columns it reads (a sync reads node 0's)
-        gi = self.gi
-        self.k = ol.tolist()
-        self.prev, self.turn = sg.prev[gi].tolist(), sg.turnaround[gi].tolist()
-        self.dep, self.dep2, self.dlat = inp.dep[gi].tolist(), inp.dep2[gi].tolist(), sg.dep_lat[gi].tolist()
-        gate, gate_lat = _gate(inp, n)
-        self.gate, self.glat = gate[gi].tolist(), gate_lat[gi].tolist()
-        self.coll, self.dseg = sg.coll[gi].tolist(), st.dseg_arr[gi].tolist()
-        self.moving = np.flatnonzero(st.dseg_arr[gi] >= 0)  # events whose launch moves with its host segment
+        self.k = st.order[keep[st.order]]  # per event: its node, or n + its sync
         o = self.rows  # the runs: their heads, first and last followers, the followers' fixed columns
         self.run_head = head[o]
         h = self.run_head
         self.run_first = np.r_[True, h[1:] != h[:-1]] if len(h) else np.zeros(0, dtype=bool)
         last = np.r_[h[1:] != h[:-1], True] if len(h) else np.zeros(0, dtype=bool)
         self.heads = h[last]
-        tail = np.full(n, -1, dtype=np.int64)  # per head: its run's last follower
-        tail[self.heads] = o[last]
-        self.tail, self.c_tail = tail[gi].tolist(), tail[sg.coll_nodes].tolist()
+        self.tail_of = np.full(n, -1, dtype=np.int64)  # per head: its run's last follower
+        self.tail_of[self.heads] = o[last]
         self.run_turn, self.run_prev = sg.turnaround[o], sg.prev[o]
 
 
@@ -157,16 +148,16 @@ def _gate(inp: ReplayInputs, n: int) -> tuple[np.ndarray, np.ndarray]:
 def _visits(sg: SetGraph, inp: ReplayInputs, st: _Static, compress: bool) -> _Visits:
     """The visits of this edge set, cached on the graph by a digest of the edges (the arrays themselves
     would be megabytes a key). Edge sets without SM-residency gates (the unfixed graph and each fix's) are
-    kept, up to 8; the gated ones, which each round of a contended replay changes, take one slot."""
-    gate, gate_lat = _gate(inp, sg.n)
+    kept, up to MAX_VISITS_KEPT (the unfixed graph's and a fix's: each is ~10 bytes an event and an activity);
+    the gated ones, which each round of a contended replay changes, take one slot."""
     h = hashlib.blake2b(digest_size=16)
-    for a in (inp.dep, inp.dep2, gate, gate_lat):
+    gated = inp.gate is not None and inp.gate_lat is not None and bool((inp.gate >= 0).any())
+    for a in (inp.dep, inp.dep2, *((inp.gate, inp.gate_lat) if gated else ())):
         h.update(np.ascontiguousarray(a).view(np.uint8))
-    key = (compress, h.digest())
-    gated = bool((gate >= 0).any())
+    key = (compress, gated, h.digest())
     cache: dict = sg.__dict__.setdefault("_replay_visits_gated" if gated else "_replay_visits", {})
     if key not in cache:
-        if len(cache) >= (1 if gated else 8):
+        if len(cache) >= (1 if gated else MAX_VISITS_KEPT):
             cache.clear()
         cache[key] = _Visits(sg, inp, st, compress)
     return cache[key]
@@ -215,127 +206,130 @@ def _median(values: list[int]) -> int:
     return int(float(s[m])) if len(s) % 2 else int((float(s[m - 1]) + float(s[m])) / 2)
 
 
-def _picked(values: list, nodes: list[int]) -> np.ndarray:
-    return np.fromiter(map(values.__getitem__, nodes), dtype=np.int64, count=len(nodes))
 
 
 def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, compress: bool = True) -> Replay:
-    """Run the simulation once (see the module docstring); compress=False visits every activity."""
+    """Run the simulation once (see the module docstring); compress=False visits every activity.
+
+    The replayed times live in numpy arrays the loop reads and writes through memoryviews (a Python int per
+    access, 8 bytes a node at rest); each CHUNK of events has its columns gathered and made lists for the
+    loop, so what the loop holds does not grow with the set."""
     n = sg.n
+    i64 = np.int64
     st = _static(sg, order)
     vs = _visits(sg, inp, st, compress)
     ready0_a = np.where(st.static, st.seg_base + inp.off + inp.latency, UNSET)
     runs = _Runs(sg, inp, vs, ready0_a)
-    gi = vs.gi
-    launch = ready0_a[gi]  # a fixed launch's time; where it moves, its offset into the segment
-    mv = gi[vs.moving]
-    launch[vs.moving] = inp.off[mv] + inp.latency[mv]
-    launch_l, dur, ph, qh = launch.tolist(), inp.dur[gi].tolist(), runs.ph[gi].tolist(), runs.qh[gi].tolist()
-    ptr, cnodes = st.ptr, st.cnodes
+    gate_a, glat_a = _gate(inp, n)
     cm = sg.coll_nodes
-    c_dur, c_tail, c_ph, c_qh = inp.dur[cm].tolist(), vs.c_tail, runs.ph[cm].tolist(), runs.qh[cm].tolist()
-    left = np.diff(sg.coll_ptr).tolist()
-    n_coll = len(left)
-    arrival, late = [0] * n_coll, [-1] * n_coll
+    ptr, cnodes = memoryview(sg.coll_ptr), memoryview(cm)
+    c_dur, c_tail = memoryview(inp.dur[cm]), memoryview(vs.tail_of[cm])
+    c_ph, c_qh = memoryview(runs.ph[cm]), memoryview(runs.qh[cm])
+    left_a = np.diff(sg.coll_ptr)
+    arrival_a, late_a = np.zeros(len(left_a), dtype=i64), np.full(len(left_a), -1, dtype=i64)
+    left, arrival, late = memoryview(left_a), memoryview(arrival_a), memoryview(late_a)
     median = inp.join == "median"
-    seg_time = sg.seg_base.tolist()
+    seg_time_a = sg.seg_base.astype(i64, copy=True)
+    seg_time = memoryview(seg_time_a)
     s_seg, s_aw, s_lat, s_opens = st.s_seg, st.s_aw, st.s_lat, st.s_opens
-    s_off, s_blocks, s_cost = inp.sync_off.tolist(), inp.sync_blocks.tolist(), inp.sync_cost.tolist()
-    ns = len(s_seg)
-    s_call, s_res, s_gpu = [0] * ns, [0] * ns, [False] * ns
-    start, end, why = [0] * n, [UNSET] * n, [ANCHOR] * n
+    s_off, s_blocks, s_cost = memoryview(inp.sync_off), memoryview(inp.sync_blocks), memoryview(inp.sync_cost)
+    ns = len(sg.sync_seg)
+    s_call_a, s_res_a, s_gpu_a = np.zeros(ns, dtype=i64), np.zeros(ns, dtype=i64), np.zeros(ns, dtype=bool)
+    s_call, s_res, s_gpu = memoryview(s_call_a), memoryview(s_res_a), memoryview(s_gpu_a)
+    start_a, end_a, why_a = np.zeros(n, dtype=i64), np.full(n, UNSET, dtype=i64), np.full(n, ANCHOR, dtype=np.int8)
+    start, end, why = memoryview(start_a), memoryview(end_a), memoryview(why_a)
     violations = 0
-    for k, t, sd, p, tn, d, d2, dl, c, dk, tl, pk, qk, g, gl in zip(
-            vs.k, launch_l, vs.dseg, vs.prev, vs.turn, vs.dep, vs.dep2, vs.dlat, vs.coll, dur, vs.tail, ph, qh,
-            vs.gate, vs.glat, strict=True):
-        if k < n:
-            w = LAUNCH
-            if sd >= 0:
-                t += seg_time[sd]
-            if p >= 0:
-                e = end[p]
-                if e == UNSET:
-                    violations += 1
-                    e = start[p] + int(inp.dur[p])
-                e += tn
-                if e > t:
-                    t, w = e, STREAM
-            if d >= 0:
-                e = end[d]
-                if e == UNSET:
-                    violations += 1
-                    e = start[d] + int(inp.dur[d])
-                e += dl
-                if e > t:
-                    t, w = e, DEP
-            if d2 >= 0:
-                e = end[d2]
-                if e == UNSET:
-                    violations += 1
-                    e = start[d2] + int(inp.dur[d2])
-                if e > t:
-                    t, w = e, DEP2
-            if g >= 0:
-                e = end[g]
-                if e == UNSET:
-                    violations += 1
-                    e = start[g] + int(inp.dur[g])
-                e += gl
-                if e > t:
-                    t, w = e, GATE
-            if t == UNSET:  # no launch, no input: its measured start
-                t, w = int(sg.start[k]), ANCHOR
-            start[k] = t
-            why[k] = w
-            if c < 0:
-                end[k] = e = t + dk
-                if tl >= 0:
-                    e += pk
-                    end[tl] = e if e > qk else qk
-                continue
-            left[c] -= 1
-            if left[c]:
-                continue
-            lo, hi = ptr[c], ptr[c + 1]
-            members = cnodes[lo:hi]
-            starts = [start[m] for m in members]
-            a = max(starts)
-            late[c] = members[starts.index(a)]
-            if median:
-                a = _median(starts)
-            arrival[c] = a
-            for m, sm, dm, tl, pm, qm in zip(members, starts, c_dur[lo:hi], c_tail[lo:hi], c_ph[lo:hi], c_qh[lo:hi],
-                                             strict=True):
-                end[m] = e = (a if a > sm else sm) + dm
-                if tl >= 0:
-                    e += pm
-                    end[tl] = e if e > qm else qm
-        else:
-            j = k - n
-            call = seg_time[s_seg[j]] + s_off[j] if s_seg[j] >= 0 else 0
-            if s_blocks[j]:
-                r = call
-                a = s_aw[j]
-                if a >= 0 and end[a] != UNSET and end[a] > call:
-                    r, s_gpu[j] = end[a], True
-                r += s_lat[j]
+    for lo_ev in range(0, len(vs.k), CHUNK):
+        ev = slice(lo_ev, lo_ev + CHUNK)
+        ks = vs.k[ev]
+        gi = np.where(ks < n, ks, 0)  # per event: the node whose columns it reads (a sync reads node 0's)
+        dseg = st.dseg_arr[gi]  # the host segment its launch moves with, -1
+        launch = ready0_a[gi]  # a fixed launch's time; where it moves, its offset into the segment
+        moving = dseg >= 0
+        mv = gi[moving]
+        launch[moving] = inp.off[mv] + inp.latency[mv]
+        cols = (ks, launch, dseg, sg.prev[gi], sg.turnaround[gi], inp.dep[gi], inp.dep2[gi], sg.dep_lat[gi],
+                sg.coll[gi], inp.dur[gi], vs.tail_of[gi], runs.ph[gi], runs.qh[gi], gate_a[gi], glat_a[gi])
+        for k, t, sd, p, tn, d, d2, dl, c, dk, tl, pk, qk, g, gl in zip(*(a.tolist() for a in cols), strict=True):
+            if k < n:
+                w = LAUNCH
+                if sd >= 0:
+                    t += seg_time[sd]
+                if p >= 0:
+                    e = end[p]
+                    if e == UNSET:
+                        violations += 1
+                        e = start[p] + int(inp.dur[p])
+                    e += tn
+                    if e > t:
+                        t, w = e, STREAM
+                if d >= 0:
+                    e = end[d]
+                    if e == UNSET:
+                        violations += 1
+                        e = start[d] + int(inp.dur[d])
+                    e += dl
+                    if e > t:
+                        t, w = e, DEP
+                if d2 >= 0:
+                    e = end[d2]
+                    if e == UNSET:
+                        violations += 1
+                        e = start[d2] + int(inp.dur[d2])
+                    if e > t:
+                        t, w = e, DEP2
+                if g >= 0:
+                    e = end[g]
+                    if e == UNSET:
+                        violations += 1
+                        e = start[g] + int(inp.dur[g])
+                    e += gl
+                    if e > t:
+                        t, w = e, GATE
+                if t == UNSET:  # no launch, no input: its measured start
+                    t, w = int(sg.start[k]), ANCHOR
+                start[k] = t
+                why[k] = w
+                if c < 0:
+                    end[k] = e = t + dk
+                    if tl >= 0:
+                        e += pk
+                        end[tl] = e if e > qk else qk
+                    continue
+                left[c] -= 1
+                if left[c]:
+                    continue
+                lo, hi = ptr[c], ptr[c + 1]
+                members = cnodes[lo:hi]
+                starts = [start[m] for m in members]
+                a = max(starts)
+                late[c] = members[starts.index(a)]
+                if median:
+                    a = _median(starts)
+                arrival[c] = a
+                for m, sm, dm, tl, pm, qm in zip(members, starts, c_dur[lo:hi], c_tail[lo:hi], c_ph[lo:hi], c_qh[lo:hi],
+                                                 strict=True):
+                    end[m] = e = (a if a > sm else sm) + dm
+                    if tl >= 0:
+                        e += pm
+                        end[tl] = e if e > qm else qm
             else:
-                r = call + s_cost[j]
-            s_call[j], s_res[j] = call, r
-            if s_opens[j] >= 0:
-                seg_time[s_opens[j]] = r
-    i64 = np.int64
-    visited = vs.nodes.tolist()
-    start_a, end_a = np.zeros(n, dtype=i64), np.full(n, UNSET, dtype=i64)
-    why_a = np.full(n, ANCHOR, dtype=np.int8)
-    start_a[vs.nodes], end_a[vs.nodes] = _picked(start, visited), _picked(end, visited)
-    why_a[vs.nodes] = _picked(why, visited)
+                j = k - n
+                call = seg_time[s_seg[j]] + s_off[j] if s_seg[j] >= 0 else 0
+                if s_blocks[j]:
+                    r = call
+                    a = s_aw[j]
+                    if a >= 0 and end[a] != UNSET and end[a] > call:
+                        r, s_gpu[j] = end[a], True
+                    r += s_lat[j]
+                else:
+                    r = call + s_cost[j]
+                s_call[j], s_res[j] = call, r
+                if s_opens[j] >= 0:
+                    seg_time[s_opens[j]] = r
     runs.fill(start_a, end_a, why_a)
     unset = end_a == UNSET
     if unset.any():  # a member of a collective whose other members were never reached
         end_a[unset] = start_a[unset] + inp.dur[unset]
-    return Replay(start=start_a, end=end_a, why=why_a,
-                  arrival=np.asarray(arrival, dtype=i64), late=np.asarray(late, dtype=i64),
-                  seg_time=np.asarray(seg_time, dtype=i64), sync_call=np.asarray(s_call, dtype=i64),
-                  sync_resume=np.asarray(s_res, dtype=i64), sync_gpu_bound=np.asarray(s_gpu, dtype=bool),
-                  order_violations=violations)
+    return Replay(start=start_a, end=end_a, why=why_a, arrival=arrival_a, late=late_a, seg_time=seg_time_a,
+                  sync_call=s_call_a, sync_resume=s_res_a, sync_gpu_bound=s_gpu_a, order_violations=violations)

@@ -40,7 +40,7 @@ Progress = Callable[[str, int, int], None]
 # What the caller computes per rank beside the parse (a picklable callable; analyzers.report.RankStage).
 # Its optional method shipped(trace) -> RankTrace says what of the trace goes back to the caller; its
 # optional method collector() gives what the caller runs on each file's results as they arrive (to keep
-# less of them: report.SlowestGraphs).
+# less of them as they come).
 PerRank = Callable[[RankTrace], Any]
 # Reads one file into its rank traces (analyzers.io.load.load_file; passed in, so that the loader,
 # which calls this module, is not imported by it).
