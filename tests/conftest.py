@@ -95,6 +95,41 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(f"NOT RUN: {count}browser tests: {CHROMIUM_MISSING}", red=True, bold=True)
 
 
+# WebGL without a GPU: SwiftShader through ANGLE.
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--use-gl=angle", "--use-angle=swiftshader", "--enable-unsafe-swiftshader"]
+
+
+def launch_chromium(driver):
+    """Debian's chromium through a Playwright driver (the browser tests, and the scripts in benchmarks/ and docs/)."""
+    return driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """One Playwright driver and one Debian chromium per test process, started by the first browser test: each
+    start costs ~2.5 s on the 2-core machine, and the browser tests are ~25."""
+    from playwright.sync_api import sync_playwright
+
+    driver = sync_playwright().start()
+    try:
+        launched = launch_chromium(driver)
+        yield launched
+        launched.close()
+    finally:
+        driver.stop()
+
+
+@pytest.fixture()
+def browser(chromium):
+    """The shared chromium for one test. browser.new_page and browser.new_context each open a context of their own
+    (cookies, storage, so a Streamlit session of its own), as a freshly launched browser would; every context the
+    test opened is closed after it."""
+    yield chromium
+    for context in chromium.contexts:
+        context.close()
+
+
 @pytest.fixture(scope="session")
 def hta_dir() -> Path:
     return HTA_TRACES
