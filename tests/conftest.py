@@ -105,10 +105,12 @@ def launch_chromium(driver):
     return driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium():
-    """One Playwright driver and one Debian chromium per test process, started by the first browser test: each
-    start costs ~2.5 s on the 2-core machine, and the browser tests are ~25."""
+    """One Playwright driver and one Debian chromium per test module, started by its first browser test: each start
+    costs ~2.4 s on the 2-core machine, and the 26 browser tests are in 8 modules. Per module, not per session:
+    while its driver lives, Playwright marks its event loop as running in this thread (playwright/_impl/
+    _greenlets.py), and a later module's asyncio.run() or Dask client would find it."""
     from playwright.sync_api import sync_playwright
 
     driver = sync_playwright().start()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from playwright.sync_api import expect
 
 from analyzers.io.load import load_traces
 from analyzers.report import analyze
@@ -81,7 +82,8 @@ def test_first_screen_names_the_fastest_by_its_best_timing_and_drops_no_run(four
     box = head.bounding_box()
     assert box["y"] + box["height"] < 1000, "the decision is on the first screen"
     chips = page.locator('[data-testid="stSidebar"] [data-testid="stMultiSelectTagsContainer"] [data-tag]')
-    assert chips.count() == len(VARIANTS), "every run given is selected"
+    # the Overview draws before the sidebar (tests/test_app_startup.py): wait for the sidebar's chips to settle
+    expect(chips, "every run given is selected").to_have_count(len(VARIANTS), timeout=120_000)
     page.wait_for_function("() => location.search.includes('runs=')", timeout=60_000)
     assert all(label in urllib.request.unquote(page.url) for label in LABELS)
 
@@ -108,6 +110,8 @@ def test_harmless_syncs_drawn_and_counted_as_harmless_and_every_series_distinct(
     assert "host sync, no GPU idle (harmless)" in names and "blocking host sync (GPU idled)" not in names
     page.close()
     page = _open(browser, f"{four}/syncs?runs=gemm-rs/tuned")
+    for label in ("Syncs that idled the GPU", "Harmless syncs (no GPU idle)", "Host blocked in them"):  # drawn
+        page.locator('[data-testid="stMetricLabel"]', has_text=label).first.wait_for(timeout=120_000)
     metrics = dict(zip(page.locator('[data-testid="stMetricLabel"]').all_inner_texts(),
                        page.locator('[data-testid="stMetricValue"]').all_inner_texts(), strict=True))
     assert metrics["Syncs that idled the GPU"] == "0" and metrics["Harmless syncs (no GPU idle)"] == "2"
