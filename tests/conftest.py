@@ -85,6 +85,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if BROWSER_REQUIRED and not Path(CHROMIUM).is_file():  # in the controller and every xdist worker
         raise pytest.UsageError(f"FAILED: the browser tests must run here (CI): {CHROMIUM_MISSING}")
     config.pluginmanager.register(BrowserGate(), "overlapscope-browser-gate")
+    if hasattr(config.option, "loadscopereorder"):  # xdist: hand modules out in collection order (tests/tiers.py)
+        config.option.loadscopereorder = False
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -186,6 +188,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from .tiers import mark_slow
+    from .tiers import heaviest_first, mark_slow
 
     mark_slow(items)
+    heaviest_first(items)
