@@ -85,6 +85,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if BROWSER_REQUIRED and not Path(CHROMIUM).is_file():  # in the controller and every xdist worker
         raise pytest.UsageError(f"FAILED: the browser tests must run here (CI): {CHROMIUM_MISSING}")
     config.pluginmanager.register(BrowserGate(), "overlapscope-browser-gate")
+    if hasattr(config.option, "loadscopereorder"):  # xdist: hand modules out in collection order (tests/tiers.py)
+        config.option.loadscopereorder = False
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -93,6 +95,43 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                    and config.getoption("numprocesses", None)):  # xdist: the workers collected
         count = f"{not_run} " if not_run else ""
         terminalreporter.write_line(f"NOT RUN: {count}browser tests: {CHROMIUM_MISSING}", red=True, bold=True)
+
+
+# WebGL without a GPU: SwiftShader through ANGLE.
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--use-gl=angle", "--use-angle=swiftshader", "--enable-unsafe-swiftshader"]
+
+
+def launch_chromium(driver):
+    """Debian's chromium through a Playwright driver (the browser tests, and the scripts in benchmarks/ and docs/)."""
+    return driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """One Playwright driver and one Debian chromium per test module, started by its first browser test: each start
+    costs ~2.4 s on the 2-core machine, and the 26 browser tests are in 8 modules. Per module, not per session:
+    while its driver lives, Playwright marks its event loop as running in this thread (playwright/_impl/
+    _greenlets.py), and a later module's asyncio.run() or Dask client would find it."""
+    from playwright.sync_api import sync_playwright
+
+    driver = sync_playwright().start()
+    try:
+        launched = launch_chromium(driver)
+        yield launched
+        launched.close()
+    finally:
+        driver.stop()
+
+
+@pytest.fixture()
+def browser(chromium):
+    """The shared chromium for one test. browser.new_page and browser.new_context each open a context of their own
+    (cookies, storage, so a Streamlit session of its own), as a freshly launched browser would; every context the
+    test opened is closed after it."""
+    yield chromium
+    for context in chromium.contexts:
+        context.close()
 
 
 @pytest.fixture(scope="session")
@@ -149,6 +188,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from .tiers import mark_slow
+    from .tiers import heaviest_first, mark_slow
 
     mark_slow(items)
+    heaviest_first(items)

@@ -17,18 +17,19 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from app import data
 
-from .conftest import CHROMIUM, ROOT
+from .conftest import ROOT, launch_chromium
 from .test_app import make_samples
 
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
+
 pytestmark = pytest.mark.browser
-# WebGL without a GPU: SwiftShader through ANGLE.
-CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--use-gl=angle", "--use-angle=swiftshader", "--enable-unsafe-swiftshader"]
 ARTIFACTS = ROOT / "test-artifacts"
 ERROR_SELECTORS = ('[data-testid="stException"]', '[data-testid="stAlertContentError"]')
 
@@ -76,8 +77,8 @@ def stop_app(proc: subprocess.Popen) -> None:
 
 
 def launch_browser(p):
-    """Debian's chromium (tests/conftest.py runs no `browser` test without it)."""
-    return p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    """Debian's chromium for the scripts in benchmarks/ and docs/; the tests share one (conftest's `browser`)."""
+    return launch_chromium(p)
 
 
 def window_values(page) -> list[str]:
@@ -115,69 +116,55 @@ def served(tmp_path_factory: pytest.TempPathFactory, hta_dir: Path):
         stop_app(proc)
 
 
-def test_timeline_draws_in_chromium(served: str) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_timeline_draws_in_chromium(served: str, browser: Browser) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        browser = launch_browser(p)
-        try:
-            page = browser.new_page(viewport={"width": 1500, "height": 1100})
-            console_errors: list[str] = []
-            page.on("pageerror", lambda exc: console_errors.append(str(exc)))
-            page.goto(served + "/", wait_until="domcontentloaded")
-            page.get_by_role("link", name="Timeline").click()
-            canvas = page.locator('[data-testid="stPlotlyChart"] canvas').first
-            canvas.wait_for(state="attached", timeout=90_000)
-            page.wait_for_function("() => document.querySelectorAll('[data-testid=\"stPlotlyChart\"] .gl-canvas, "
-                                   "[data-testid=\"stPlotlyChart\"] canvas').length > 0", timeout=30_000)
-            assert page.evaluate("() => !!document.createElement('canvas').getContext('webgl')"), "no WebGL"
-            page.wait_for_timeout(2000)  # let WebGL finish drawing
-            chart = page.locator('[data-testid="stPlotlyChart"]').first
-            shot = chart.screenshot()
-            page.screenshot(path=str(ARTIFACTS / "app_timeline.png"), full_page=True)
-            for sel in ERROR_SELECTORS:
-                assert page.locator(sel).count() == 0, page.locator(sel).first.inner_text()
-            assert not console_errors, console_errors
-            assert page.get_by_text("segments drawn for").count() == 1
-            assert count_colour(shot, (0x1F, 0x77, 0xB4)) > 200, "no compute drawn"
-            assert count_colour(shot, (0xFF, 0x7F, 0x0E)) > 200, "no communication drawn"
-            # Box-selecting a range on the chart makes it the time window (re-aggregated on the server).
-            before = window_values(page)
-            page.evaluate("() => document.querySelector('[data-val=\"select\"]')"
-                          ".dispatchEvent(new MouseEvent('click', {bubbles: true}))")
-            area = page.locator('[data-testid="stPlotlyChart"] .nsewdrag').first.bounding_box()
-            x0, y0 = area["x"] + area["width"] * 0.3, area["y"] + area["height"] * 0.5
-            page.mouse.move(x0, y0)
-            page.mouse.down()
-            page.mouse.move(x0 + area["width"] * 0.2, y0 + 20, steps=12)
-            page.mouse.up()
-            page.wait_for_function("old => { const v = [...document.querySelectorAll("
-                                   "'[data-testid=\"stSlider\"] input[type=\"range\"]')].map(e => e.value);"
-                                   " return v.length === 2 && v.join() !== old.join(); }", arg=before, timeout=60_000)
-            lo, hi = (float(v) for v in window_values(page))
-            full = float(before[1])
-            assert 0.25 * full < lo < hi < 0.55 * full, (lo, hi, full)
-            for sel in ERROR_SELECTORS:
-                assert page.locator(sel).count() == 0, page.locator(sel).first.inner_text()
-        finally:
-            browser.close()
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    console_errors: list[str] = []
+    page.on("pageerror", lambda exc: console_errors.append(str(exc)))
+    page.goto(served + "/", wait_until="domcontentloaded")
+    page.get_by_role("link", name="Timeline").click()
+    canvas = page.locator('[data-testid="stPlotlyChart"] canvas').first
+    canvas.wait_for(state="attached", timeout=90_000)
+    page.wait_for_function("() => document.querySelectorAll('[data-testid=\"stPlotlyChart\"] .gl-canvas, "
+                           "[data-testid=\"stPlotlyChart\"] canvas').length > 0", timeout=30_000)
+    assert page.evaluate("() => !!document.createElement('canvas').getContext('webgl')"), "no WebGL"
+    page.wait_for_timeout(2000)  # let WebGL finish drawing
+    chart = page.locator('[data-testid="stPlotlyChart"]').first
+    shot = chart.screenshot()
+    page.screenshot(path=str(ARTIFACTS / "app_timeline.png"), full_page=True)
+    for sel in ERROR_SELECTORS:
+        assert page.locator(sel).count() == 0, page.locator(sel).first.inner_text()
+    assert not console_errors, console_errors
+    assert page.get_by_text("segments drawn for").count() == 1
+    assert count_colour(shot, (0x1F, 0x77, 0xB4)) > 200, "no compute drawn"
+    assert count_colour(shot, (0xFF, 0x7F, 0x0E)) > 200, "no communication drawn"
+    # Box-selecting a range on the chart makes it the time window (re-aggregated on the server).
+    before = window_values(page)
+    page.evaluate("() => document.querySelector('[data-val=\"select\"]')"
+                  ".dispatchEvent(new MouseEvent('click', {bubbles: true}))")
+    area = page.locator('[data-testid="stPlotlyChart"] .nsewdrag').first.bounding_box()
+    x0, y0 = area["x"] + area["width"] * 0.3, area["y"] + area["height"] * 0.5
+    page.mouse.move(x0, y0)
+    page.mouse.down()
+    page.mouse.move(x0 + area["width"] * 0.2, y0 + 20, steps=12)
+    page.mouse.up()
+    page.wait_for_function("old => { const v = [...document.querySelectorAll("
+                           "'[data-testid=\"stSlider\"] input[type=\"range\"]')].map(e => e.value);"
+                           " return v.length === 2 && v.join() !== old.join(); }", arg=before, timeout=60_000)
+    lo, hi = (float(v) for v in window_values(page))
+    full = float(before[1])
+    assert 0.25 * full < lo < hi < 0.55 * full, (lo, hi, full)
+    for sel in ERROR_SELECTORS:
+        assert page.locator(sel).count() == 0, page.locator(sel).first.inner_text()
 
 
-def test_every_page_renders_without_errors(served: str) -> None:
+def test_every_page_renders_without_errors(served: str, browser: Browser) -> None:
     """Each page opened by its URL (deep links work: st.navigation, no legacy pages/ folder)."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = launch_browser(p)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            for path, title in (("", "Overview"), ("timeline", "Timeline"), ("crossrank", "Cross-rank"),
-                                ("syncs", "Syncs"), ("diff", "Diff"), ("run", "Run")):
-                page.goto(f"{served}/{path}", wait_until="domcontentloaded")
-                page.get_by_role("heading", name=title, exact=True).wait_for(timeout=60_000)
-                page.wait_for_timeout(1500)
-                for sel in ERROR_SELECTORS:
-                    assert page.locator(sel).count() == 0, (path, page.locator(sel).first.inner_text())
-        finally:
-            browser.close()
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    for path, title in (("", "Overview"), ("timeline", "Timeline"), ("crossrank", "Cross-rank"),
+                        ("syncs", "Syncs"), ("diff", "Diff"), ("run", "Run")):
+        page.goto(f"{served}/{path}", wait_until="domcontentloaded")
+        page.get_by_role("heading", name=title, exact=True).wait_for(timeout=60_000)
+        page.wait_for_timeout(1500)
+        for sel in ERROR_SELECTORS:
+            assert page.locator(sel).count() == 0, (path, page.locator(sel).first.inner_text())

@@ -8,13 +8,16 @@ samples the other browser tests use); Debian's chromium through Playwright (test
 from __future__ import annotations
 
 import signal
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from .app_server import start_app
 from .conftest import ROOT
-from .test_app_browser import ERROR_SELECTORS, launch_browser
+from .test_app_browser import ERROR_SELECTORS
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 VARIANTS = ("baseline", "sync-in-loop", "sync-before-loop", "host-sync", "tuned")
 # Where kernels are: the middles of the hover rows' cells (each an activity, or a run of sub-pixel ones) that a
@@ -40,9 +43,10 @@ SPOTS_JS = """() => {
 }"""
 
 
-@pytest.fixture()
-def five(tmp_path: Path):
-    proc, url = start_app([ROOT / "sample_traces" / "ag-gemm" / v for v in VARIANTS], tmp_path)
+@pytest.fixture(scope="module")
+def five(tmp_path_factory: pytest.TempPathFactory):
+    """One server for the module; each test opens a browser session of its own on it."""
+    proc, url = start_app([ROOT / "sample_traces" / "ag-gemm" / v for v in VARIANTS], tmp_path_factory.mktemp("five"))
     try:
         yield url
     finally:
@@ -50,57 +54,43 @@ def five(tmp_path: Path):
         proc.wait(timeout=30)
 
 
-def test_first_screen_is_the_decision_and_the_view_is_in_the_url(five: str) -> None:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = launch_browser(p)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.goto(five + "/", wait_until="domcontentloaded")
-            headline = page.locator('[data-testid="stAlertContentSuccess"]', has_text="Fastest")
-            headline.wait_for(timeout=300_000)
-            box = headline.bounding_box()
-            assert box is not None and box["y"] + box["height"] < 900, "the decision is on the first screen"
-            # the ranking table right under the headline (it mounts a moment after it)
-            page.wait_for_function("h => [...document.querySelectorAll('[data-testid=\"stDataFrame\"]')]"
-                                   ".some(e => e.getBoundingClientRect().top < h)", arg=900 * 1.5, timeout=60_000)
-            chips = page.locator('[data-testid="stSidebar"] [data-testid="stMultiSelectTagsContainer"] [data-tag]')
-            chips.first.wait_for(timeout=120_000)
-            page.wait_for_timeout(500)
-            assert chips.count() == len(VARIANTS), "every run given is selected"
-            page.wait_for_function("() => location.search.includes('runs=')", timeout=60_000)
-            assert all(v in page.url for v in VARIANTS)
-            for sel in ERROR_SELECTORS:
-                assert page.locator(sel).count() == 0, page.locator(sel).first.inner_text()
-        finally:
-            browser.close()
+def test_first_screen_is_the_decision_and_the_view_is_in_the_url(five: str, browser: Browser) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(five + "/", wait_until="domcontentloaded")
+    headline = page.locator('[data-testid="stAlertContentSuccess"]', has_text="Fastest")
+    headline.wait_for(timeout=300_000)
+    box = headline.bounding_box()
+    assert box is not None and box["y"] + box["height"] < 900, "the decision is on the first screen"
+    # the ranking table right under the headline (it mounts a moment after it)
+    page.wait_for_function("h => [...document.querySelectorAll('[data-testid=\"stDataFrame\"]')]"
+                           ".some(e => e.getBoundingClientRect().top < h)", arg=900 * 1.5, timeout=60_000)
+    chips = page.locator('[data-testid="stSidebar"] [data-testid="stMultiSelectTagsContainer"] [data-tag]')
+    chips.first.wait_for(timeout=120_000)
+    page.wait_for_timeout(500)
+    assert chips.count() == len(VARIANTS), "every run given is selected"
+    page.wait_for_function("() => location.search.includes('runs=')", timeout=60_000)
+    assert all(v in page.url for v in VARIANTS)
+    for sel in ERROR_SELECTORS:
+        assert page.locator(sel).count() == 0, page.locator(sel).first.inner_text()
 
 
-def test_timeline_tooltip_wherever_the_mouse_rests(five: str) -> None:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = launch_browser(p)
-        try:
-            # the whole trace, then a 0.1 ms window of one step (the zoom a box selection makes)
-            for query in ("runs=ag-gemm/tuned&step=whole", "runs=ag-gemm/tuned&step=1&window=1.0~1.1"):
-                page = browser.new_page(viewport={"width": 1500, "height": 1000})
-                page.goto(five + "/timeline?" + query, wait_until="domcontentloaded")
-                page.locator('[data-testid="stPlotlyChart"] .nsewdrag').first.wait_for(timeout=300_000)
-                page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
-                                       timeout=300_000)
-                page.wait_for_timeout(1500)
-                area = page.locator('[data-testid="stPlotlyChart"] .nsewdrag').first.bounding_box()
-                spots = page.evaluate(SPOTS_JS)
-                assert len(spots) >= 5, "the hover layer is in the figure"
-                missed = []
-                for fx, fy in spots:
-                    page.mouse.move(area["x"] + area["width"] * fx, area["y"] + area["height"] * fy)
-                    page.wait_for_timeout(250)
-                    if page.locator(".hoverlayer .hovertext").count() == 0:
-                        missed.append((query, round(fx, 4), round(fy, 4)))
-                assert not missed, f"no tooltip at {len(missed)} of {len(spots)} places on the kernel lanes: {missed}"
-                page.close()
-        finally:
-            browser.close()
+def test_timeline_tooltip_wherever_the_mouse_rests(five: str, browser: Browser) -> None:
+    # the whole trace, then a 0.1 ms window of one step (the zoom a box selection makes)
+    for query in ("runs=ag-gemm/tuned&step=whole", "runs=ag-gemm/tuned&step=1&window=1.0~1.1"):
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        page.goto(five + "/timeline?" + query, wait_until="domcontentloaded")
+        page.locator('[data-testid="stPlotlyChart"] .nsewdrag').first.wait_for(timeout=300_000)
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
+                               timeout=300_000)
+        page.wait_for_timeout(1500)
+        area = page.locator('[data-testid="stPlotlyChart"] .nsewdrag').first.bounding_box()
+        spots = page.evaluate(SPOTS_JS)
+        assert len(spots) >= 5, "the hover layer is in the figure"
+        missed = []
+        for fx, fy in spots:
+            page.mouse.move(area["x"] + area["width"] * fx, area["y"] + area["height"] * fy)
+            page.wait_for_timeout(250)
+            if page.locator(".hoverlayer .hovertext").count() == 0:
+                missed.append((query, round(fx, 4), round(fy, 4)))
+        assert not missed, f"no tooltip at {len(missed)} of {len(spots)} places on the kernel lanes: {missed}"
+        page.close()

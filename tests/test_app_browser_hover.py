@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from .app_server import start_app
 from .conftest import ROOT
-from .test_app_browser import ERROR_SELECTORS, launch_browser, window_values
+from .test_app_browser import ERROR_SELECTORS, window_values
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 pytestmark = pytest.mark.browser
 RUN = ROOT / "sample_traces" / "gemm-rs" / "ring"
@@ -66,53 +70,46 @@ def _tooltip_at(page, area: dict, geo: dict, x: float, y: float) -> str:
     return tips.first.text_content() or "" if tips.count() else ""
 
 
-def test_a_kernel_answers_at_its_middle_after_zooming_in_the_browser(ring: str) -> None:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = launch_browser(p)
-        try:
-            page = browser.new_page(viewport={"width": 1500, "height": 1000})
-            page.goto(ring + "/timeline?runs=gemm-rs/ring&step=whole", wait_until="domcontentloaded")
-            page.locator('[data-testid="stPlotlyChart"] .nsewdrag').first.wait_for(timeout=300_000)
-            page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
-                                   timeout=300_000)
-            page.wait_for_timeout(1500)
-            window, url = window_values(page), page.url
-            area = page.locator('[data-testid="stPlotlyChart"] .nsewdrag').first.bounding_box()
-            geo = page.evaluate(CELLS_JS)
-            assert geo["dragmode"] == "zoom" and len(geo["steps"]) >= 3, geo["steps"]
-            # 1. zoom in the browser to the middle step
-            k = len(geo["steps"]) // 2
-            lo, hi = geo["steps"][k - 1], geo["steps"][k]
-            lanes = sorted({c["y"] for c in geo["cells"]})
-            _drag_zoom(page, area, geo, lo, hi, lanes[len(lanes) // 2])
-            geo = page.evaluate(CELLS_JS)
-            assert abs(geo["xrange"][0] - lo) < 0.02 * (hi - lo) and abs(geo["xrange"][1] - hi) < 0.02 * (hi - lo)
-            inside = [c for c in geo["cells"] if lo < (c["x0"] + c["x1"]) / 2 < hi]
-            per_px = (geo["xrange"][1] - geo["xrange"][0]) / area["width"]
-            restable = [c for c in inside if c["x1"] - c["x0"] >= 3 * per_px  # a mouse can rest on it, off the edges
-                        and 10 * per_px < (c["x0"] + c["x1"]) / 2 - geo["xrange"][0] < geo["xrange"][1] - 10 * per_px
-                        - geo["xrange"][0]]
-            picked = restable[:: max(1, len(restable) // 8)][:8]
-            assert len(picked) >= 4
-            for c in picked:  # the middle of kernels of the step: each answers, naming what it holds
-                tip = _tooltip_at(page, area, geo, (c["x0"] + c["x1"]) / 2, c["y"])
-                first_line = c["text"].split("<br>")[0][:30]
-                assert first_line and first_line in tip, (c, tip)
-            # 2. zoom in the browser to one kernel: the longest one-kernel cell of the step, spread across the plot
-            single = max((c for c in inside if "under a pixel" not in c["text"]), key=lambda c: c["x1"] - c["x0"])
-            pad = 0.1 * (single["x1"] - single["x0"])
-            _drag_zoom(page, area, geo, single["x0"] - pad, single["x1"] + pad, single["y"])
-            geo = page.evaluate(CELLS_JS)
-            assert geo["xrange"][1] - geo["xrange"][0] < 1.5 * (single["x1"] - single["x0"])
-            for q in (0.2, 0.5, 0.8):  # anywhere along it, its middle too: far from any point of the figure
-                tip = _tooltip_at(page, area, geo, single["x0"] + q * (single["x1"] - single["x0"]), single["y"])
-                name = single["text"].split("<br>")[0]
-                assert name[:30] in tip and "ms long" in tip, (single, tip)
-            # all of it in the browser: the server was not asked, the window and the link are as they were
-            assert window_values(page) == window and page.url == url
-            for sel in ERROR_SELECTORS:
-                assert page.locator(sel).count() == 0, page.locator(sel).first.inner_text()
-        finally:
-            browser.close()
+def test_a_kernel_answers_at_its_middle_after_zooming_in_the_browser(ring: str, browser: Browser) -> None:
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    page.goto(ring + "/timeline?runs=gemm-rs/ring&step=whole", wait_until="domcontentloaded")
+    page.locator('[data-testid="stPlotlyChart"] .nsewdrag').first.wait_for(timeout=300_000)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
+                           timeout=300_000)
+    page.wait_for_timeout(1500)
+    window, url = window_values(page), page.url
+    area = page.locator('[data-testid="stPlotlyChart"] .nsewdrag').first.bounding_box()
+    geo = page.evaluate(CELLS_JS)
+    assert geo["dragmode"] == "zoom" and len(geo["steps"]) >= 3, geo["steps"]
+    # 1. zoom in the browser to the middle step
+    k = len(geo["steps"]) // 2
+    lo, hi = geo["steps"][k - 1], geo["steps"][k]
+    lanes = sorted({c["y"] for c in geo["cells"]})
+    _drag_zoom(page, area, geo, lo, hi, lanes[len(lanes) // 2])
+    geo = page.evaluate(CELLS_JS)
+    assert abs(geo["xrange"][0] - lo) < 0.02 * (hi - lo) and abs(geo["xrange"][1] - hi) < 0.02 * (hi - lo)
+    inside = [c for c in geo["cells"] if lo < (c["x0"] + c["x1"]) / 2 < hi]
+    per_px = (geo["xrange"][1] - geo["xrange"][0]) / area["width"]
+    restable = [c for c in inside if c["x1"] - c["x0"] >= 3 * per_px  # a mouse can rest on it, off the edges
+                and 10 * per_px < (c["x0"] + c["x1"]) / 2 - geo["xrange"][0] < geo["xrange"][1] - 10 * per_px
+                - geo["xrange"][0]]
+    picked = restable[:: max(1, len(restable) // 8)][:8]
+    assert len(picked) >= 4
+    for c in picked:  # the middle of kernels of the step: each answers, naming what it holds
+        tip = _tooltip_at(page, area, geo, (c["x0"] + c["x1"]) / 2, c["y"])
+        first_line = c["text"].split("<br>")[0][:30]
+        assert first_line and first_line in tip, (c, tip)
+    # 2. zoom in the browser to one kernel: the longest one-kernel cell of the step, spread across the plot
+    single = max((c for c in inside if "under a pixel" not in c["text"]), key=lambda c: c["x1"] - c["x0"])
+    pad = 0.1 * (single["x1"] - single["x0"])
+    _drag_zoom(page, area, geo, single["x0"] - pad, single["x1"] + pad, single["y"])
+    geo = page.evaluate(CELLS_JS)
+    assert geo["xrange"][1] - geo["xrange"][0] < 1.5 * (single["x1"] - single["x0"])
+    for q in (0.2, 0.5, 0.8):  # anywhere along it, its middle too: far from any point of the figure
+        tip = _tooltip_at(page, area, geo, single["x0"] + q * (single["x1"] - single["x0"]), single["y"])
+        name = single["text"].split("<br>")[0]
+        assert name[:30] in tip and "ms long" in tip, (single, tip)
+    # all of it in the browser: the server was not asked, the window and the link are as they were
+    assert window_values(page) == window and page.url == url
+    for sel in ERROR_SELECTORS:
+        assert page.locator(sel).count() == 0, page.locator(sel).first.inner_text()

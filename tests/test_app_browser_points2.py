@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import signal
 import urllib.parse
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -24,8 +25,10 @@ from analyzers.report import analyze
 
 from .app_server import start_app
 from .conftest import ROOT
-from .test_app_browser import launch_browser
 from .test_app_browser_points import IDLE_JS, _open
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 pytestmark = pytest.mark.browser
 SAMPLES = ROOT / "sample_traces"
@@ -80,41 +83,34 @@ def _expected(label: str) -> tuple[object, str | None, str | None, str]:
     return rep, top.title if top else None, price, fix_all
 
 
-def test_first_screen_holds_each_runs_top_finding_price_and_fix_all(mixed: str) -> None:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = launch_browser(p)
-        try:
-            page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
-            page.goto(f"{mixed}/?runs={','.join(LABELS)}", wait_until="domcontentloaded")
-            page.wait_for_function("() => document.querySelector('[data-testid=\"stDataFrame\"] table[role=grid] "
-                                   "tbody tr')", timeout=300_000)
-            page.wait_for_function(IDLE_JS, timeout=300_000)
-            page.wait_for_timeout(1500)
-            grid = page.evaluate(GRID_JS)[0]
-            assert grid["bottom"] <= HEIGHT, f"the decision grid ends at {grid['bottom']} px, below the fold"
-            head = grid["head"]
-            rows = {r[head.index("run")]: dict(zip(head, r, strict=True)) for r in grid["rows"]}
-            assert sorted(rows) == sorted(LABELS), rows.keys()
-            for label in LABELS:
-                _, title, price, fix_all = _expected(label)
-                row = rows[label]
-                assert row["top finding"] == (title or "no finding"), (label, row)
-                if price:
-                    assert row["top finding's price"].startswith(price), (label, row["top finding's price"], price)
-                assert fix_all in row["fix all (replayed step)"], (label, row, fix_all)
-            # the host-sync run: its critical path's blocking-sync idle named as its headline finding's idle time
-            rep = _expected("ag-gemm/host-sync")[0]
-            rank, part = max(rep.critical_path["per_rank"].items(), key=lambda kv: kv[1]["parts"]["sync_idle"])
-            syncs = max((f for f in rep.findings if f.id == "host-blocking-sync"), key=lambda f: f.saving_ns or 0)
-            infos = [t for t in page.locator('[data-testid="stAlertContentInfo"]').all_inner_texts()
-                     if t.startswith("ag-gemm/host-sync: Blocking-sync idle")]
-            assert len(infos) == 1, page.locator('[data-testid="stAlertContentInfo"]').all_inner_texts()
-            assert f"rank {rank}'s critical path ({_ms(part['parts']['sync_idle'])} of " in infos[0]
-            assert syncs.title in infos[0] and f"saves {_ms(syncs.saving_ns)} ms per step" in infos[0], infos[0]
-        finally:
-            browser.close()
+def test_first_screen_holds_each_runs_top_finding_price_and_fix_all(mixed: str, browser: Browser) -> None:
+    page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
+    page.goto(f"{mixed}/?runs={','.join(LABELS)}", wait_until="domcontentloaded")
+    page.wait_for_function("() => document.querySelector('[data-testid=\"stDataFrame\"] table[role=grid] "
+                           "tbody tr')", timeout=300_000)
+    page.wait_for_function(IDLE_JS, timeout=300_000)
+    page.wait_for_timeout(1500)
+    grid = page.evaluate(GRID_JS)[0]
+    assert grid["bottom"] <= HEIGHT, f"the decision grid ends at {grid['bottom']} px, below the fold"
+    head = grid["head"]
+    rows = {r[head.index("run")]: dict(zip(head, r, strict=True)) for r in grid["rows"]}
+    assert sorted(rows) == sorted(LABELS), rows.keys()
+    for label in LABELS:
+        _, title, price, fix_all = _expected(label)
+        row = rows[label]
+        assert row["top finding"] == (title or "no finding"), (label, row)
+        if price:
+            assert row["top finding's price"].startswith(price), (label, row["top finding's price"], price)
+        assert fix_all in row["fix all (replayed step)"], (label, row, fix_all)
+    # the host-sync run: its critical path's blocking-sync idle named as its headline finding's idle time
+    rep = _expected("ag-gemm/host-sync")[0]
+    rank, part = max(rep.critical_path["per_rank"].items(), key=lambda kv: kv[1]["parts"]["sync_idle"])
+    syncs = max((f for f in rep.findings if f.id == "host-blocking-sync"), key=lambda f: f.saving_ns or 0)
+    infos = [t for t in page.locator('[data-testid="stAlertContentInfo"]').all_inner_texts()
+             if t.startswith("ag-gemm/host-sync: Blocking-sync idle")]
+    assert len(infos) == 1, page.locator('[data-testid="stAlertContentInfo"]').all_inner_texts()
+    assert f"rank {rank}'s critical path ({_ms(part['parts']['sync_idle'])} of " in infos[0]
+    assert syncs.title in infos[0] and f"saves {_ms(syncs.saving_ns)} ms per step" in infos[0], infos[0]
 
 
 def _overlaps(lo: list[float], hi: list[float], a: float, b: float) -> bool:
@@ -123,21 +119,14 @@ def _overlaps(lo: list[float], hi: list[float], a: float, b: float) -> bool:
 
 @pytest.mark.parametrize("label", ["four-gpus/fsdp", "ag-gemm/host-sync", *DENSE])
 def test_whole_trace_sync_markers_stand_apart_and_the_critical_path_is_beside_the_comm_bars(
-        mixed: str, label: str) -> None:
-    from playwright.sync_api import sync_playwright
-
+        mixed: str, label: str, browser: Browser) -> None:
     drawn = ("() => { const g = document.querySelector('[data-testid=\"stPlotlyChart\"] .js-plotly-plot');"
              " return !!(g && g._fullData && g._fullData.some(t => t.name === 'critical path'))"
              " && !document.querySelector('[data-testid=\"stStatusWidget\"]'); }")
-    with sync_playwright() as p:
-        browser = launch_browser(p)
-        try:
-            page = _open(browser, f"{mixed}/timeline?runs={urllib.parse.quote(label)}&step=whole", drawn)
-            fig = page.evaluate(FIGURE_JS)
-            assert page.evaluate("() => document.querySelector('[data-testid=\"stPlotlyChart\"] .js-plotly-plot')"
-                                 "._fullLayout.annotations.map(a => a.text)").count(label) == 1, "the run asked for"
-        finally:
-            browser.close()
+    page = _open(browser, f"{mixed}/timeline?runs={urllib.parse.quote(label)}&step=whole", drawn)
+    fig = page.evaluate(FIGURE_JS)
+    assert page.evaluate("() => document.querySelector('[data-testid=\"stPlotlyChart\"] .js-plotly-plot')"
+                         "._fullLayout.annotations.map(a => a.text)").count(label) == 1, "the run asked for"
     traces, lane_px = fig["traces"], fig["pxPerLane"]
     markers = [t for t in traces if t["mode"] == "markers" and "sync" in t["name"]]
     assert markers, "the run's host syncs are marked"

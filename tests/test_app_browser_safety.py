@@ -10,6 +10,7 @@ import os
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,7 +19,10 @@ from overlapscope.cmd_app import streamlit_command
 
 from .bad_inputs import build_corpus, remove_tree
 from .conftest import ROOT
-from .test_app_browser import free_port, launch_browser, launch_until_healthy, stop_app
+from .test_app_browser import free_port, launch_until_healthy, stop_app
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 EXCEPTION = '[data-testid="stException"]'
 ERROR = '[data-testid="stAlertContentError"]'
@@ -109,97 +113,69 @@ ESCAPES = ("/etc/passwd", "{root}/../../../etc", "{root}/symlink loop/a.json")
 
 
 @pytest.mark.browser
-def test_bad_uploads_and_path_escapes_show_an_error_never_a_stack_trace(served) -> None:
+def test_bad_uploads_and_path_escapes_show_an_error_never_a_stack_trace(served, browser: Browser) -> None:
     """Each bad upload in a fresh page, then each path escape in one page, in turn: one error each."""
-    from playwright.sync_api import sync_playwright
-
     url, _, corpus, tmp = served
-    with sync_playwright() as p:
-        browser = launch_browser(p)
-        try:
-            for case in BAD_UPLOADS:
-                page = _open(browser, url)  # a fresh session: the uploader holds one batch at a time
-                _add_traces_panel(page)
-                page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
-                    [str(f) for f in corpus[case].files])
-                page.locator(ERROR).filter(has_text=corpus[case].problem).first.wait_for(timeout=90_000)
-                _wait_idle(page)
-                text = page.locator(ERROR).first.inner_text()
-                assert "Upload could not be read" in text and corpus[case].problem in text, (case, text)
-                assert page.locator(EXCEPTION).count() == 0, case
-                page.close()
-            page = _open(browser, url)
-            _add_traces_panel(page)
-            for path in ESCAPES:
-                box = page.get_by_label("Server path (file or run folder)", exact=True)
-                box.fill(path.format(root=tmp / "corpus"))
-                box.press("Enter")
-                page.get_by_role("button", name="Add path").click()
-                page.locator(ERROR).filter(has_text="Server path refused").first.wait_for(timeout=60_000)
-                _wait_idle(page)
-                assert page.locator(EXCEPTION).count() == 0, path
-                assert "root:x:0:0" not in page.content()
-        finally:
-            browser.close()
+    for case in BAD_UPLOADS:
+        page = _open(browser, url)  # a fresh session: the uploader holds one batch at a time
+        _add_traces_panel(page)
+        page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
+            [str(f) for f in corpus[case].files])
+        page.locator(ERROR).filter(has_text=corpus[case].problem).first.wait_for(timeout=90_000)
+        _wait_idle(page)
+        text = page.locator(ERROR).first.inner_text()
+        assert "Upload could not be read" in text and corpus[case].problem in text, (case, text)
+        assert page.locator(EXCEPTION).count() == 0, case
+        page.close()
+    page = _open(browser, url)
+    _add_traces_panel(page)
+    for path in ESCAPES:
+        box = page.get_by_label("Server path (file or run folder)", exact=True)
+        box.fill(path.format(root=tmp / "corpus"))
+        box.press("Enter")
+        page.get_by_role("button", name="Add path").click()
+        page.locator(ERROR).filter(has_text="Server path refused").first.wait_for(timeout=60_000)
+        _wait_idle(page)
+        assert page.locator(EXCEPTION).count() == 0, path
+        assert "root:x:0:0" not in page.content()
 
 
 @pytest.mark.browser
-def test_hostile_links_render_without_errors(served) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_hostile_links_render_without_errors(served, browser: Browser) -> None:
     url, _, _, _ = served
-    with sync_playwright() as p:
-        browser = launch_browser(p)
-        try:
-            for link in ("/?runs=../../../../etc/passwd", "/timeline?runs=/etc/passwd,server:/etc",
-                         "/run?runs=%00%ff"):
-                page = browser.new_page()
-                page.goto(url + link, wait_until="domcontentloaded")
-                page.locator("h1").first.wait_for(timeout=90_000)
-                _wait_idle(page)
-                assert page.locator(EXCEPTION).count() == 0 and page.locator(ERROR).count() == 0, link
-                assert "root:x:0:0" not in page.content()
-                page.close()
-        finally:
-            browser.close()
+    for link in ("/?runs=../../../../etc/passwd", "/timeline?runs=/etc/passwd,server:/etc",
+                 "/run?runs=%00%ff"):
+        page = browser.new_page()
+        page.goto(url + link, wait_until="domcontentloaded")
+        page.locator("h1").first.wait_for(timeout=90_000)
+        _wait_idle(page)
+        assert page.locator(EXCEPTION).count() == 0 and page.locator(ERROR).count() == 0, link
+        assert "root:x:0:0" not in page.content()
+        page.close()
 
 
 @pytest.mark.browser
-def test_two_browsers_do_not_see_each_others_uploads(served, hta_dir: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_two_browsers_do_not_see_each_others_uploads(served, hta_dir: Path, browser: Browser) -> None:
     url, _, _, tmp = served
     mine = tmp / "alice-private-rank0.json.gz"
     mine.write_bytes((hta_dir / "trace_filter_sampled_rank-0.json.gz").read_bytes())
-    with sync_playwright() as p:
-        browser = launch_browser(p)
-        try:
-            alice = _open(browser, url)  # browser.new_page: a context of its own (cookies, session)
-            _add_traces_panel(alice)
-            alice.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(mine))
-            alice.get_by_text(f"Uploaded {mine.name}").wait_for(timeout=120_000)
-            assert alice.locator(EXCEPTION).count() == 0
-            bob = _open(browser, url)  # another context: its own session and cookies
-            bob.locator('[data-testid="stMultiSelect"]').first.click()
-            bob.wait_for_timeout(1000)
-            assert mine.name not in bob.content()
-            assert bob.locator(EXCEPTION).count() == 0
-        finally:
-            browser.close()
+    alice = _open(browser, url)  # browser.new_page: a context of its own (cookies, session)
+    _add_traces_panel(alice)
+    alice.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(mine))
+    alice.get_by_text(f"Uploaded {mine.name}").wait_for(timeout=120_000)
+    assert alice.locator(EXCEPTION).count() == 0
+    bob = _open(browser, url)  # another context: its own session and cookies
+    bob.locator('[data-testid="stMultiSelect"]').first.click()
+    bob.wait_for_timeout(1000)
+    assert mine.name not in bob.content()
+    assert bob.locator(EXCEPTION).count() == 0
 
 
 @pytest.mark.browser
-def test_menu_is_a_readers_no_deploy(served) -> None:
+def test_menu_is_a_readers_no_deploy(served, browser: Browser) -> None:
     """Started as `overlapscope app` starts it, on 127.0.0.1 (where Streamlit's default shows the developer
     items): the toolbar is there, Deploy is not."""
-    from playwright.sync_api import sync_playwright
-
     url, _, _, _ = served
-    with sync_playwright() as p:
-        browser = launch_browser(p)
-        try:
-            page = _open(browser, url)
-            page.locator('[data-testid="stMainMenu"]').wait_for(timeout=30_000)
-            assert page.locator('[data-testid="stAppDeployButton"]').count() == 0
-        finally:
-            browser.close()
+    page = _open(browser, url)
+    page.locator('[data-testid="stMainMenu"]').wait_for(timeout=30_000)
+    assert page.locator('[data-testid="stAppDeployButton"]').count() == 0

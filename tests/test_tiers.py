@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from .tiers import EVERY_TEST, SLOW, mark_slow
+from . import tiers
+from .tiers import EVERY_TEST, HEAVIEST_FIRST, SLOW, heaviest_first, mark_slow
 
 TESTS = Path(__file__).resolve().parent
 
@@ -51,3 +52,17 @@ def test_mark_slow_marks_the_named_tests_only(monkeypatch: pytest.MonkeyPatch):
              _Item("test_all_slow", "test_any", "test_any"), _Item("test_other", "test_slow_one", "test_slow_one")]
     mark_slow(items)  # type: ignore[arg-type]
     assert [i.markers for i in items] == [["slow"], [], ["slow"], []]
+
+
+def test_heaviest_first_names_each_test_module_once():
+    assert len(set(HEAVIEST_FIRST)) == len(HEAVIEST_FIRST)
+    missing = [m for m in HEAVIEST_FIRST if not (TESTS / f"{m}.py").is_file()]
+    assert not missing, f"tests/tiers.py: HEAVIEST_FIRST names {missing}, which are not test modules"
+
+
+def test_heaviest_first_moves_the_named_modules_ahead_and_keeps_every_other_order(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(tiers, "HEAVIEST_FIRST", ("test_big", "test_mid"))
+    items = [_Item(m, n, n) for m, n in [("test_a", "t1"), ("test_mid", "t2"), ("test_big", "t3"), ("test_a", "t4"),
+                                         ("test_mid", "t5"), ("test_big", "t6"), ("test_z", "t7")]]
+    heaviest_first(items)  # type: ignore[arg-type]
+    assert [i.name for i in items] == ["t3", "t6", "t2", "t5", "t1", "t4", "t7"]

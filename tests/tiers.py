@@ -391,10 +391,37 @@ SLOW: dict[str, tuple[str, ...]] = {
 }
 
 
+# The modules that take longest, longest first: summed setup + call + teardown seconds per module from
+# `python -m pytest -n 2 --dist loadfile --durations=0` (2-core machine, load average ~10, 2026-11-28): test_runners
+# 144 s, test_cli_run 141, test_app_browser_points 129, test_hostile_round3_browser 98, test_app_browser_safety 85,
+# test_bad_inputs 74, test_runners_tuning 66, test_scale 64, test_fuzz 63; every module after them takes under 60 s.
+# xdist hands modules out in collection order (tests/conftest.py turns its own order by test count off), so these
+# start first and the short modules fill the end: started last, one of them would keep a worker busy for minutes
+# after the other had finished.
+HEAVIEST_FIRST: tuple[str, ...] = (
+    "test_runners", "test_cli_run", "test_app_browser_points", "test_hostile_round3_browser",
+    "test_app_browser_safety", "test_bad_inputs", "test_runners_tuning", "test_scale", "test_fuzz",
+    "test_app_browser_points2", "test_app_browser", "test_app_browser_decision", "test_attribution", "test_graph",
+    "test_base_install", "test_export_browser", "test_hostile_round3_work", "test_hostile_round3_render",
+    "test_diff", "test_cli",
+)
+
+
+def module_name(item: pytest.Item) -> str | None:
+    """The test module's own name (test_x), or None for an item without a module."""
+    module = getattr(item, "module", None)
+    return module.__name__.rsplit(".", 1)[-1] if module is not None else None
+
+
+def heaviest_first(items: list[pytest.Item]) -> None:
+    """Put the modules HEAVIEST_FIRST names first, in its order; every other test keeps its place after them."""
+    rank = {name: i for i, name in enumerate(HEAVIEST_FIRST)}
+    items.sort(key=lambda item: rank.get(module_name(item) or "", len(rank)))  # stable: order within a module kept
+
+
 def mark_slow(items: list[pytest.Item]) -> None:
     """Add the `slow` marker to every collected test SLOW names."""
     for item in items:
-        module = getattr(item, "module", None)
-        names = SLOW.get(module.__name__.rsplit(".", 1)[-1], ()) if module is not None else ()
+        names = SLOW.get(module_name(item) or "", ())
         if EVERY_TEST in names or getattr(item, "originalname", item.name) in names:
             item.add_marker(pytest.mark.slow)
