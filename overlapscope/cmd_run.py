@@ -165,9 +165,7 @@ def _on_cpu(result: Any) -> bool:
     return result.manifest.get("backend") == "gloo"
 
 
-AlgoArg = Annotated[str, typer.Argument(
-    help="ag-gemm, gemm-rs, symm-mem, fsdp or thunder-fsdp (`overlapscope algorithms` lists them).",
-    show_default=False)]
+AlgoArg = Annotated[str, typer.Argument(help="ag-gemm, gemm-rs, symm-mem, fsdp or thunder-fsdp.", show_default=False)]
 ParamsArg = Annotated[list[str] | None, typer.Argument(
     help="Algorithm parameters as NAME=VALUE (e.g. M=16384 K=8192 N=8192 steps=4 dtype=bf16); "
          "`overlapscope algorithms` lists them.", show_default=False)]
