@@ -111,16 +111,7 @@ def overlap_shares(sg: SetGraph, start: np.ndarray, end: np.ndarray, dur: np.nda
     shift = pos.astype(np.int64) * span - t0
     s_all, e_all, lo_all = start + shift, end + shift, lo + shift
     for mine, other, is_comp in ((comm, comp, False), (comp, comm, True)):
-        rows, orows = np.flatnonzero(mine), np.flatnonzero(other)
-        if not len(rows) or not len(orows):
-            continue
-        s, e = lo_all[rows], e_all[rows]
-        width = e - s
-        ov = _beside(s_all[orows], e_all[orows], s, e)
-        if is_comp and wait_weight != 1.0:  # beside transfers in full, beside waits only in part
-            tr = _beside(lo_all[orows], e_all[orows], s, e)
-            ov = tr + wait_weight * (ov - tr)
-        f[rows] = np.where(width > 0, ov / np.maximum(width, 1), 0.0)
+        _fill_shares(f, np.flatnonzero(mine), np.flatnonzero(other), s_all, e_all, lo_all, is_comp, wait_weight)
     return f
 
 
@@ -132,18 +123,22 @@ def _overlap_shares_by_rank(sg: SetGraph, start: np.ndarray, end: np.ndarray, lo
         b, n = sg.base[r], sg.graphs[r].n
         sl = slice(b, b + n)
         for mine, other, is_comp in ((comm[sl], comp[sl], False), (comp[sl], comm[sl], True)):
-            rows = np.flatnonzero(mine) + b
-            orows = np.flatnonzero(other) + b
-            if not len(rows) or not len(orows):
-                continue
-            s, e = lo[rows], end[rows]
-            span = e - s
-            ov = _beside(start[orows], end[orows], s, e)
-            if is_comp and wait_weight != 1.0:  # beside transfers in full, beside waits only in part
-                tr = _beside(lo[orows], end[orows], s, e)
-                ov = tr + wait_weight * (ov - tr)
-            f[rows] = np.where(span > 0, ov / np.maximum(span, 1), 0.0)
+            _fill_shares(f, np.flatnonzero(mine) + b, np.flatnonzero(other) + b, start, end, lo, is_comp, wait_weight)
     return f
+
+
+def _fill_shares(f: np.ndarray, rows: np.ndarray, orows: np.ndarray, start: np.ndarray, end: np.ndarray,
+                 lo: np.ndarray, is_comp: bool, wait_weight: float) -> None:
+    """f[rows]: the share of each row's [lo, end) that the other class's activities (orows) run beside."""
+    if not len(rows) or not len(orows):
+        return
+    s, e = lo[rows], end[rows]
+    width = e - s
+    ov = _beside(start[orows], end[orows], s, e)
+    if is_comp and wait_weight != 1.0:  # beside transfers in full, beside waits only in part
+        tr = _beside(lo[orows], end[orows], s, e)
+        ov = tr + wait_weight * (ov - tr)
+    f[rows] = np.where(width > 0, ov / np.maximum(width, 1), 0.0)
 
 
 def _beside(os_: np.ndarray, oe: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
