@@ -4,21 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from analyzers.crossrank import CrossRankParams, CrossRankReport, RankSteps, analyze_cross_rank, rank_steps
-from analyzers.crossrank.collective_table import CollectiveParams, CollectiveTable, collective_table
-from analyzers.crossrank.stragglers import straggler_view
 from analyzers.findings import FindingParams, cross_rank_findings, detect_findings, detect_rank
 from analyzers.findings.finding import Finding, listed_findings, listed_findings_note, sort_findings
 from analyzers.findings.view import windows_of
-from analyzers.graph.analysis import GraphRun, critical_path_document
-from analyzers.graph.fixes import FIX_OF_FINDING, Fix
-from analyzers.graph.pricing import section_and_savings, whatif_run
 from analyzers.graph.rank_graph import RankGraph, build_rank_graph
-from analyzers.graph.set_graph import build_set_graph
 from analyzers.io.exec_trace import ExecTrace, check_exec_ranks, exec_trace_of
 from analyzers.io.parallel import PER_RANK_KEY
 from analyzers.io.plain import to_plain
@@ -33,6 +27,25 @@ from analyzers.syncs.summary import RankSyncSummary, rank_sync_summary, syncs_do
 from analyzers.timeline.iterations import check_step_selection, select_step_rows
 from analyzers.timeline.model import GPU_STRING_COLUMNS, RankTrace, TraceSet, without_host_tables
 from analyzers.timeline.packed import PackedFrame, PackedFrames, packed
+
+if TYPE_CHECKING:
+    from analyzers.crossrank.collective_table import CollectiveParams, CollectiveTable
+    from analyzers.graph.analysis import GraphRun
+    from analyzers.graph.fixes import Fix
+
+
+def import_caller_stages() -> None:
+    """Import what only the calling process runs (the collectives table, the stragglers, the set graph, its
+    replays and pricing), apart from what the per-rank stage needs: `analyze` forks its workers with the
+    second imported only, and imports these while they parse (load_traces' `meanwhile`), on the core the
+    caller would leave idle meanwhile."""
+    import analyzers.crossrank.collective_table
+    import analyzers.crossrank.stragglers
+    import analyzers.graph.analysis
+    import analyzers.graph.fixes
+    import analyzers.graph.pricing
+    import analyzers.graph.set_graph  # noqa: F401
+
 
 
 @dataclass
@@ -86,6 +99,8 @@ class AnalysisReport:
         Compact: what grows with ranks x collectives or ranks x iterations (per-rank columns of the
         collectives, per-iteration rows, every blocking sync, the critical path's activities) is left to the
         Parquet tables (overlapscope/write_tables.py), so 1024 ranks stay a document of a few MB."""
+        from analyzers.graph.analysis import critical_path_document
+
         return {
             "label": self.label,
             "format": self.fmt,
@@ -232,6 +247,9 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
     diagnose, blocking host syncs and the findings engine (cross-rank findings included).
     progress(stage, done, total) reports each stage.
     """
+    from analyzers.crossrank.collective_table import collective_table
+    from analyzers.crossrank.stragglers import straggler_view
+
     options = options or AnalysisOptions()
     check_step_selection(traces, options.steps, options.step_pattern)
     ids = traces.rank_ids()
@@ -294,6 +312,9 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
 
 def _price(report: AnalysisReport, traces: TraceSet, pre: dict[int, RankResults] | None, pattern: str) -> None:
     """The dependency graph's answers: critical path section, and each finding's saving (re-sorted)."""
+    from analyzers.graph.fixes import FIX_OF_FINDING
+    from analyzers.graph.pricing import section_and_savings
+
     run = _graph_run(traces, report.syncs, report.cross_rank, report.clock_offsets_ns, pre, pattern)
     report.graph_run = run
     report.critical_path, savings = section_and_savings(run, report.finding_ids())
@@ -309,6 +330,10 @@ def _graph_run(traces: TraceSet, syncs: Mapping[int, pd.DataFrame], cr: CrossRan
                exec_traces: tuple[ExecTrace, ...] = (), fixes: Sequence[Fix] = ()) -> GraphRun:
     """Every rank's graph (from the per-rank stage where it made them, else built here) in one set graph;
     fixes: `whatif`'s, replayed beside the unmodified replay (pricing.whatif_run)."""
+    from analyzers.graph.analysis import GraphRun
+    from analyzers.graph.pricing import whatif_run
+    from analyzers.graph.set_graph import build_set_graph
+
     ids = traces.rank_ids()
     if pre:
         graphs = {r: pre[r].graph for r in ids if pre[r].graph is not None}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -38,7 +39,7 @@ from .common import (
     stage_progress,
 )
 from .finding_ids import FINDING_IDS
-from .stack_imports import analysis_stack_imports
+from .stack_imports import analysis_stack_imports, imports_without_gc
 
 if TYPE_CHECKING:
     from analyzers.report import AnalysisReport
@@ -108,14 +109,17 @@ def analyze_cmd(
     if damaged:
         err_console.print(f"overlapscope: note: {damaged}", markup=False, highlight=False)
     if doc is None:
-        with analysis_stack_imports():  # pandas, pyarrow, numpy (overlapscope/stack_imports.py)
-            from analyzers.crossrank.collective_table import CollectiveParams
-            from analyzers.report import analyze
+        # pandas, pyarrow, numpy and what the per-rank workers run (overlapscope/stack_imports.py); the
+        # caller's own stages are imported while the workers parse (report.import_caller_stages)
+        with analysis_stack_imports():
+            from analyzers.report import analyze, import_caller_stages
 
         options = options_from(steps, like_hta, step_pattern)
         traces = load_set(paths, rank=rank, rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache,
                           scheduler=scheduler, options=options, diagnose=not no_diagnose, host_tables=False,
-                          ranks=ranks)
+                          ranks=ranks, meanwhile=lambda: _imported(import_caller_stages))
+        from analyzers.crossrank.collective_table import CollectiveParams
+
         with stage_progress(err_console.is_terminal) as progress:
             report = analyze(traces, options, diagnose=not no_diagnose, align=not no_align, progress=progress,
                              collective_params=CollectiveParams(link_gbps=link_gbps))
@@ -133,6 +137,12 @@ def analyze_cmd(
     if gates_fail(msgspec.json.decode(doc) if threshold is not None or fail_ids else {}, threshold,
                   allow_undefined, fail_ids):
         raise typer.Exit(EXIT_GATE)
+
+
+def _imported(imports: Callable[[], None]) -> None:
+    """Run imports as the analysis stack's are (cyclic GC off, then frozen: stack_imports.py)."""
+    with imports_without_gc():
+        imports()
 
 
 def _json_document(report: AnalysisReport) -> bytes:

@@ -23,6 +23,8 @@ import typer
 from analyzers.io.environment import ENV_SCHEDULER, scheduler_from_env
 
 if TYPE_CHECKING:  # the analysis stack (pandas) is imported where it is used: `--help` and cache hits stay fast
+    from collections.abc import Callable
+
     from rich.console import Console
 
     from analyzers.overlap.metrics import AnalysisOptions
@@ -126,7 +128,8 @@ def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = 
              comm_kernel: list[str] | None = None, label: str = "", jobs: int | None = None,
              cache: bool = True, scheduler: str | None = None, options: AnalysisOptions | None = None,
              diagnose: bool = True, require_gpu: bool = True, host_tables: bool = True,
-             ranks: str | None = None, graph_only: bool = False, exec_traces: tuple = ()) -> TraceSet:
+             ranks: str | None = None, graph_only: bool = False, exec_traces: tuple = (),
+             meanwhile: Callable[[], None] | None = None) -> TraceSet:
     """Load a trace set with progress on stderr (several files) and classification rules.
 
     Files are parsed in parallel (jobs workers, default one per core, or on the Dask cluster
@@ -134,7 +137,8 @@ def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = 
     options, the per-rank analysis runs beside the parse. host_tables=False: the caller analyzes
     with exactly these options and reads no host table itself, so the workers keep them (RankStage).
     graph_only: the workers compute only what report.graph_run reads (`whatif`); exec_traces: the ranks'
-    Execution Traces (analyzers.io.exec_trace), which the workers lay onto each rank's graph.
+    Execution Traces (analyzers.io.exec_trace), which the workers lay onto each rank's graph. meanwhile:
+    what the caller does while the workers parse (imports only it needs: report.import_caller_stages).
     """
     from analyzers.io.load import load_traces
     from analyzers.report import RankStage
@@ -157,7 +161,7 @@ def load_set(paths: list[str], *, rank: int | None = None, rules: Path | None = 
                            cache=cache, scheduler=scheduler_from_env(scheduler),
                            per_rank=(RankStage(options, diagnose, host_tables, graph_only, exec_traces)
                                      if options is not None else None),
-                           require_gpu=require_gpu, ranks=selected)
+                           require_gpu=require_gpu, ranks=selected, meanwhile=meanwhile)
 
 
 def options_from(steps: str | None, like_hta: bool, step_pattern: str) -> AnalysisOptions:

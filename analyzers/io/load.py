@@ -119,6 +119,7 @@ def load_traces(
     per_rank: PerRank | None = None,
     require_gpu: bool = True,
     ranks: frozenset[int] | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> TraceSet:
     """Load, validate and classify the traces of one run.
 
@@ -127,7 +128,8 @@ def load_traces(
     computed beside each rank's parse; its results land in meta for `analyze` to reuse. A set in
     which no rank ran a GPU kernel has nothing to measure: refused, unless require_gpu is False (the
     runners' CPU correctness runs, whose traces are host-only). ranks: analyze only these ranks
-    (analyzers.io.rank_select); the set's notes say which were asked for and not found.
+    (analyzers.io.rank_select); the set's notes say which were asked for and not found. meanwhile: what
+    the caller does while workers parse (parallel.run_files).
     """
     from analyzers.io.parallel import PER_RANK_KEY, run_files
 
@@ -141,7 +143,7 @@ def load_traces(
     if progress:
         progress(str(paths[0]) if paths else "", 0, len(paths))
     done = run_files(paths, rank, rules, load_file, per_rank, jobs=jobs, use_cache=cache, scheduler=scheduler,
-                     progress=progress, only=ranks)
+                     progress=progress, only=ranks, meanwhile=meanwhile)
     if progress:
         progress("", len(paths), len(paths))
     traces = [t for d in done for t in d.traces]

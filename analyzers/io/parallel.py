@@ -112,14 +112,17 @@ def _pool_context() -> multiprocessing.context.BaseContext:
 def run_files(paths: list[Path], rank: int | None, rules: list[Rule], loader: Loader,
               per_rank: PerRank | None = None, *, jobs: int | None = None, use_cache: bool = False,
               scheduler: str | None = None, progress: Progress | None = None,
-              only: frozenset[int] | None = None) -> list[FileResult]:
-    """The per-rank stage over every file, in input order, on the chosen executor (only: a rank selection)."""
+              only: frozenset[int] | None = None, meanwhile: Callable[[], None] | None = None) -> list[FileResult]:
+    """The per-rank stage over every file, in input order, on the chosen executor (only: a rank selection).
+    meanwhile: what the caller does while the files are parsed elsewhere (pool or Dask), once they are
+    handed out; run first where the caller parses them itself."""
     jobs = default_jobs() if jobs is None or jobs < 1 else jobs
     total = len(paths)
     results: dict[int, FileResult] = {}
     collect = getattr(per_rank, "collector", None)
     sink = collect() if collect is not None else None
-    for i, res in _execute(paths, rank, (tuple(rules), per_rank, use_cache, loader, only), jobs, scheduler):
+    stage = (tuple(rules), per_rank, use_cache, loader, only)
+    for i, res in _execute(paths, rank, stage, jobs, scheduler, meanwhile or _nothing):
         results[i] = res
         if sink is not None:
             sink(res.results)
@@ -128,34 +131,40 @@ def run_files(paths: list[Path], rank: int | None, rules: list[Rule], loader: Lo
     return [results[i] for i in range(total)]
 
 
+def _nothing() -> None:
+    return None
+
+
 def _execute(paths: list[Path], rank: int | None, stage: tuple[Any, ...], jobs: int,
-             scheduler: str | None) -> Iterator[tuple[int, FileResult]]:
+             scheduler: str | None, meanwhile: Callable[[], None]) -> Iterator[tuple[int, FileResult]]:
     args = [(str(p), rank, *stage) for p in paths]
     if scheduler:
-        yield from _execute_dask(args, scheduler)
-    elif jobs == 1 or len(paths) == 1:
+        yield from _execute_dask(args, scheduler, meanwhile)
+        return
+    workers = 1 if jobs == 1 or len(paths) == 1 else _workers_that_fit(min(jobs, len(paths)))
+    if workers == 1:
+        meanwhile()
         for i, a in enumerate(args):
             yield i, run_rank_stage(*a)
     else:
-        workers = _workers_that_fit(min(jobs, len(paths)))
-        if workers == 1:
-            for i, a in enumerate(args):
-                yield i, run_rank_stage(*a)
-            return
         context = _pool_context()
         progress = context.RawArray("b", len(args))  # per file: NOT_STARTED, STARTED or FINISHED
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                                 initializer=_start_worker, initargs=(progress, workers, os.getpid())) as pool:
-            futures = {pool.submit(_tracked_rank_stage, i, *a): i for i, a in enumerate(args)}
-            try:
-                for fut in as_completed(futures):
-                    yield futures[fut], fut.result()
-            except BrokenProcessPool:
-                raise WorkerDiedError(_unfinished(paths, progress)) from None
-            except BaseException:
-                for fut in futures:
-                    fut.cancel()
-                raise
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                   initializer=_start_worker, initargs=(progress, workers, os.getpid()))
+        futures = {pool.submit(_tracked_rank_stage, i, *a): i for i, a in enumerate(args)}
+        try:
+            meanwhile()  # the workers are forked (at the first submit) and parsing
+            for fut in as_completed(futures):
+                yield futures[fut], fut.result()
+        except BrokenProcessPool:
+            pool.shutdown(wait=True)
+            raise WorkerDiedError(_unfinished(paths, progress)) from None
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        # Every result is in: the workers exit (the OS unmapping their last file's memory) while the
+        # caller goes on to the cross-rank stage, instead of the caller waiting for them.
+        pool.shutdown(wait=False)
 
 
 def _workers_that_fit(wanted: int) -> int:
@@ -206,7 +215,8 @@ def _unfinished(paths: list[Path], progress: Any) -> str:
     return ", ".join(started or [str(p) for p, s in zip(paths, states, strict=True) if s != FINISHED])
 
 
-def _execute_dask(args: list[tuple[Any, ...]], scheduler: str) -> Iterator[tuple[int, FileResult]]:
+def _execute_dask(args: list[tuple[Any, ...]], scheduler: str,
+                  meanwhile: Callable[[], None]) -> Iterator[tuple[int, FileResult]]:
     """Each file a task on an existing dask.distributed cluster; results gathered here."""
     from distributed import Client
     from distributed import as_completed as dask_completed
@@ -223,7 +233,8 @@ def _execute_dask(args: list[tuple[Any, ...]], scheduler: str) -> Iterator[tuple
         futures = [client.submit(run_rank_stage, *a, pure=False) for a in args]
         index = {f.key: i for i, f in enumerate(futures)}
         pending = dask_completed(futures, loop=client.loop)
-        del futures  # each result is released once fetched: a worker holds only those not yet gathered
+        del futures
+        meanwhile()  # each result is released once fetched: a worker holds only those not yet gathered
         for fut in pending:
             i, res = index[fut.key], fut.result()
             fut.release()
