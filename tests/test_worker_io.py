@@ -157,3 +157,37 @@ def test_each_worker_leaves_only_its_last_file_unfreed(tmp_path):
     done = run_files(names, None, default_rules(), _noting_last_file, jobs=2)
     noted = [d.traces[0].notes[-1] for d in done]
     assert noted == ["hold everything: False"] * 3 + ["hold everything: True"] * 2
+
+
+def test_the_caller_runs_meanwhile_once_while_its_workers_parse(tmp_path):
+    """run_files' `meanwhile` (analyze's imports of its own stages) runs once, in the caller, after the pool's
+    workers are forked (so they never import what it imports) and before the first result is taken; the
+    results are those of a run without it."""
+    import multiprocessing
+
+    paths = [_plain_copy(tmp_path, "rank0.json"), _plain_copy(tmp_path, "rank1.json")]
+    seen: list[tuple[int, int]] = []
+    done = run_files(paths, None, default_rules(), load_file, jobs=2,
+                     meanwhile=lambda: seen.append((os.getpid(), len(multiprocessing.active_children()))))
+    assert seen == [(os.getpid(), 2)]
+    plain = run_files(paths, None, default_rules(), load_file, jobs=2)
+    assert [d.traces[0].gpu.equals(p.traces[0].gpu) for d, p in zip(done, plain, strict=True)] == [True, True]
+    inline: list[int] = []
+    run_files(paths[:1], None, default_rules(), load_file, jobs=1, meanwhile=lambda: inline.append(1))
+    assert inline == [1]  # parsed in the caller: run first
+
+
+def test_analyze_forks_its_workers_without_the_callers_own_stages():
+    """What the per-rank stage needs imports none of the modules only the caller runs (collectives table,
+    set graph, pricing): analyze imports those while the workers parse (report.import_caller_stages)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, analyzers.report as r; "
+            "late = ['analyzers.crossrank.collective_table', 'analyzers.crossrank.stragglers', "
+            "'analyzers.graph.analysis', 'analyzers.graph.pricing', 'analyzers.graph.set_graph']; "
+            "before = [m for m in late if m in sys.modules]; r.import_caller_stages(); "
+            "print(before, all(m in sys.modules for m in late))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.stdout.split() == ["[]", "True"]

@@ -383,6 +383,10 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_prefetch_front_loaded_from_the_op_tree_at_dim_4096",
         "test_fsdp_pairs_at_dim_4096_meet_the_target_with_their_execution_traces",
     ),
+    "test_worker_io": (
+        "test_analyze_forks_its_workers_without_the_callers_own_stages",
+        "test_the_caller_runs_meanwhile_once_while_its_workers_parse",
+    ),
     "test_write_tables": (
         "test_cli_writes_readable_parquet",
         "test_collective_ranks_written_in_chunks_is_the_whole_merge",
