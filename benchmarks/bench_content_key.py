@@ -22,7 +22,7 @@ from analyzers.io.load import load_file
 from benchmarks.make_large_trace import tile
 
 ROOT = Path(__file__).resolve().parents[1]
-SRC = ROOT / "sample_traces" / "fsdp" / "zero3" / "rank0.json.gz"
+SRC = ROOT / "benchmarks" / "recordings" / "fsdp-dim2048" / "fsdp" / "zero3" / "rank0.json.gz"
 
 
 def _times(fn, repeat: int) -> list[float]:

@@ -11,10 +11,12 @@ prediction cannot know. Prints the
 Markdown table of docs/whatif.md.
 
 usage: python benchmarks/whatif_pairs.py [--samples DIR] [--no-et] [--only TEXT]
+       python benchmarks/whatif_pairs.py --recordings [--no-et]
   DIR: a tree laid out as sample_traces/ whose sets replace the repository's (sets it lacks come from
-  sample_traces/), e.g. benchmarks/recordings/ag-gemm-second, a second recording of the ag-gemm pairs,
-  benchmarks/recordings/fsdp-et, the FSDP pairs recorded with their Execution Traces, or
-  benchmarks/recordings/fsdp-dim4096 (and -zero3), the FSDP pairs at dim 4096, where the GPU sets the step
+  sample_traces/), e.g. benchmarks/recordings/ag-gemm-second, a second recording of the ag-gemm pairs, or
+  benchmarks/recordings/fsdp-dim2048, the FSDP pairs at dim 2048, where the host set the step.
+  --recordings: every pair whose two sets one recording in benchmarks/recordings holds (nothing taken from
+  sample_traces/), one row each, with the median and largest error over them.
   An unfixed set with Execution Traces beside its traces (rank{R}.et.json.gz, as the runners record them) is
   replayed with them, as `whatif --et` does; --no-et leaves them out (the op tree's module ranges alone).
 """
@@ -164,6 +166,47 @@ def _at_fixed_speed(run, fix: str, speeds: dict[int, float]) -> int | None:
     return median_ns(job_steps(rank_steps(sg, rp.start, rp.end))["dur_ns"])
 
 
+RECORDINGS = ROOT / "benchmarks" / "recordings"
+
+
+def _recording_trees() -> list[Path]:
+    """Every tree under benchmarks/recordings laid out as sample_traces/ (the recording's folder, or one level
+    below it) that holds both sets of at least one pair."""
+    trees = []
+    for top in sorted(p for p in RECORDINGS.iterdir() if p.is_dir()):
+        for tree in [top, *sorted(p for p in top.iterdir() if p.is_dir())]:
+            if any((tree / a).is_dir() and (tree / b).is_dir() for a, _, b, _, _ in PAIRS):
+                trees.append(tree)
+    return trees
+
+
+def recordings_table() -> None:
+    """One row per pair per recording: only pairs whose two sets the recording holds (none from sample_traces)."""
+    global SAMPLES
+    print("| recording | pair (fix) | predicted | fixed measured | error | busiest GEMM alone, fixed vs unfixed | "
+          "error at the fixed run's GPU speed |")
+    print("|---|---|---|---|---|---|---|")
+    errs = []
+    for tree in _recording_trees():
+        SAMPLES = tree
+        for a, fix, b, _, _ in PAIRS:
+            if not ((tree / a).is_dir() and (tree / b).is_dir()):
+                continue
+            ra, rb = _report(a), _report(b)
+            fixed = rb.critical_path["fidelity"]["measured_step_ns"]
+            run = _et_run(a) or ra.graph_run
+            pred = whatif(run, [parse_fix(fix)])["predicted_step_ns"]
+            speeds = _speeds(ra, rb)
+            same = _at_fixed_speed(run, fix, speeds) if speeds else None
+            same_s = f"{100 * (same - fixed) / fixed:+.1f} %" if same else "—"
+            errs.append(abs(pred - fixed) / fixed)
+            print(f"| {tree.relative_to(RECORDINGS)} | {a} → {b} ({fix}) | {pred / 1e6:.3f} ms | "
+                  f"{fixed / 1e6:.3f} ms | {100 * (pred - fixed) / fixed:+.1f} % | {_drift(speeds)} | {same_s} |")
+    print(f"\n{len(errs)} pairs over {len(_recording_trees())} recordings: median |error| "
+          f"{100 * float(np.median(errs)):.1f} %, max {100 * max(errs):.1f} %, "
+          f"{sum(e > 0.10 for e in errs)} beyond 10 %")
+
+
 def main() -> None:
     global SAMPLES, USE_ET
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -171,8 +214,13 @@ def main() -> None:
                     help="a tree laid out as sample_traces/ (e.g. a second recording of some of its sets)")
     ap.add_argument("--no-et", action="store_true", help="replay without the sets' Execution Traces")
     ap.add_argument("--only", default="", help="only the pairs whose unfixed set contains this text (e.g. fsdp/)")
+    ap.add_argument("--recordings", action="store_true",
+                    help="every pair of every recording in benchmarks/recordings, one row each")
     args = ap.parse_args()
     SAMPLES, USE_ET = args.samples, not args.no_et
+    if args.recordings:
+        recordings_table()
+        return
     rows = []
     for a, fix, b, what, why_not in PAIRS:
         if args.only not in a:

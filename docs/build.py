@@ -68,7 +68,7 @@ EXAMPLES: dict[str, Example] = {
     "findings-host-sync": findings_of(HOST_SYNC),
     "findings-sync-in-loop": findings_of("sample_traces/ag-gemm/sync-in-loop"),
     "findings-front-loaded": findings_of("sample_traces/fsdp/front-loaded"),
-    "findings-zero3-prefetch": findings_of("sample_traces/fsdp/zero3-prefetch"),
+    "findings-zero3-prefetch": findings_of("benchmarks/recordings/fsdp-dim2048/fsdp/zero3-prefetch"),
     "findings-sync-before-loop": findings_of("sample_traces/ag-gemm/sync-before-loop"),
     "findings-tuned-no-gate": findings_of("sample_traces/ag-gemm-race/tuned-no-gate"),
     "findings-two-stream": findings_of("sample_traces/symm-mem/two-stream"),

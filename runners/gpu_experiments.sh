@@ -4,7 +4,8 @@
 #
 # usage (repo root, on the GPU host):  OUT=/some/dir bash runners/gpu_experiments.sh [STEP...]
 # STEP names: env smoke1 nvfuser-import thunder four-ranks grid4 grid2-rs gemm-speed sweep-rs rs-chunks rs-tuned-steps app-run sweep-symm sweep-ag ag-gate ag-tuned-steps ag-base ag-tuned ag-tune-nccl ag-tune-steps gemm-rs
-#             symm-fused symm-two fsdp-main fsdp-prefetch nsys smoke-gemm-rs smoke-symm smoke-fsdp check
+#             symm-fused symm-two fsdp-main fsdp-prefetch symm-all symm-all-reversed fsdp-all nsys smoke-gemm-rs
+#             smoke-symm smoke-fsdp check
 #             (default: the list below, which made the older sample sets; the ag-gemm tuned sets came
 #             from: env sweep-ag ag-tuned-steps check, ag-gate sweep-ag check, nsys check; the gemm-rs and
 #             symm-mem sweeps from: env rs-chunks sweep-rs app-run rs-tuned-steps, then sweep-rs
@@ -105,6 +106,24 @@ s_symm-fused()  { L symm-mem --variants fused-ag-matmul,fused-matmul-rs --profil
 s_symm-two()    { L symm-mem --variants two-stream,two-stream-sleep --profiler torch --out "$R/symm-mem-two"; }
 s_fsdp-main()   { L fsdp --variants baseline,zero3,zero2,front-loaded --profiler torch --out "$R/fsdp"; }
 s_fsdp-prefetch() { L fsdp --variants zero3-no-prefetch,zero3-prefetch,zero2-no-prefetch --profiler torch --out "$R/fsdp-prefetch"; }
+# every variant of one algorithm in one launch (sample_traces/symm-mem, sample_traces/fsdp and their second
+# recordings in benchmarks/recordings), with each GPU's SM clock, power and temperature sampled every 100 ms
+# beside it ($R/clocks-STEP.csv)
+CLOCKS() {  # CLOCKS NAME COMMAND...: run the command while nvidia-smi samples the GPUs
+    local name=$1; shift
+    nvidia-smi --query-gpu=index,timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 100 \
+        > "$R/clocks-$name.csv" &
+    local smi=$!
+    "$@"; local rc=$?
+    kill "$smi"; return $rc
+}
+FSDP_ALL=baseline,front-loaded,zero2,zero2-no-prefetch,zero3,zero3-no-prefetch,zero3-prefetch
+s_symm-all() { CLOCKS symm-all L symm-mem --variants all --profiler torch --out "$R/symm-mem"; }
+s_symm-all-reversed() {
+    CLOCKS symm-all-reversed L symm-mem --variants two-stream-sleep,two-stream,fused-matmul-rs,fused-ag-matmul \
+        --profiler torch --out "$R/symm-mem-reversed"
+}
+s_fsdp-all() { CLOCKS fsdp-all L fsdp --variants "$FSDP_ALL" --set iters=15 --profiler torch --out "$R/fsdp"; }
 # every other algorithm's variants at the current runners, timings and correctness only (the
 # traced samples of these come from the default list)
 s_sweep-symm() { OSC sweep symm-mem M=16384 K=16384 N=8192 dtype=bf16 --out "$R/sweep-symm" --timeout 400; }

@@ -103,8 +103,9 @@ def run_variant(ctx: Ctx, wl: Workload, variant: str, out_dir: Path) -> dict[str
             f"{med['compute_alone']:.3f}, comm alone {med['comm_alone']:.3f})")
 
     ctx.status.set("profile", variant)
-    trace = profile(ctx, fn, out_dir)
-    return {**_rank_facts(ctx), "rel_error": err, "trace": trace,
+    settled: dict[str, Any] = {}
+    trace = profile(ctx, fn, out_dir, settled)
+    return {**_rank_facts(ctx), "rel_error": err, "trace": trace, "profile_state": settled,
             "timings_ms": {k: {**stats(v), "samples": [round(x, 5) for x in v]} for k, v in timings.items()}}
 
 

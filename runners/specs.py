@@ -257,8 +257,8 @@ FSDP = AlgorithmSpec(
     },
     params=(
         ParamSpec("layers", int, 8, "transformer blocks", cpu_default=2),
-        ParamSpec("dim", int, 2048, "model width", cpu_default=32),
-        ParamSpec("heads", int, 16, "attention heads", cpu_default=4),
+        ParamSpec("dim", int, 4096, "model width (4096: the GPU sets the step; at 2048 the host did)", cpu_default=32),
+        ParamSpec("heads", int, 32, "attention heads", cpu_default=4),
         ParamSpec("seq", int, 2048, "sequence length", cpu_default=16),
         ParamSpec("batch", int, 4, "sequences per rank", cpu_default=2),
         ParamSpec("prefetch_depth", int, 2, "blocks prefetched ahead by zero3-prefetch"),
@@ -282,8 +282,8 @@ THUNDER_FSDP = AlgorithmSpec(
     },
     params=(
         ParamSpec("layers", int, 6, "Llama-like blocks", cpu_default=2),
-        ParamSpec("dim", int, 2048, "model width", cpu_default=32),
-        ParamSpec("heads", int, 16, "attention heads", cpu_default=4),
+        ParamSpec("dim", int, 4096, "model width (4096: the GPU sets the step; at 2048 the host did)", cpu_default=32),
+        ParamSpec("heads", int, 32, "attention heads", cpu_default=4),
         ParamSpec("ffn", int, 5632, "SwiGLU hidden width", cpu_default=64),
         ParamSpec("seq", int, 2048, "sequence length", cpu_default=16),
         ParamSpec("batch", int, 2, "sequences per rank", cpu_default=2),

@@ -50,10 +50,11 @@ def shift_sqlite(src: Path, dst: Path, by_ns: int = SHIFT_NS) -> None:
 
 
 def shifted_set(src: Path, dst: Path) -> Path:
-    """Every rank file of a sample set moved to negative time (manifest left out: it names the originals)."""
+    """Every rank file of a sample set moved to negative time (manifest left out: it names the originals; so are
+    Execution Traces, rank{R}.et.json.gz, which hold no times)."""
     dst.mkdir(parents=True, exist_ok=True)
     for f in sorted(src.iterdir()):
-        if f.name.startswith("rank") and f.name.endswith((".json", ".json.gz")):
+        if f.name.startswith("rank") and f.name.endswith((".json", ".json.gz")) and ".et." not in f.name:
             shift_kineto(f, dst / f.name.removesuffix(".gz"))
         elif f.suffix == ".sqlite":
             shift_sqlite(f, dst / f.name)

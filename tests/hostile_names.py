@@ -37,7 +37,7 @@ def hostile_run(root: Path, kernel_name: str = HOSTILE_KERNEL, folder: str = HOS
     in a folder named folder; returns the folder."""
     out = root / folder
     out.mkdir(parents=True)
-    for path in sorted(source.glob("rank*.json.gz")):
+    for path in sorted(source.glob("rank?.json.gz")):
         doc = json.loads(gzip.decompress(path.read_bytes()))
         for e in doc["traceEvents"]:
             if e.get("cat") == "kernel" and str(e.get("name", "")).startswith("nvjet"):

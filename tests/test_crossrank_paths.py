@@ -45,7 +45,7 @@ def _sets() -> dict[str, TraceSet]:
                                                   hostnames={0: "a", 1: "b", 2: "c"})[0],
         "edge trimmed": _edge_trimmed(),
         "sample symm-mem two-stream": load_traces(sorted(SAMPLES.joinpath("symm-mem", "two-stream")
-                                                         .glob("rank*.json.gz"))),
+                                                         .glob("rank?.json.gz"))),
     }
 
 

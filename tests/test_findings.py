@@ -523,7 +523,7 @@ def _sample(name: str):
     d = SAMPLES / name
     if not (d / "manifest.json").is_file():
         pytest.fail(f"sample traces missing at {d}: they are committed with the repository")
-    files = sorted(glob.glob(str(d / "rank*.json.gz")) + glob.glob(str(d / "rank*.sqlite")))
+    files = sorted(glob.glob(str(d / "rank?.json.gz")) + glob.glob(str(d / "rank*.sqlite")))
     return load_traces(files), json.loads((d / "manifest.json").read_text())
 
 

@@ -76,10 +76,10 @@ def test_launch_gaps_does_not_slow_front_loaded_fsdp():
 SETS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "sample_traces").glob("*/*") if p.is_dir())
 # fixes that only remove waits or work. Each step, for the first four; through every step (the job's steps
 # summed from the first, the whole run included), for all: comm-speed=2 and peer-wait move time across step
-# boundaries (fsdp/zero3 under comm-speed=2: step 2 ends earlier, step 3 ends at the host-paced time it ended
-# before and so lasts 1.3 % longer; gemm-rs/fused-ref under peer-wait: +2.0 % in the median step, -0.2 % over
-# the run). serialized-streams is left out: on ag-gemm-race and fsdp it moves work into later steps, with or
-# without contention (docs/whatif.md)
+# boundaries (the dim-2048 fsdp/zero3 of benchmarks/recordings/fsdp-dim2048 under comm-speed=2: step 2 ends
+# earlier, step 3 ends at the host-paced time it ended before and so lasts 1.3 % longer; gemm-rs/fused-ref
+# under peer-wait: +2.0 % in the median step, -0.2 % over the run). serialized-streams is left out: on
+# ag-gemm-race and fsdp it moves work into later steps, with or without contention (docs/whatif.md)
 EACH_STEP = ["host-syncs", "launch-gaps", "comm-contention", "no-copies"]
 NEVER_SLOWER = EACH_STEP + ["comm-speed=2", "peer-wait"]
 
