@@ -50,7 +50,7 @@ def main() -> None:
                     spent["rank_cpu"] += time.process_time() - c
                 else:
                     figures[key] += time.perf_counter() - t
-                    figures[key.replace("_s", "_cpu_s")] += time.process_time() - c + _children_cpu() - ch
+                    figures[key[:-2] + "_cpu_s"] += time.process_time() - c + _children_cpu() - ch
         return wrapper
 
     report.build_rank_graph = timed(report.build_rank_graph, "rank")
