@@ -150,8 +150,8 @@ def priced_run(sg: SetGraph, finding_ids: list[str], parallel: bool | None = Non
     _SG = sg
     try:
         with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork")) as pool:
-            forked = time.perf_counter()
             pending = [pool.submit(_replay_here, fixes)]  # forks now: the child sees _SG
+            forked = time.perf_counter()
             made_here = run is None
             run = run if run is not None else GraphRun(sg)
             # a fix's or a removal's replay costs about two of the unmodified one (a round of SM gates)
@@ -177,15 +177,15 @@ class _Share:
     def __init__(self, pool: ProcessPoolExecutor, pending: list[Future], fixes: list[Fix], child_free: float,
                  each: float) -> None:
         self.pool, self.pending, self.fixes, self.child_free = pool, pending, fixes, child_free
-        self.each = each or 1.0  # unknown (a run made elsewhere): alike, so the removals alternate
+        self.each = each or 1.0  # unknown (a run made elsewhere): alike, so the removals alternate, the first there
 
     def __call__(self, run: GraphRun, parts: set[str]) -> None:
         rest = [p for p in ATTRIBUTION if p in parts and CAUSES[p][1] not in self.fixes]
         here_at = time.perf_counter()
         there_at = here_at if self.pending[0].done() else max(self.child_free, here_at)
         mine, theirs = [], []
-        for p in rest:  # the first to here at a tie: the child's answer still has to travel
-            if here_at <= there_at:
+        for p in rest:  # to the child at a tie: the caller walks the removed paths once all are made
+            if here_at < there_at:
                 mine.append(p)
                 here_at += self.each
             else:
