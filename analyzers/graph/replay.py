@@ -312,6 +312,29 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, com
                 if left[c]:
                     continue
                 lo, hi = ptr[c], ptr[c + 1]
+                if hi - lo == 2:  # the common pair (two ranks, a send and its receive), without lists
+                    m0, m1 = cnodes[lo], cnodes[lo + 1]
+                    s0, s1 = start[m0], start[m1]
+                    if s0 >= s1:
+                        a, late[c] = s0, m0
+                    else:
+                        a, late[c] = s1, m1
+                    if median:
+                        a = _median([s0, s1])
+                    arrival[c] = a
+                    end[m0] = e = (a if a > s0 else s0) + c_dur[lo]
+                    tl = c_tail[lo]
+                    if tl >= 0:
+                        e += c_ph[lo]
+                        q = c_qh[lo]
+                        end[tl] = e if e > q else q
+                    end[m1] = e = (a if a > s1 else s1) + c_dur[lo + 1]
+                    tl = c_tail[lo + 1]
+                    if tl >= 0:
+                        e += c_ph[lo + 1]
+                        q = c_qh[lo + 1]
+                        end[tl] = e if e > q else q
+                    continue
                 members = cnodes[lo:hi]
                 starts = [start[m] for m in members]
                 a = max(starts)
