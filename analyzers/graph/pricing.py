@@ -88,7 +88,7 @@ def _can_fork() -> bool:
 
 def whatif_run(sg: SetGraph, fixes: list[Fix], parallel: bool | None = None) -> GraphRun:
     """GraphRun(sg) with the fixes' replay (one replay of them all, as GraphRun.run makes it) made beside its
-    unmodified replay, in a forked process where parallel (default: as section_and_savings decides); the two
+    unmodified replay, in a forked process where parallel (default: as priced_run decides); the two
     do not depend on each other. The run keeps that replay, so whatif(run, fixes) reads it; the figures are
     those of the serial order (the same code on the same inputs). Fixes that move work (graph.moves) read
     the unmodified replay: they run after it, here."""
@@ -132,8 +132,8 @@ def priced_run(sg: SetGraph, finding_ids: list[str], parallel: bool | None = Non
     computed one after the other (the section's notes see only the replays made before it). Where parallel
     (default: two cores or more and fork available, and a fix to replay) the findings' fixes are replayed in a
     process forked before the unmodified replay, while this one makes that replay and walks every step's path;
-    the removals the charge needs that no finding's fix makes are then replayed here one after the other, the
-    later half of them handed to that process once it is free (their figures do not depend on where)."""
+    the removals the charge needs that no finding's fix makes are then shared between the two (_Share; their
+    figures do not depend on where)."""
     global _SG
     fixes = _finding_fixes(finding_ids)
     if parallel is None:
