@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from analyzers.crossrank.collective_table import CollectiveParams, CollectiveTable
     from analyzers.graph.analysis import GraphRun
     from analyzers.graph.fixes import Fix
+    from analyzers.graph.set_graph import SetGraph
 
 
 def import_caller_stages() -> None:
@@ -313,11 +314,10 @@ def analyze(traces: TraceSet, options: AnalysisOptions | None = None, *,
 def _price(report: AnalysisReport, traces: TraceSet, pre: dict[int, RankResults] | None, pattern: str) -> None:
     """The dependency graph's answers: critical path section, and each finding's saving (re-sorted)."""
     from analyzers.graph.fixes import FIX_OF_FINDING
-    from analyzers.graph.pricing import section_and_savings
+    from analyzers.graph.pricing import priced_run
 
-    run = _graph_run(traces, report.syncs, report.cross_rank, report.clock_offsets_ns, pre, pattern)
-    report.graph_run = run
-    report.critical_path, savings = section_and_savings(run, report.finding_ids())
+    sg = _set_graph(traces, report.syncs, report.cross_rank, report.clock_offsets_ns, pre, pattern)
+    report.graph_run, report.critical_path, savings = priced_run(sg, report.finding_ids())
     for f in report.findings or []:
         got = savings.get(FIX_OF_FINDING.get(f.id, ""))
         if got is not None:
@@ -325,13 +325,10 @@ def _price(report: AnalysisReport, traces: TraceSet, pre: dict[int, RankResults]
     report.findings = sort_findings(report.findings or [])
 
 
-def _graph_run(traces: TraceSet, syncs: Mapping[int, pd.DataFrame], cr: CrossRankReport | None,
+def _set_graph(traces: TraceSet, syncs: Mapping[int, pd.DataFrame], cr: CrossRankReport | None,
                offsets: dict[int, int], pre: dict[int, RankResults] | None, pattern: str,
-               exec_traces: tuple[ExecTrace, ...] = (), fixes: Sequence[Fix] = ()) -> GraphRun:
-    """Every rank's graph (from the per-rank stage where it made them, else built here) in one set graph;
-    fixes: `whatif`'s, replayed beside the unmodified replay (pricing.whatif_run)."""
-    from analyzers.graph.analysis import GraphRun
-    from analyzers.graph.pricing import whatif_run
+               exec_traces: tuple[ExecTrace, ...] = ()) -> SetGraph:
+    """Every rank's graph (from the per-rank stage where it made them, else built here) in one set graph."""
     from analyzers.graph.set_graph import build_set_graph
 
     ids = traces.rank_ids()
@@ -340,8 +337,18 @@ def _graph_run(traces: TraceSet, syncs: Mapping[int, pd.DataFrame], cr: CrossRan
     else:
         graphs = {r: build_rank_graph(traces.ranks[r], syncs[r], pattern, exec_trace_of(exec_traces, r))
                   for r in ids}
-    sg = build_set_graph(graphs, offsets, cr.members if cr is not None else None,
-                         cr.collectives if cr is not None else None)
+    return build_set_graph(graphs, offsets, cr.members if cr is not None else None,
+                           cr.collectives if cr is not None else None)
+
+
+def _graph_run(traces: TraceSet, syncs: Mapping[int, pd.DataFrame], cr: CrossRankReport | None,
+               offsets: dict[int, int], pre: dict[int, RankResults] | None, pattern: str,
+               exec_traces: tuple[ExecTrace, ...] = (), fixes: Sequence[Fix] = ()) -> GraphRun:
+    """The set graph's run; fixes: `whatif`'s, replayed beside the unmodified replay (pricing.whatif_run)."""
+    from analyzers.graph.analysis import GraphRun
+    from analyzers.graph.pricing import whatif_run
+
+    sg = _set_graph(traces, syncs, cr, offsets, pre, pattern, exec_traces)
     return whatif_run(sg, list(fixes)) if fixes else GraphRun(sg)
 
 

@@ -4,6 +4,7 @@ as one after the other, whether the fixes' replays ran in a forked process, or t
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -61,19 +62,49 @@ def test_a_fix_that_prices_a_finding_and_removes_a_cause_is_replayed_once(monkey
     assert len(made) == len(set(made))
 
 
-
-def test_the_forked_process_makes_removals_and_the_figures_stay_the_serial_ones(monkeypatch):
-    rep = analyze(load_traces([ROOT / "sample_traces/ag-gemm/host-sync"]))
-    ids = rep.finding_ids()
-    serial = _answers(rep.graph_run, ids, False)
+def _watch_removals(monkeypatch) -> tuple[list[list[str]], list[int]]:
+    """The removals replayed here, and the no-joins replays adopted from the forked process (their sizes)."""
     here: list[list[str]] = []
     adopted: list[int] = []
     prepare, adopt = pricing.prepare_removals, pricing.adopt_no_peer_wait
     monkeypatch.setattr(pricing, "prepare_removals", lambda run, parts: (here.append(list(parts)), prepare(run, parts)))
     monkeypatch.setattr(pricing, "adopt_no_peer_wait", lambda run, inp, rp: (adopted.append(len(rp.end)),
                                                                              adopt(run, inp, rp)))
+    return here, adopted
+
+
+def test_each_removal_is_replayed_once_here_or_in_the_forked_process(monkeypatch):
+    rep = analyze(load_traces([ROOT / "sample_traces/ag-gemm/host-sync"]))
+    ids = rep.finding_ids()
+    serial = _answers(rep.graph_run, ids, False)
+    here, adopted = _watch_removals(monkeypatch)
     assert _answers(rep.graph_run, ids, True) == serial
-    # this set's walks charge exposed transfer and peer wait, which no finding's fix removes: the caller
-    # replays the first, the child the other (the no-joins replay comes back to the caller)
-    assert here == [["comm_transfer"]]
-    assert adopted == [rep.graph_run.sg.n]
+    # this set's walks charge exposed transfer, peer wait and launch gaps, which no finding's fix removes:
+    # each replayed once, here or there (the no-joins replay of peer wait coming back here)
+    mine = [p for parts in here for p in parts]
+    assert len(mine) == len(set(mine)) and set(mine) <= {"comm_transfer", "peer_wait", "launch_gaps"}
+    assert adopted == ([] if "peer_wait" in mine else [rep.graph_run.sg.n])
+
+
+def _no_replays(_fixes: list) -> dict:
+    return {}
+
+
+def test_a_free_forked_process_takes_every_other_removal(monkeypatch):
+    rep = analyze(load_traces([ROOT / "sample_traces/ag-gemm/host-sync"]))
+    ids = rep.finding_ids()
+    serial = _answers(rep.graph_run, ids, False)
+    here, adopted = _watch_removals(monkeypatch)
+    monkeypatch.setattr(pricing, "_replay_here", _no_replays)  # free at once (its fixes are replayed here)
+    section = pricing.critical_path_section
+
+    def after_a_while(run, before):  # the walks take longer than the child's fork and answer
+        time.sleep(0.5)
+        return section(run, before)
+
+    monkeypatch.setattr(pricing, "critical_path_section", after_a_while)
+    assert _answers(rep.graph_run, ids, True) == serial
+    # a run made elsewhere gives no replay time: the removals alternate, the first there (exposed transfer and
+    # launch gaps, whose replays come back with the fixes'), the second here (peer wait's no-joins replay)
+    assert here == [["peer_wait"]]
+    assert adopted == []

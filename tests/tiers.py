@@ -214,6 +214,7 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_fixes_that_remove_waits_never_predict_a_slower_step",
     ),
     "test_graph_pricing": (
+        "test_a_free_forked_process_takes_every_other_removal",
         "test_forked_pricing_gives_the_serial_figures",
     ),
     "test_graph_run": (

@@ -68,7 +68,7 @@ class _Removed:
             (r["rank"], r["step"]): r for r in step_records(rank_steps(sg, rp.start, rp.end))}
 
 
-def _without_joins(sg: SetGraph) -> SetGraph:
+def without_joins(sg: SetGraph) -> SetGraph:
     """The graph with no cross-rank joins: each collective member is an activity of its own rank that runs
     its transfer from its own arrival (what the contention and step caches need is shared, not refitted)."""
     out = replace(sg, coll=np.full(sg.n, -1, dtype=np.int64), coll_ptr=np.zeros(1, dtype=np.int64),
@@ -94,13 +94,13 @@ def _removed(run: GraphRun, part: str) -> _Removed:
 
 def no_peer_wait_replay(run: GraphRun) -> tuple[ReplayInputs, Replay]:
     """The replay with no cross-rank joins (the peer-wait removal), made anywhere that holds the run."""
-    res = contended_replay(_without_joins(run.sg), apply_fixes(run.sg, []), run.order)
+    res = contended_replay(without_joins(run.sg), apply_fixes(run.sg, []), run.order)
     return res.inputs, res.replay
 
 
 def adopt_no_peer_wait(run: GraphRun, inp: ReplayInputs, rp: Replay) -> None:
     """Keep the peer-wait removal's replay (no_peer_wait_replay, made here or in another process)."""
-    run.__dict__.setdefault("_removals", {})["peer_wait"] = _Removed(_without_joins(run.sg), inp, rp)
+    run.__dict__.setdefault("_removals", {})["peer_wait"] = _Removed(without_joins(run.sg), inp, rp)
 
 
 def removals_needed(walks: list[tuple[dict[str, Any], dict[str, Any]]]) -> set[str]:

@@ -3,13 +3,14 @@
 Once the unmodified replay is made (GraphRun), the rest is replays of fixes and walks of the replays.
 A finding's fix and the removal the critical path's attribution replays to charge a cause are often
 the same fix (host-syncs, launch-gaps, no-copies): each is replayed once (GraphRun.keep_replays).
-Where the machine has two cores or more and can fork, the findings' fixes are replayed in one forked
-process (it inherits the GraphRun: nothing is pickled to it; their replays come back) while the caller
-walks every step's path and replays the removals that no finding's fix makes; the charge then reads
-both. The figures are those of the serial order (the same code on the same inputs), and a failed child
-is redone here. Elsewhere all runs here, one after the other; so it does while another thread runs in
-this process (a progress display, a Dask client's loop): a fork copies only the forking thread, and a
-lock another thread held at that moment stays held in the child.
+Where the machine has two cores or more and can fork, a process forked as soon as the set graph is built
+(it inherits the graph: nothing is pickled to it; its replays come back) replays the findings' fixes while
+the caller makes the unmodified replay and walks every step's path; the removals the charge needs that no
+finding's fix makes are then shared between the two, each where it is expected to end first (_Share), and
+the charge reads them all. The figures are those of the serial order (the same code on the same inputs),
+and a failed child is redone here. Elsewhere all runs here, one after the other; so it does while another
+thread runs in this process (a progress display, a Dask client's loop): a fork copies only the forking
+thread, and a lock another thread held at that moment stays held in the child.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import multiprocessing
 import os
 import sys
 import threading
-from concurrent.futures import ProcessPoolExecutor
+import time
+from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
 from analyzers.graph.analysis import GraphRun, _same_inputs, critical_path_section, finding_savings
@@ -26,18 +28,18 @@ from analyzers.graph.attribution import (
     CAUSES,
     NO_PEER_WAIT,
     adopt_no_peer_wait,
-    no_peer_wait_replay,
     prepare_removals,
+    without_joins,
 )
-from analyzers.graph.contention import contended_replay
+from analyzers.graph.contention import contended_replay, estimate
 from analyzers.graph.critical import ATTRIBUTION
 from analyzers.graph.fixes import FIX_OF_FINDING, Fix, apply_fixes
 from analyzers.graph.moves import MOVES
 from analyzers.graph.replay import loop_order
+from analyzers.graph.residency import residency
 from analyzers.graph.set_graph import SetGraph
 
-_RUN: GraphRun | None = None  # the run a forked pricing process reads (set only while one runs)
-_SG: SetGraph | None = None  # the graph a forked whatif process replays (set only while one runs)
+_SG: SetGraph | None = None  # the graph a forked pricing or whatif process replays (set only while one runs)
 Made = dict[tuple[Fix, ...], tuple[Any, Any, bool]]  # fixes -> (inputs, replay, unsettled)
 
 
@@ -49,20 +51,28 @@ def _cores() -> int:
 
 
 def _replay_here(fixes: list[Fix]) -> Made:
-    """In the forked process: each fix's replay (GraphRun.run), to send back."""
-    assert _RUN is not None
-    _RUN.keep_replays({})
+    """In the forked process: each fix's replay, as GraphRun.run makes it (none where the fix changes nothing in
+    the graph: the caller's run answers those with its unmodified replay), to send back."""
+    assert _SG is not None
+    order = loop_order(_SG)
+    unfixed = apply_fixes(_SG, [])
+    out: Made = {}
     for f in fixes:
-        _RUN.run([f])
-    kept = _RUN.__dict__["_replays"]
-    return {(f,): kept[(f,)] for f in fixes if (f,) in kept}
+        inp = apply_fixes(_SG, [f])
+        if not _same_inputs(inp, unfixed):
+            res = contended_replay(_SG, inp, order)
+            out[(f,)] = (res.inputs, res.replay, not res.converged)
+    return out
 
 
 def _removals_here(parts: list[str]) -> tuple[Made, tuple[Any, Any] | None]:
     """In the forked process: the removals of these cause parts (attribution.CAUSES), to send back."""
-    assert _RUN is not None
+    assert _SG is not None
     made = _replay_here([how for p in parts if isinstance(how := CAUSES[p][1], Fix)])
-    return made, (no_peer_wait_replay(_RUN) if any(CAUSES[p][1] == NO_PEER_WAIT for p in parts) else None)
+    if not any(CAUSES[p][1] == NO_PEER_WAIT for p in parts):
+        return made, None
+    res = contended_replay(without_joins(_SG), apply_fixes(_SG, []), loop_order(_SG))  # no_peer_wait_replay's
+    return made, (res.inputs, res.replay)
 
 
 def _fixed_here(fixes: list[Fix]) -> tuple[Any, Any, bool]:
@@ -78,7 +88,7 @@ def _can_fork() -> bool:
 
 def whatif_run(sg: SetGraph, fixes: list[Fix], parallel: bool | None = None) -> GraphRun:
     """GraphRun(sg) with the fixes' replay (one replay of them all, as GraphRun.run makes it) made beside its
-    unmodified replay, in a forked process where parallel (default: as section_and_savings decides); the two
+    unmodified replay, in a forked process where parallel (default: as priced_run decides); the two
     do not depend on each other. The run keeps that replay, so whatif(run, fixes) reads it; the figures are
     those of the serial order (the same code on the same inputs). Fixes that move work (graph.moves) read
     the unmodified replay: they run after it, here."""
@@ -111,50 +121,90 @@ def _finding_fixes(finding_ids: list[str]) -> list[Fix]:
 
 def section_and_savings(run: GraphRun, finding_ids: list[str], parallel: bool | None = None
                         ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """critical_path_section(run) and finding_savings(run, finding_ids), as computed one after the other
-    (the section's notes see only the replays made before it), the findings' fixes replayed in a forked
-    process where parallel (default: two cores or more and fork available, and a fix to replay)."""
-    global _RUN
+    """critical_path_section(run) and finding_savings(run, finding_ids) of a run already made (priced_run)."""
+    _, section, savings = priced_run(run.sg, finding_ids, parallel, run)
+    return section, savings
+
+
+def priced_run(sg: SetGraph, finding_ids: list[str], parallel: bool | None = None, run: GraphRun | None = None
+               ) -> tuple[GraphRun, dict[str, Any], dict[str, dict[str, Any]]]:
+    """GraphRun(sg) (or run, made already), critical_path_section(run) and finding_savings(run, finding_ids), as
+    computed one after the other (the section's notes see only the replays made before it). Where parallel
+    (default: two cores or more and fork available, and a fix to replay) the findings' fixes are replayed in a
+    process forked before the unmodified replay, while this one makes that replay and walks every step's path;
+    the removals the charge needs that no finding's fix makes are then shared between the two (_Share; their
+    figures do not depend on where)."""
+    global _SG
     fixes = _finding_fixes(finding_ids)
     if parallel is None:
         parallel = bool(fixes) and _can_fork()
-    run.keep_replays({})
-    try:
-        if not parallel:
+    if not parallel:
+        run = run if run is not None else GraphRun(sg)
+        run.keep_replays({})
+        try:
             section = critical_path_section(run)
-        else:
-            _RUN = run
+            return run, section, finding_savings(run, finding_ids)
+        finally:
+            run.keep_replays(None)
+    estimate(sg), residency(sg), loop_order(sg)  # what every replay reads, made once before the fork
+    _SG = sg
+    try:
+        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork")) as pool:
+            pending = [pool.submit(_replay_here, fixes)]  # forks now: the child sees _SG
+            forked = time.perf_counter()
+            made_here = run is None
+            run = run if run is not None else GraphRun(sg)
+            # a fix's or a removal's replay costs about two of the unmodified one (a round of SM gates)
+            each = 2 * (time.perf_counter() - forked) if made_here else 0.0
+            share = _Share(pool, pending, fixes, forked + each * len(fixes), each)
+            run.keep_replays({})
             try:
-                with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork")) as pool:
-                    pending = pool.submit(_replay_here, fixes)  # forks now: the child sees _RUN
-                    made: Made = {}
-
-                    def before_charge(parts: set[str]) -> None:
-                        # the removals no finding's fix makes: all but one to the child, after the fixes (the
-                        # caller walks every step meanwhile and walks the removed paths after), one here
-                        rest = [p for p in ATTRIBUTION if p in parts and CAUSES[p][1] not in fixes]
-                        try:
-                            more = pool.submit(_removals_here, rest[1:]) if len(rest) > 1 else None
-                        except Exception:  # the child already died: all here, when read
-                            more = None
-                        prepare_removals(run, rest[:1])
-                        try:
-                            made.update(pending.result())
-                            if more is not None:
-                                got, no_joins = more.result()
-                                made.update(got)
-                                if no_joins is not None:
-                                    adopt_no_peer_wait(run, *no_joins)
-                        except Exception:  # a child that died or failed: its replays are made here when read
-                            pass
-                        # a removal read from the child's replays marks its run unsettled on use (GraphRun.run)
-                        run.keep_replays(made)
-
-                    section = critical_path_section(run, before_charge)
+                section = critical_path_section(run, lambda parts: share(run, parts))
+                savings = finding_savings(run, finding_ids)  # kept replays mark the run unsettled as they are read
             finally:
-                _RUN = None
-        savings = finding_savings(run, finding_ids)  # the kept replays mark the run unsettled as they are read
+                run.keep_replays(None)
     finally:
-        run.keep_replays(None)
-    return section, savings
+        _SG = None
+    return run, section, savings
 
+
+class _Share:
+    """Before the charge: the removals of the walked parts that no finding's fix makes, each replayed where it
+    is expected to end first (here, or in the forked process once its fixes are replayed: each replay taking
+    `each` seconds), then every replay that process made kept on the run (a removal read from them marks the
+    run unsettled on use, GraphRun.run)."""
+
+    def __init__(self, pool: ProcessPoolExecutor, pending: list[Future], fixes: list[Fix], child_free: float,
+                 each: float) -> None:
+        self.pool, self.pending, self.fixes, self.child_free = pool, pending, fixes, child_free
+        self.each = each or 1.0  # unknown (a run made elsewhere): alike, so the removals alternate, the first there
+
+    def __call__(self, run: GraphRun, parts: set[str]) -> None:
+        rest = [p for p in ATTRIBUTION if p in parts and CAUSES[p][1] not in self.fixes]
+        here_at = time.perf_counter()
+        there_at = here_at if self.pending[0].done() else max(self.child_free, here_at)
+        mine, theirs = [], []
+        for p in rest:  # to the child at a tie: the caller walks the removed paths once all are made
+            if here_at < there_at:
+                mine.append(p)
+                here_at += self.each
+            else:
+                theirs.append(p)
+                there_at += self.each
+        if theirs:
+            try:
+                self.pending.append(self.pool.submit(_removals_here, theirs))
+            except Exception:  # the child already died: all here
+                mine += theirs
+        prepare_removals(run, mine)
+        made: Made = {}
+        try:
+            made.update(self.pending[0].result())
+            if len(self.pending) > 1:
+                got, no_joins = self.pending[1].result()
+                made.update(got)
+                if no_joins is not None:
+                    adopt_no_peer_wait(run, *no_joins)
+        except Exception:  # a child that died or failed: its replays are made here when read
+            pass
+        run.keep_replays(made)

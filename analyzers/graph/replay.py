@@ -239,6 +239,12 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, com
     start_a, end_a, why_a = np.zeros(n, dtype=i64), np.full(n, UNSET, dtype=i64), np.full(n, ANCHOR, dtype=np.int8)
     start, end, why = memoryview(start_a), memoryview(end_a), memoryview(why_a)
     violations = 0
+    # the rare inputs (a second event wait, an SM gate, a stream run to set) are read through these where an
+    # activity's `rare` flag says it has one, so that the common activity's row carries ten columns, not fifteen
+    dur, dep2, gate, glat = memoryview(inp.dur), memoryview(inp.dep2), memoryview(gate_a), memoryview(glat_a)
+    tail, ph, qh = memoryview(vs.tail_of), memoryview(runs.ph), memoryview(runs.qh)
+    rare_a = (inp.dep2 >= 0) | (gate_a >= 0) | (vs.tail_of >= 0)
+    unset, launch_w, stream_w, dep_w, dep2_w, gate_w, anchor_w = UNSET, LAUNCH, STREAM, DEP, DEP2, GATE, ANCHOR
     for lo_ev in range(0, len(vs.k), CHUNK):
         ev = slice(lo_ev, lo_ev + CHUNK)
         ks = vs.k[ev]
@@ -248,58 +254,87 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, com
         moving = dseg >= 0
         mv = gi[moving]
         launch[moving] = inp.off[mv] + inp.latency[mv]
-        cols = (ks, launch, dseg, sg.prev[gi], sg.turnaround[gi], inp.dep[gi], inp.dep2[gi], sg.dep_lat[gi],
-                sg.coll[gi], inp.dur[gi], vs.tail_of[gi], runs.ph[gi], runs.qh[gi], gate_a[gi], glat_a[gi])
-        for k, t, sd, p, tn, d, d2, dl, c, dk, tl, pk, qk, g, gl in zip(*(a.tolist() for a in cols), strict=True):
+        cols = (ks, launch, dseg, sg.prev[gi], sg.turnaround[gi], inp.dep[gi], sg.dep_lat[gi], sg.coll[gi],
+                inp.dur[gi], rare_a[gi])
+        for k, t, sd, p, tn, d, dl, c, dk, rare in zip(*(a.tolist() for a in cols), strict=True):
             if k < n:
-                w = LAUNCH
+                w = launch_w
                 if sd >= 0:
                     t += seg_time[sd]
                 if p >= 0:
                     e = end[p]
-                    if e == UNSET:
+                    if e == unset:
                         violations += 1
-                        e = start[p] + int(inp.dur[p])
+                        e = start[p] + dur[p]
                     e += tn
                     if e > t:
-                        t, w = e, STREAM
+                        t, w = e, stream_w
                 if d >= 0:
                     e = end[d]
-                    if e == UNSET:
+                    if e == unset:
                         violations += 1
-                        e = start[d] + int(inp.dur[d])
+                        e = start[d] + dur[d]
                     e += dl
                     if e > t:
-                        t, w = e, DEP
-                if d2 >= 0:
-                    e = end[d2]
-                    if e == UNSET:
-                        violations += 1
-                        e = start[d2] + int(inp.dur[d2])
-                    if e > t:
-                        t, w = e, DEP2
-                if g >= 0:
-                    e = end[g]
-                    if e == UNSET:
-                        violations += 1
-                        e = start[g] + int(inp.dur[g])
-                    e += gl
-                    if e > t:
-                        t, w = e, GATE
-                if t == UNSET:  # no launch, no input: its measured start
-                    t, w = int(sg.start[k]), ANCHOR
+                        t, w = e, dep_w
+                if rare:
+                    d2 = dep2[k]
+                    if d2 >= 0:
+                        e = end[d2]
+                        if e == unset:
+                            violations += 1
+                            e = start[d2] + dur[d2]
+                        if e > t:
+                            t, w = e, dep2_w
+                    g = gate[k]
+                    if g >= 0:
+                        e = end[g]
+                        if e == unset:
+                            violations += 1
+                            e = start[g] + dur[g]
+                        e += glat[k]
+                        if e > t:
+                            t, w = e, gate_w
+                if t == unset:  # no launch, no input: its measured start
+                    t, w = int(sg.start[k]), anchor_w
                 start[k] = t
                 why[k] = w
                 if c < 0:
                     end[k] = e = t + dk
-                    if tl >= 0:
-                        e += pk
-                        end[tl] = e if e > qk else qk
+                    if rare:
+                        tl = tail[k]
+                        if tl >= 0:
+                            e += ph[k]
+                            q = qh[k]
+                            end[tl] = e if e > q else q
                     continue
                 left[c] -= 1
                 if left[c]:
                     continue
                 lo, hi = ptr[c], ptr[c + 1]
+                if hi - lo == 2:  # the common pair (two ranks, a send and its receive), without lists
+                    m0, m1 = cnodes[lo], cnodes[lo + 1]
+                    s0, s1 = start[m0], start[m1]
+                    if s0 >= s1:
+                        a, late[c] = s0, m0
+                    else:
+                        a, late[c] = s1, m1
+                    if median:
+                        a = _median([s0, s1])
+                    arrival[c] = a
+                    end[m0] = e = (a if a > s0 else s0) + c_dur[lo]
+                    tl = c_tail[lo]
+                    if tl >= 0:
+                        e += c_ph[lo]
+                        q = c_qh[lo]
+                        end[tl] = e if e > q else q
+                    end[m1] = e = (a if a > s1 else s1) + c_dur[lo + 1]
+                    tl = c_tail[lo + 1]
+                    if tl >= 0:
+                        e += c_ph[lo + 1]
+                        q = c_qh[lo + 1]
+                        end[tl] = e if e > q else q
+                    continue
                 members = cnodes[lo:hi]
                 starts = [start[m] for m in members]
                 a = max(starts)
@@ -319,7 +354,7 @@ def replay(sg: SetGraph, inp: ReplayInputs, order: np.ndarray | None = None, com
                 if s_blocks[j]:
                     r = call
                     a = s_aw[j]
-                    if a >= 0 and end[a] != UNSET and end[a] > call:
+                    if a >= 0 and end[a] != unset and end[a] > call:
                         r, s_gpu[j] = end[a], True
                     r += s_lat[j]
                 else:
