@@ -5,18 +5,13 @@ from __future__ import annotations
 import gzip
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "overlapscope", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
+from .conftest import ROOT
+from .inprocess import cli  # the command in this process: each test waits for torchrun's ranks, not a CLI start too
 
 
 def test_run_writes_traces_and_prints_analysis(tmp_path):
@@ -59,12 +54,17 @@ def test_relative_out_is_the_callers_directory(over_an_earlier_run):
 
 
 def test_failed_rank_exits_4_and_names_it(tmp_path):
+    """A rank raising in the timed loop: exit 4, the rank and its error named, the failed manifest and the
+    launcher's log kept (launch.run raises RunFailed naming the rank; this is its only launch in the suite)."""
     out = tmp_path / "fail"
-    r = cli("run", "ag-gemm", "--variant", "baseline", "--out", str(out), "--profiler", "none",
-            "M=64", "K=32", "N=16", "fail_rank=1")
+    r = cli("run", "gemm-rs", "--variant", "ring", "--out", str(out), "--profiler", "none",
+            "M=64", "K=32", "N=16", "fail_rank=1", "fail_phase=timing")
     assert r.returncode == 4
-    assert "rank 1" in r.stderr and str(out) in r.stderr and "Traceback" not in r.stderr
-    assert (out / "manifest.failed.json").exists()
+    assert "rank 1 failed" in r.stderr and "injected failure" in r.stderr
+    assert str(out) in r.stderr and "Traceback" not in r.stderr
+    failed = json.loads((out / "manifest.failed.json").read_text())
+    assert failed["status"] == "failed" and failed["failed_rank"] == 1
+    assert (out / "launch.log").is_file()
 
 
 def test_sweep_compares_variants(tmp_path):
@@ -109,7 +109,8 @@ def test_hung_rank_ends_the_run_within_the_timeout_and_is_named(tmp_path):
     assert "rank 0 waiting in 'check'" in r.stderr
     assert "Traceback" not in r.stderr and str(out) in r.stderr
     assert wall < 15 + launch_grace() + 30, wall  # the timeout, the kill grace, start-up of the CLI itself
-    assert (out / "rank0.status.json").is_file() and (out / "manifest.failed.json").is_file()  # kept
+    assert (out / "rank0.status.json").is_file()  # partial outputs are kept
+    assert json.loads((out / "manifest.failed.json").read_text())["failed_rank"] == 1
 
 
 def test_killed_rank_is_named_not_the_survivor(tmp_path):
@@ -187,14 +188,16 @@ def test_overwrite_replaces_only_the_earlier_runs_files(over_an_earlier_run):
     assert (out / "notes.txt").read_text() == "mine"
 
 
-def test_runners_launch_refuses_a_folder_holding_a_run(tmp_path):
+def test_runners_launch_refuses_a_folder_holding_a_run(tmp_path, capsys):
     """The GPU-host entry (python -m runners.launch, what the app's Run page starts) refuses it too."""
     (tmp_path / "baseline").mkdir()
     (tmp_path / "baseline" / "launch.log").write_text("earlier\n")
-    r = subprocess.run([sys.executable, "-m", "runners.launch", "ag-gemm", "--variants", "baseline", "--nproc", "2",
-                        "--profiler", "none", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 2 and "already holds a run (launch.log)" in r.stderr, r.stderr
+    from runners import launch  # imports no torch
+
+    code = launch.main(["ag-gemm", "--variants", "baseline", "--nproc", "2", "--profiler", "none", "--out",
+                        str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "already holds a run (launch.log)" in err, err
     assert (tmp_path / "baseline" / "launch.log").read_text() == "earlier\n"
 
 

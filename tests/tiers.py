@@ -320,12 +320,10 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_the_same_files_named_otherwise_print_their_own_names",
     ),
     "test_runners": (
-        "test_hanging_rank_times_out_and_is_named",
         "test_every_variant_on_two_cpu_processes",
         "test_three_ranks_reorder_reductions",
         "test_wrong_output_fails_the_correctness_check",
         "test_torch_profiler_writes_traces_and_manifest",
-        "test_failing_rank_is_named",
     ),
     "test_runners_thunder": (
         "test_the_rank_imports_thunder",
