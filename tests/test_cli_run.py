@@ -1,4 +1,7 @@
-"""`overlapscope run` / `sweep` on CPU (gloo): the CLI runs, analyzes, and fails with exit 4 naming the rank."""
+"""`overlapscope run` / `sweep` on CPU (gloo): the CLI runs, analyzes, and fails with exit 4 naming the rank.
+
+The first run and every failure go through torchrun; the other runs' ranks are forked from the test process
+(tests/forked_ranks.py), which imported torch once."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import ROOT
+from .forked_ranks import forked_ranks, ranks_forked  # noqa: F401 - a fixture
 from .inprocess import cli  # the command in this process: each test waits for torchrun's ranks, not a CLI start too
 
 
@@ -40,8 +44,9 @@ def over_an_earlier_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
     (out / "manifest.json").write_text('{"status": "ok", "variant": "old"}')
     (out / "rank2.json.gz").write_bytes(b"a rank of an earlier 3-rank run")
     (out / "notes.txt").write_text("mine")
-    r = cli("run", "ag-gemm", "--variant", "baseline", "--out", "run", "--profiler", "none", "--overwrite",
-            "-f", "json", "M=64", "K=32", "N=16", cwd=caller)
+    with ranks_forked():
+        r = cli("run", "ag-gemm", "--variant", "baseline", "--out", "run", "--profiler", "none", "--overwrite",
+                "-f", "json", "M=64", "K=32", "N=16", cwd=caller)
     return out, r
 
 
@@ -67,6 +72,7 @@ def test_failed_rank_exits_4_and_names_it(tmp_path):
     assert (out / "launch.log").is_file()
 
 
+@pytest.mark.usefixtures("forked_ranks")
 def test_sweep_compares_variants(tmp_path):
     r = cli("sweep", "gemm-rs", "--variants", "baseline,ring", "--out", str(tmp_path / "sweep"), "-f", "json",
             "--profiler", "none", "iters=10")
@@ -79,6 +85,7 @@ def test_sweep_compares_variants(tmp_path):
     assert t["variant_spread_ms"] >= 0 and t["compute_spread_ms"] >= 0  # iters=10: two chunks of 5
 
 
+@pytest.mark.usefixtures("forked_ranks")
 def test_sweep_compares_each_workload_with_its_own_baseline(tmp_path, monkeypatch):
     """symm-mem runs two computations: the all-gather+matmul is not the reduce-scatter's baseline."""
     monkeypatch.setenv("COLUMNS", "250")  # table titles on one line
@@ -201,6 +208,7 @@ def test_runners_launch_refuses_a_folder_holding_a_run(tmp_path, capsys):
     assert (tmp_path / "baseline" / "launch.log").read_text() == "earlier\n"
 
 
+@pytest.mark.usefixtures("forked_ranks")
 def test_sweep_grid_tunes_and_times_every_shape(tmp_path, monkeypatch):
     """`sweep ALGO --grid FILE` on gloo: one row per shape with the schedule chosen and the criteria."""
     monkeypatch.setenv("OVERLAPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
@@ -231,6 +239,7 @@ def test_bad_grid_file_is_one_line_and_exit_3(tmp_path):
     assert not (tmp_path / "never").exists()
 
 
+@pytest.mark.usefixtures("forked_ranks")
 def test_retune_searches_again_and_is_in_the_reproduce_line(tmp_path, monkeypatch):
     monkeypatch.setenv("OVERLAPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "t"
@@ -244,6 +253,7 @@ def test_retune_searches_again_and_is_in_the_reproduce_line(tmp_path, monkeypatc
     assert cli("run", "gemm-rs", "--retune", "tune=off").returncode == 2
 
 
+@pytest.mark.usefixtures("forked_ranks")
 def test_sweep_records_how_tuned_chose_its_schedule(tmp_path, monkeypatch):
     monkeypatch.setenv("OVERLAPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
     r = cli("sweep", "gemm-rs", "--variants", "baseline,tuned", "--out", str(tmp_path / "s"), "--profiler", "none",

@@ -19,6 +19,8 @@ torch = pytest.importorskip("torch")
 from runners import launch  # noqa: E402
 from runners.specs import ALGORITHMS  # noqa: E402
 
+from .forked_ranks import forked_ranks  # noqa: E402, F401 - a fixture
+
 TIMEOUT_S = 240.0
 
 
@@ -40,6 +42,7 @@ def _check_results(algo: str, results: dict[str, launch.RunResult]) -> None:
 
 
 # thunder-fsdp runs where lightning-thunder imports (tests/test_runners_thunder.py checks both cases)
+@pytest.mark.usefixtures("forked_ranks")
 @pytest.mark.parametrize("algo", sorted(set(ALGORITHMS) - {"thunder-fsdp"}))
 def test_every_variant_on_two_cpu_processes(algo: str, tmp_path: Path) -> None:
     results = launch.sweep(algo, list(ALGORITHMS[algo].variants), nproc=2, profiler="none", out=tmp_path,
@@ -52,6 +55,7 @@ def test_every_variant_on_two_cpu_processes(algo: str, tmp_path: Path) -> None:
         assert "fallback" in results[variant].manifest["workload"], (algo, variant)
 
 
+@pytest.mark.usefixtures("forked_ranks")
 @pytest.mark.parametrize(("algo", "variants", "params"), [
     ("gemm-rs", "ring,ring-uncoalesced,collective-pipelined,tuned", {"steps": 3, "M": 144, "K": 96}),
     ("symm-mem", "two-stream,two-stream-sleep", {"steps": 2, "M": 192, "K": 96}),
