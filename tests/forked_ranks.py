@@ -7,9 +7,9 @@ apart (--nproc-per-node, -m runners.X ARGS), each rank is a fork of this process
 the variables torchrun sets, and this process serves the rendezvous store as torchrun's agent does. Everything else
 (the command and its manifest, the ranks' outputs, read_result, the analysis) is the real code's.
 
-What only the real launcher shows stays on it: a failed, hung, killed or aborted rank (how torchrun reports it),
-the launcher's own log and progress pump, and one successful run per test module (test_runners' profiler run,
-test_cli_run's first run).
+What only the real launcher shows stays on it: a failed, hung, killed or aborted rank and a wrong answer (how
+torchrun reports them), the launcher's own log and progress pump, and whole successful runs through torchrun
+(test_cli_run's first run, with traces and their analysis, and the app's Run button in tests/test_app_run.py).
 """
 
 from __future__ import annotations
