@@ -9,7 +9,7 @@ the variables torchrun sets, and this process serves the rendezvous store as tor
 
 What only the real launcher shows stays on it: a failed, hung, killed or aborted rank and a wrong answer (how
 torchrun reports them), the launcher's own log and progress pump, and whole successful runs through torchrun
-(test_cli_run's first run, with traces and their analysis, and the app's Run button in tests/test_app_run.py).
+(test_runners' profiler run, test_cli_run's first run with its traces analyzed, the app's Run button).
 """
 
 from __future__ import annotations
