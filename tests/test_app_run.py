@@ -15,17 +15,22 @@ import pytest
 
 from app import data
 
+from .forked_ranks import ranks_forked
+
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = str(ROOT / "app" / "main.py")
 
 
 @pytest.fixture()
 def cpu_sample(tmp_path: Path) -> Path:
+    """The sample the button reproduces, made with the ranks forked from this process (tests/forked_ranks.py); the
+    button's own run is the real `overlapscope run` and torchrun."""
     from runners import launch
 
     samples = tmp_path / "samples"
-    launch.run("ag-gemm", "host-sync", nproc=2, profiler="torch", out=samples / "ag-gemm" / "host-sync",
-               params={"M": 64, "K": 32, "N": 16, "iters": 2, "warmup": 1}, timeout_s=300)
+    with ranks_forked():
+        launch.run("ag-gemm", "host-sync", nproc=2, profiler="torch", out=samples / "ag-gemm" / "host-sync",
+                   params={"M": 64, "K": 32, "N": 16, "iters": 2, "warmup": 1}, timeout_s=300)
     return samples
 
 

@@ -1,22 +1,21 @@
-"""`overlapscope run` / `sweep` on CPU (gloo): the CLI runs, analyzes, and fails with exit 4 naming the rank."""
+"""`overlapscope run` / `sweep` on CPU (gloo): the CLI runs, analyzes, and fails with exit 4 naming the rank.
+
+The first run and every failure go through torchrun; the other runs' ranks are forked from the test process
+(tests/forked_ranks.py), which imported torch once."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "overlapscope", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
+from .conftest import ROOT
+from .forked_ranks import forked_ranks, ranks_forked  # noqa: F401 - a fixture
+from .inprocess import cli  # the command in this process: each test waits for torchrun's ranks, not a CLI start too
 
 
 def test_run_writes_traces_and_prints_analysis(tmp_path):
@@ -45,8 +44,9 @@ def over_an_earlier_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
     (out / "manifest.json").write_text('{"status": "ok", "variant": "old"}')
     (out / "rank2.json.gz").write_bytes(b"a rank of an earlier 3-rank run")
     (out / "notes.txt").write_text("mine")
-    r = cli("run", "ag-gemm", "--variant", "baseline", "--out", "run", "--profiler", "none", "--overwrite",
-            "-f", "json", "M=64", "K=32", "N=16", cwd=caller)
+    with ranks_forked():
+        r = cli("run", "ag-gemm", "--variant", "baseline", "--out", "run", "--profiler", "none", "--overwrite",
+                "-f", "json", "M=64", "K=32", "N=16", cwd=caller)
     return out, r
 
 
@@ -59,14 +59,20 @@ def test_relative_out_is_the_callers_directory(over_an_earlier_run):
 
 
 def test_failed_rank_exits_4_and_names_it(tmp_path):
+    """A rank raising in the timed loop: exit 4, the rank and its error named, the failed manifest and the
+    launcher's log kept (launch.run raises RunFailed naming the rank; this is its only launch in the suite)."""
     out = tmp_path / "fail"
-    r = cli("run", "ag-gemm", "--variant", "baseline", "--out", str(out), "--profiler", "none",
-            "M=64", "K=32", "N=16", "fail_rank=1")
+    r = cli("run", "gemm-rs", "--variant", "ring", "--out", str(out), "--profiler", "none",
+            "M=64", "K=32", "N=16", "fail_rank=1", "fail_phase=timing")
     assert r.returncode == 4
-    assert "rank 1" in r.stderr and str(out) in r.stderr and "Traceback" not in r.stderr
-    assert (out / "manifest.failed.json").exists()
+    assert "rank 1 failed" in r.stderr and "injected failure" in r.stderr
+    assert str(out) in r.stderr and "Traceback" not in r.stderr
+    failed = json.loads((out / "manifest.failed.json").read_text())
+    assert failed["status"] == "failed" and failed["failed_rank"] == 1
+    assert (out / "launch.log").is_file()
 
 
+@pytest.mark.usefixtures("forked_ranks")
 def test_sweep_compares_variants(tmp_path):
     r = cli("sweep", "gemm-rs", "--variants", "baseline,ring", "--out", str(tmp_path / "sweep"), "-f", "json",
             "--profiler", "none", "iters=10")
@@ -79,6 +85,7 @@ def test_sweep_compares_variants(tmp_path):
     assert t["variant_spread_ms"] >= 0 and t["compute_spread_ms"] >= 0  # iters=10: two chunks of 5
 
 
+@pytest.mark.usefixtures("forked_ranks")
 def test_sweep_compares_each_workload_with_its_own_baseline(tmp_path, monkeypatch):
     """symm-mem runs two computations: the all-gather+matmul is not the reduce-scatter's baseline."""
     monkeypatch.setenv("COLUMNS", "250")  # table titles on one line
@@ -109,7 +116,8 @@ def test_hung_rank_ends_the_run_within_the_timeout_and_is_named(tmp_path):
     assert "rank 0 waiting in 'check'" in r.stderr
     assert "Traceback" not in r.stderr and str(out) in r.stderr
     assert wall < 15 + launch_grace() + 30, wall  # the timeout, the kill grace, start-up of the CLI itself
-    assert (out / "rank0.status.json").is_file() and (out / "manifest.failed.json").is_file()  # kept
+    assert (out / "rank0.status.json").is_file()  # partial outputs are kept
+    assert json.loads((out / "manifest.failed.json").read_text())["failed_rank"] == 1
 
 
 def test_killed_rank_is_named_not_the_survivor(tmp_path):
@@ -187,17 +195,20 @@ def test_overwrite_replaces_only_the_earlier_runs_files(over_an_earlier_run):
     assert (out / "notes.txt").read_text() == "mine"
 
 
-def test_runners_launch_refuses_a_folder_holding_a_run(tmp_path):
+def test_runners_launch_refuses_a_folder_holding_a_run(tmp_path, capsys):
     """The GPU-host entry (python -m runners.launch, what the app's Run page starts) refuses it too."""
     (tmp_path / "baseline").mkdir()
     (tmp_path / "baseline" / "launch.log").write_text("earlier\n")
-    r = subprocess.run([sys.executable, "-m", "runners.launch", "ag-gemm", "--variants", "baseline", "--nproc", "2",
-                        "--profiler", "none", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 2 and "already holds a run (launch.log)" in r.stderr, r.stderr
+    from runners import launch  # imports no torch
+
+    code = launch.main(["ag-gemm", "--variants", "baseline", "--nproc", "2", "--profiler", "none", "--out",
+                        str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "already holds a run (launch.log)" in err, err
     assert (tmp_path / "baseline" / "launch.log").read_text() == "earlier\n"
 
 
+@pytest.mark.usefixtures("forked_ranks")
 def test_sweep_grid_tunes_and_times_every_shape(tmp_path, monkeypatch):
     """`sweep ALGO --grid FILE` on gloo: one row per shape with the schedule chosen and the criteria."""
     monkeypatch.setenv("OVERLAPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
@@ -228,6 +239,7 @@ def test_bad_grid_file_is_one_line_and_exit_3(tmp_path):
     assert not (tmp_path / "never").exists()
 
 
+@pytest.mark.usefixtures("forked_ranks")
 def test_retune_searches_again_and_is_in_the_reproduce_line(tmp_path, monkeypatch):
     monkeypatch.setenv("OVERLAPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "t"
@@ -241,6 +253,7 @@ def test_retune_searches_again_and_is_in_the_reproduce_line(tmp_path, monkeypatc
     assert cli("run", "gemm-rs", "--retune", "tune=off").returncode == 2
 
 
+@pytest.mark.usefixtures("forked_ranks")
 def test_sweep_records_how_tuned_chose_its_schedule(tmp_path, monkeypatch):
     monkeypatch.setenv("OVERLAPSCOPE_CACHE_DIR", str(tmp_path / "cache"))
     r = cli("sweep", "gemm-rs", "--variants", "baseline,tuned", "--out", str(tmp_path / "s"), "--profiler", "none",

@@ -5,6 +5,7 @@ block in README.md and docs/*.md is what its command prints today. `python -m do
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 from typer.testing import CliRunner
@@ -12,6 +13,8 @@ from typer.testing import CliRunner
 from docs import build
 from docs.cli_reference import cli_markdown, root_command, walk
 from overlapscope.cli import app
+
+from .inprocess import cli
 
 LONG_OPTION = re.compile(r"(?<![\w-])--[a-zA-Z][\w-]*")
 # a short option sits beside its long one at the start of a row of the Options panel
@@ -66,7 +69,33 @@ def test_trim_keeps_the_named_sections_and_names_the_others():
         "head line\nfirst\n┏━┓\n│1│\n... (second) ...\nthird\n┌─┐\n│3│\n")
 
 
-def test_example_blocks_are_what_the_commands_print_now():
+def in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """build.run_command's commands in the test process (tests/inprocess.py), one at a time, in the environment
+    build._environment gives its subprocesses: the 15 commands then wait for their analyses, not 15 starts of
+    Python and pandas. What a real process shows is tests/test_cli.py's; that build.run_command's subprocess
+    prints the same is checked on one command below."""
+    lock = threading.Lock()
+
+    def run_command(argv: tuple[str, ...], cache_dir: str) -> str:
+        with lock, monkeypatch.context() as env:
+            for name in ("TTY_COMPATIBLE", "FORCE_COLOR", "COLUMNS"):
+                env.delenv(name, raising=False)
+            env.setenv("OVERLAPSCOPE_CACHE_DIR", cache_dir)
+            env.setenv("NO_COLOR", "1")
+            done = cli(*argv)
+        if done.returncode != 0:
+            raise RuntimeError(f"overlapscope {' '.join(argv)}: exit {done.returncode}: {done.stderr}")
+        return done.stdout
+
+    monkeypatch.setattr(build, "run_command", run_command)
+
+
+def test_example_blocks_are_what_the_commands_print_now(monkeypatch, tmp_path):
     """Runs every example command on the bundled samples (slow: tests/tiers.py) and compares each block."""
+    argv = ("diff", "sample_traces/ag-gemm/host-sync", "sample_traces/ag-gemm/sync-before-loop")
+    assert any(e.argv == argv for e in build.EXAMPLES.values())
+    from_a_process = build.run_command(argv, str(tmp_path))
+    in_this_process(monkeypatch)
+    assert build.run_command(argv, str(tmp_path / "cache")) == from_a_process
     stale = build.stale(build.generated())
     assert not stale, "stale docs (python -m docs.build rewrites them): " + "; ".join(stale)

@@ -11,6 +11,8 @@ import pytest
 from runners import autotune
 from runners.autotune import Schedule, TuneCache, search
 
+from .forked_ranks import forked_ranks  # noqa: F401 - a fixture: the ranks forked from this process
+
 SERIAL = Schedule("serial")
 CANDS = [SERIAL, Schedule("ce", 2, -1, "group"), Schedule("ce", 4, -1, "group", True), Schedule("p2p", 2),
          Schedule("ce", 8, 0, "once"), Schedule("ce", 2, -1, "group", True, lanes=2)]
@@ -226,6 +228,7 @@ def test_cache_folder_follows_the_override(tmp_path: Path, monkeypatch: pytest.M
     assert autotune.cache_dir() == tmp_path / "tuning"
 
 
+@pytest.mark.usefixtures("forked_ranks")
 def test_tuned_run_searches_then_reuses_retunes_and_replaces_a_stale_choice(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """On 2 gloo processes through the launcher: the manifest records how the schedule was chosen."""
@@ -273,6 +276,7 @@ def test_tuned_run_searches_then_reuses_retunes_and_replaces_a_stale_choice(tmp_
                                             "M=64 K=32 N=16 steps=8 tune=off")
 
 
+@pytest.mark.usefixtures("forked_ranks")
 def test_gemm_rs_operand_exchange_is_offered_where_it_moves_less_and_passes_the_check(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Sending operands (A rows + B shard) instead of output blocks: offered only where it moves less; correct."""

@@ -321,12 +321,10 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_the_same_files_named_otherwise_print_their_own_names",
     ),
     "test_runners": (
-        "test_hanging_rank_times_out_and_is_named",
         "test_every_variant_on_two_cpu_processes",
         "test_three_ranks_reorder_reductions",
         "test_wrong_output_fails_the_correctness_check",
         "test_torch_profiler_writes_traces_and_manifest",
-        "test_failing_rank_is_named",
     ),
     "test_runners_thunder": (
         "test_the_rank_imports_thunder",
@@ -397,18 +395,18 @@ SLOW: dict[str, tuple[str, ...]] = {
 
 
 # The modules that take longest, longest first: summed setup + call + teardown seconds per module from
-# `python -m pytest -n 2 --dist loadfile --durations=0` (2-core machine, load average ~10, 2026-11-28): test_runners
-# 144 s, test_cli_run 141, test_app_browser_points 129, test_hostile_round3_browser 98, test_app_browser_safety 85,
-# test_bad_inputs 74, test_runners_tuning 66, test_scale 64, test_fuzz 63; every module after them takes under 60 s.
+# `python -m pytest -q -n 2 --dist loadfile --durations=0 -p no:randomly`, the smaller of two whole-suite runs on the
+# 2-core machine while it was shared (load average 6-13, 2026-11-28): test_app_browser_points 125 s,
+# test_hostile_round3_browser 121, test_cli_run 112, test_hostile_round3_render 77, test_app_browser_safety 71,
+# test_report_cache 67, test_bad_inputs 67, test_fuzz 67; every module after them takes under 60 s there.
 # xdist hands modules out in collection order (tests/conftest.py turns its own order by test count off), so these
 # start first and the short modules fill the end: started last, one of them would keep a worker busy for minutes
 # after the other had finished.
 HEAVIEST_FIRST: tuple[str, ...] = (
-    "test_runners", "test_cli_run", "test_app_browser_points", "test_hostile_round3_browser",
-    "test_app_browser_safety", "test_bad_inputs", "test_runners_tuning", "test_scale", "test_fuzz",
-    "test_app_browser_points2", "test_app_browser", "test_app_browser_decision", "test_attribution", "test_graph",
-    "test_base_install", "test_export_browser", "test_hostile_round3_work", "test_hostile_round3_render",
-    "test_diff", "test_cli",
+    "test_app_browser_points", "test_hostile_round3_browser", "test_cli_run", "test_hostile_round3_render",
+    "test_app_browser_safety", "test_report_cache", "test_bad_inputs", "test_fuzz", "test_hostile_round3_work",
+    "test_scale", "test_app_browser_points2", "test_runners", "test_app_browser", "test_syncs_nesting", "test_cli",
+    "test_app_browser_decision", "test_app", "test_app_safety", "test_whatif_moves", "test_diff",
 )
 
 
