@@ -58,3 +58,34 @@ def test_the_reordered_gemm_starts_in_the_tail_of_the_one_before_it():
     assert not compute_tails(bare.sg).any()
     note = next(n for n in res["notes"] if n.startswith("agreed-order:"))
     assert "1 of their kernels start in the tail" in note
+
+
+def _three_steps(rank: int) -> object:
+    """GEMMs P (stream 0, step 1), A (stream 0) and B (stream 1, step 2), Q (stream 1, step 3), 100 µs each, one at a
+    time. Rank 0 runs B before A; rank 1 A before B, with a memset ahead of B on stream 1 inferred to start with A
+    (its wait on A at -100 µs: A's start)."""
+    S = CAT_CODES["memset"]
+    if rank == 0:  # rows P, B, A, Q
+        return _graph(0, [0, 100, 200, 300], [100, 200, 300, 400], stream=[0, 1, 0, 1], prev=[-1, -1, 0, 1],
+                      cat=[C] * 4, step=[1, 2, 2, 3])
+    # rows P, A, memset, B, Q
+    g = _graph(1, [0, 100, 100, 200, 300], [100, 200, 100, 300, 400], stream=[0, 0, 1, 1, 1], prev=[-1, 0, -1, 2, 3],
+               dep=[-1, -1, 1, -1, -1], cat=[C, C, S, C, C], step=[1, 2, 2, 2, 3])
+    g.dep_lat[2] = -100 * US
+    return g
+
+
+def test_a_reordered_step_stays_after_the_step_before_it_and_before_the_next():
+    # rank 1 in rank 0's order: B, then A. B waits for P (the kernel before the step, on the other stream), the
+    # memset that waited for A (now after it) waits for P too, Q (after B on its stream) waits for A, the step's new
+    # last: P 0-100, memset at 100, B 100-200, A 200-300, Q 300-400, as on rank 0. Before, B and the memset had no
+    # wait left: the memset ran at 0 and opened step 2 there, B ran beside P, and Q beside A
+    run = _run([_three_steps(0), _three_steps(1)])
+    assert run.replayed["dur_ns"].tolist() == [100 * US, 200 * US, 100 * US] * 2  # rank 0's steps, then rank 1's
+    inp, rp = run.run([parse_fix("agreed-order")])
+    r1 = run.sg.base[1]
+    assert (np.asarray(rp.start[r1:r1 + 5]) / US).tolist() == [0, 200, 100, 100, 300]
+    res = whatif(run, [parse_fix("agreed-order")])
+    assert [(s["step"], s["predicted_ns"] // US) for s in res["per_step"]] == [(1, 100), (2, 200), (3, 100)]
+    note = next(n for n in res["notes"] if n.startswith("agreed-order:"))
+    assert "1 of their steps' other activities that waited for a kernel now run after them" in note

@@ -377,6 +377,9 @@ SLOW: dict[str, tuple[str, ...]] = {
     "test_whatif_coalesce": (
         "test_coalesced_kernels_against_the_coalesced_ring",
     ),
+    "test_whatif_serialized_streams": (
+        "test_front_loaded_collectives_is_priced_by_prefetch_on_the_bundled_fsdp_set",
+    ),
     "test_whatif_moves": (
         "test_moves_on_the_repository_traces",
         "test_prefetch_front_loaded_from_the_op_tree_at_dim_4096",

@@ -104,8 +104,8 @@ def apply_moves(sg: SetGraph, fixes: list[Fix]) -> Moved:
         elif fix.name == "comm-first":
             out, more = _comm_first(out, inp)
         elif fix.name == "agreed-order":
-            key, more = agreed_order(out, inp)
-            out = _copy(out, order_key=key)
+            changes, more = agreed_order(out, inp)
+            out = _copy(out, **changes)
         else:
             continue
         notes += more
