@@ -76,6 +76,8 @@ def whatif_cmd(
             from analyzers.io.exec_trace import read_exec_traces
             from analyzers.io.plain import json_bytes
             from analyzers.report import graph_run
+            if not no_cache:  # the workers read the parse cache: imported once here, not in each forked worker
+                import analyzers.io.parse_cache  # noqa: F401
         fixes = [parse_fix(f) for f in fix]
         options = options_from(None, False, step_pattern)
         exec_traces = read_exec_traces(et or [])
