@@ -70,20 +70,23 @@ def whatif_cmd(
         "et": [_file_digest(p) for p in et or []]})
     doc = report_cache.get(key) if key is not None else None
     if doc is None:
+        # What the per-rank workers run is imported before they fork (the parse cache's reader too: once here,
+        # not in each worker); the replay's modules while they read (load_set's meanwhile), as `analyze` does.
         with analysis_stack_imports():
-            from analyzers.graph.analysis import whatif
             from analyzers.graph.fixes import parse_fix
             from analyzers.io.exec_trace import read_exec_traces
             from analyzers.io.plain import json_bytes
-            from analyzers.report import graph_run
-            if not no_cache:  # the workers read the parse cache: imported once here, not in each forked worker
+            from analyzers.report import graph_run, import_caller_stages
+            if not no_cache:
                 import analyzers.io.parse_cache  # noqa: F401
         fixes = [parse_fix(f) for f in fix]
         options = options_from(None, False, step_pattern)
         exec_traces = read_exec_traces(et or [])
         traces = load_set(paths, rules=rules, comm_kernel=comm_kernel, jobs=jobs, cache=not no_cache,
                           options=options, diagnose=True, host_tables=False, graph_only=True,
-                          exec_traces=exec_traces)
+                          exec_traces=exec_traces, meanwhile=import_caller_stages)
+        from analyzers.graph.analysis import whatif
+
         result = whatif(graph_run(traces, options, exec_traces, fixes), fixes)
         result["label"] = traces.label
         doc = json_bytes(result)
