@@ -93,6 +93,13 @@ def test_whatif_repeated_question_is_answered_from_the_report_cache(tmp_path):
     first = ask("host-syncs", "peer-wait")
     n = entries()
     assert n >= 1 and ask("host-syncs", "peer-wait") == first and entries() == n  # a hit: nothing new stored
+    # a hit loads no analysis stack: the fixes are parsed (which imports the graph, hence pandas) only on a miss
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "overlapscope", "whatif", str(folder), "--fix",
+                        "host-syncs", "--fix", "peer-wait", "-f", "json"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300, env=env)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert r.returncode == 0 and r.stdout == first and "overlapscope.cmd_whatif" in imported
+    assert not {"pandas", "analyzers.graph.fixes"} & imported
     swapped = json.loads(ask("peer-wait", "host-syncs"))
     assert swapped["fixes"] == ["peer-wait", "host-syncs"] and entries() > n
     rank0 = next(folder.glob("rank0*"))
