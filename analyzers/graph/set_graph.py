@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.crossrank.collective_table import comm_op
-from analyzers.graph.rank_graph import PackedGraph, RankGraph, unpacked
+from analyzers.graph.rank_graph import PackedGraph, RankGraph, narrowed, unpacked
 from analyzers.graph.scan import grouped_cummax
 
 
@@ -28,7 +28,7 @@ class SetGraph:
     ranks: list[int]
     graphs: dict[int, RankGraph]
     base: dict[int, int]  # first global node of each rank
-    rank_of: np.ndarray
+    rank_of: np.ndarray  # int64 (fixes multiply it); the other node and sync indices are int32 where they fit
     start: np.ndarray
     end: np.ndarray
     cat: np.ndarray
@@ -207,14 +207,14 @@ def build_set_graph(graphs: Mapping[int, RankGraph | PackedGraph], offsets: dict
             a = arrival[coll[d]] + 1
             key[has_dep] = np.maximum(key[has_dep], a)
         key = _ordered(key, streams, c["dep"])
+    narrow = {k: narrowed(c[k]) for k in ("prev", "seg", "dep", "sync_seg", "sync_awaited")}  # indices: int32
     return SetGraph(
         ranks=ranks, graphs=slim, base=base, rank_of=c["rank"], start=start, end=end, cat=c["cat"],
-        prev=c["prev"], seg=c["seg"], off=c["off"], dep=c["dep"], dep_lat=c["dep_lat"], step=c["step"],
-        latency=c["lat"], turnaround=c["turn"], seg_base=c["seg_base"], seg_opened_by=opened, sync_seg=c["sync_seg"],
-        sync_off=c["sync_off"], sync_awaited=c["sync_awaited"], sync_lat=c["sync_lat"], sync_dur=c["sync_dur"],
-        sync_end=c["sync_end"],
-        sync_opens=sync_opens, sync_after=safter, coll=coll, coll_ptr=ptr, coll_nodes=nodes, transfer=transfer,
-        order_key=key, notes=notes, stream_order=streams.o)
+        off=c["off"], dep_lat=c["dep_lat"], step=c["step"], latency=c["lat"], turnaround=c["turn"],
+        seg_base=c["seg_base"], seg_opened_by=narrowed(opened), sync_off=c["sync_off"], sync_lat=c["sync_lat"],
+        sync_dur=c["sync_dur"], sync_end=c["sync_end"], sync_opens=narrowed(sync_opens), sync_after=narrowed(safter),
+        coll=narrowed(coll), coll_ptr=ptr, coll_nodes=narrowed(nodes), transfer=transfer, order_key=key, notes=notes,
+        stream_order=narrowed(streams.o), **narrow)
 
 
 def rank_graphs_of(traces, syncs: dict[int, pd.DataFrame], step_pattern: str,
