@@ -41,7 +41,13 @@ def _arrays_nbytes(obj: object) -> dict[str, int]:
     return out
 
 
+PEAKS: dict[str, int] = {}
+
+
 def _snap(name: str) -> None:
+    """The snapshot at this point, and tracemalloc's peak since the previous one."""
+    PEAKS[name] = tracemalloc.get_traced_memory()[1]
+    tracemalloc.reset_peak()
     SNAPS[name] = tracemalloc.take_snapshot().filter_traces(
         [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen importlib._bootstrap>")])
 
@@ -141,7 +147,7 @@ def main() -> None:
     print(f"  {'shipped trace':14s} {_mb(len(pickle.dumps(traces.ranks[min(traces.ranks)], protocol=5)))}")
     tracemalloc.reset_peak()
     report.analyze(traces, options)
-    _, peak = tracemalloc.get_traced_memory()
+    peak = max([tracemalloc.get_traced_memory()[1], *(v for k, v in PEAKS.items() if k not in ("start", "loaded"))])
     print(f"tracemalloc peak during analyze, per rank: {_mb(peak / n)}; total {_mb(peak)}")
     print(f"ru_maxrss of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3:.0f} MB")
     for what, arrays in ARRAYS.items():
@@ -154,7 +160,8 @@ def main() -> None:
         if snap is None:
             continue
         total = sum(s.size for s in snap.statistics("filename"))
-        print(f"\n== {name}: held {_mb(total / n)} per rank (total {_mb(total)}); growth since previous, by line:")
+        print(f"\n== {name}: held {_mb(total / n)} per rank (total {_mb(total)}), peak since previous "
+              f"{_mb(PEAKS[name] / n)}; growth since previous, by line:")
         for where, (diff, size) in _ours(snap, prev)[:a.top]:
             print(f"  {_mb(diff / n)} {_mb(size / n)}  {where}")
         prev = snap
