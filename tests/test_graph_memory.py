@@ -3,13 +3,14 @@ inputs that share the graph's arrays until a fix writes. Each must leave every a
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from analyzers.graph.fixes import Fix, apply_fixes, baseline_inputs, own
+from analyzers.graph.fixes import SHARED, Fix, apply_fixes, baseline_inputs, own, reshared
 from analyzers.graph.rank_graph import JOINED, SLIM_ARRAYS, PackedGraph, RankGraph, build_rank_graph, narrowed
 from analyzers.graph.set_graph import SetGraph, build_set_graph
 from analyzers.syncs.blocking import blocking_syncs
@@ -90,3 +91,15 @@ def test_replay_inputs_share_the_graph_arrays_until_a_fix_writes(rank_graphs):
     assert (inp.off == 7).all() and np.array_equal(sg.off, before) and not np.shares_memory(inp.off, sg.off)
     fixed = apply_fixes(sg, [Fix("launch-gaps")])
     assert (fixed.off == 0).all() and np.array_equal(sg.off, before)
+
+
+def test_inputs_back_from_another_process_share_the_graph_again(rank_graphs):
+    sg = build_set_graph(rank_graphs, {}, None, None)
+    for fix, changed in (([], ()), ([Fix("launch-gaps")], ("off",))):
+        inp = pickle.loads(pickle.dumps(apply_fixes(sg, fix)))  # as pricing's forked process sends it back
+        assert not np.shares_memory(inp.latency, sg.latency)
+        before = {k: getattr(inp, k).copy() for k in SHARED}
+        reshared(sg, inp)
+        for k in SHARED:
+            assert np.array_equal(getattr(inp, k), before[k]), k
+            assert np.shares_memory(getattr(inp, k), getattr(sg, k)) == (k not in changed), k

@@ -218,6 +218,7 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_packed_graph_unpacks_to_the_same_graph_in_a_fraction_of_the_bytes",
         "test_set_graph_from_packed_graphs_is_the_same_and_keeps_slim_graphs",
         "test_replay_inputs_share_the_graph_arrays_until_a_fix_writes",
+        "test_inputs_back_from_another_process_share_the_graph_again",
     ),
     "test_graph_pricing": (
         "test_forked_pricing_gives_the_serial_figures",

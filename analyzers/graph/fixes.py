@@ -144,6 +144,19 @@ def own(inp: ReplayInputs, name: str) -> np.ndarray:
     return a
 
 
+SHARED = ("off", "latency", "sync_off")  # the inputs baseline_inputs shares with the graph
+
+
+def reshared(sg: SetGraph, inp: ReplayInputs) -> ReplayInputs:
+    """inp with each SHARED array that no fix changed shared with the graph again: inputs that crossed a process
+    boundary (pricing's forked replays) come back as copies."""
+    for name in SHARED:
+        a, mine = getattr(inp, name), getattr(sg, name)
+        if a is not mine and a.base is not mine and np.array_equal(a, mine):
+            setattr(inp, name, _shared(mine))
+    return inp
+
+
 def baseline_inputs(sg: SetGraph) -> ReplayInputs:
     """off, latency and sync_off are shared with the graph, read-only (own() before writing): 0.3 MB a rank of
     14,400 activities for every replay's inputs held at once."""

@@ -31,7 +31,7 @@ from analyzers.graph.attribution import (
 )
 from analyzers.graph.contention import contended_replay
 from analyzers.graph.critical import ATTRIBUTION
-from analyzers.graph.fixes import FIX_OF_FINDING, Fix, apply_fixes
+from analyzers.graph.fixes import FIX_OF_FINDING, Fix, apply_fixes, reshared
 from analyzers.graph.moves import MOVES
 from analyzers.graph.replay import loop_order
 from analyzers.graph.set_graph import SetGraph
@@ -56,6 +56,11 @@ def _replay_here(fixes: list[Fix]) -> Made:
         _RUN.run([f])
     kept = _RUN.__dict__["_replays"]
     return {(f,): kept[(f,)] for f in fixes if (f,) in kept}
+
+
+def _reshared(run: GraphRun, made: Made) -> Made:
+    """made with the inputs' unchanged arrays shared with the caller's graph again (fixes.reshared)."""
+    return {k: (reshared(run.sg, inp), rp, unsettled) for k, (inp, rp, unsettled) in made.items()}
 
 
 def _removals_here(parts: list[str]) -> tuple[Made, tuple[Any, Any] | None]:
@@ -99,6 +104,7 @@ def whatif_run(sg: SetGraph, fixes: list[Fix], parallel: bool | None = None) -> 
     finally:
         _SG = None
     inp, rp, unsettled = made
+    inp = reshared(sg, inp)
     if not _same_inputs(apply_fixes(sg, fixes), run.unfixed):  # else GraphRun.run answers with the base, as serially
         run.keep_replays({tuple(fixes): (inp, rp, unsettled)})
     return run
@@ -139,10 +145,10 @@ def section_and_savings(run: GraphRun, finding_ids: list[str], parallel: bool | 
                             more = None
                         prepare_removals(run, rest[:1])
                         try:
-                            made.update(pending.result())
+                            made.update(_reshared(run, pending.result()))
                             if more is not None:
                                 got, no_joins = more.result()
-                                made.update(got)
+                                made.update(_reshared(run, got))
                                 if no_joins is not None:
                                     adopt_no_peer_wait(run, *no_joins)
                         except Exception:  # a child that died or failed: its replays are made here when read
