@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyzers.graph.fixes import SHARED, Fix, apply_fixes, baseline_inputs, own, reshared
+from analyzers.graph.fixes import SHARED, Fix, apply_fixes, baseline_inputs, own, reshared, unshared
 from analyzers.graph.rank_graph import JOINED, SLIM_ARRAYS, PackedGraph, RankGraph, build_rank_graph, narrowed
 from analyzers.graph.set_graph import SetGraph, build_set_graph
 from analyzers.syncs.blocking import blocking_syncs
@@ -96,10 +96,16 @@ def test_replay_inputs_share_the_graph_arrays_until_a_fix_writes(rank_graphs):
 def test_inputs_back_from_another_process_share_the_graph_again(rank_graphs):
     sg = build_set_graph(rank_graphs, {}, None, None)
     for fix, changed in (([], ()), ([Fix("launch-gaps")], ("off",))):
-        inp = pickle.loads(pickle.dumps(apply_fixes(sg, fix)))  # as pricing's forked process sends it back
-        assert not np.shares_memory(inp.latency, sg.latency)
-        before = {k: getattr(inp, k).copy() for k in SHARED}
+        made = apply_fixes(sg, fix)
+        before = {k: getattr(made, k).copy() for k in SHARED}
+        sent = unshared(sg, made)
+        assert [k for k in SHARED if getattr(sent, k) is not None] == list(changed)
+        assert all(getattr(made, k) is not None for k in SHARED)  # the sender's own inputs are left whole
+        inp = pickle.loads(pickle.dumps(sent))  # as pricing's forked process sends it back
         reshared(sg, inp)
         for k in SHARED:
             assert np.array_equal(getattr(inp, k), before[k]), k
             assert np.shares_memory(getattr(inp, k), getattr(sg, k)) == (k not in changed), k
+        copied = pickle.loads(pickle.dumps(made))  # an equal copy is shared again too
+        reshared(sg, copied)
+        assert all(np.shares_memory(getattr(copied, k), getattr(sg, k)) == (k not in changed) for k in SHARED)

@@ -31,7 +31,7 @@ from analyzers.graph.attribution import (
 )
 from analyzers.graph.contention import contended_replay
 from analyzers.graph.critical import ATTRIBUTION
-from analyzers.graph.fixes import FIX_OF_FINDING, Fix, apply_fixes, reshared
+from analyzers.graph.fixes import FIX_OF_FINDING, Fix, apply_fixes, reshared, unshared
 from analyzers.graph.moves import MOVES
 from analyzers.graph.replay import loop_order
 from analyzers.graph.set_graph import SetGraph
@@ -55,7 +55,7 @@ def _replay_here(fixes: list[Fix]) -> Made:
     for f in fixes:
         _RUN.run([f])
     kept = _RUN.__dict__["_replays"]
-    return {(f,): kept[(f,)] for f in fixes if (f,) in kept}
+    return {(f,): (unshared(_RUN.sg, kept[(f,)][0]), *kept[(f,)][1:]) for f in fixes if (f,) in kept}
 
 
 def _reshared(run: GraphRun, made: Made) -> Made:
@@ -74,7 +74,7 @@ def _fixed_here(fixes: list[Fix]) -> tuple[Any, Any, bool]:
     """In the forked process: the fixes' contended replay on the graph it inherited (whatif_run)."""
     assert _SG is not None
     res = contended_replay(_SG, apply_fixes(_SG, fixes), loop_order(_SG))
-    return res.inputs, res.replay, not res.converged
+    return unshared(_SG, res.inputs), res.replay, not res.converged
 
 
 def _can_fork() -> bool:
