@@ -12,7 +12,7 @@ from analyzers.crossrank import CrossRankParams, CrossRankReport, RankSteps, ana
 from analyzers.findings import FindingParams, cross_rank_findings, detect_findings, detect_rank
 from analyzers.findings.finding import Finding, listed_findings, listed_findings_note, sort_findings
 from analyzers.findings.view import windows_of
-from analyzers.graph.rank_graph import RankGraph, build_rank_graph
+from analyzers.graph.rank_graph import PackedGraph, build_rank_graph
 from analyzers.io.exec_trace import ExecTrace, check_exec_ranks, exec_trace_of
 from analyzers.io.parallel import PER_RANK_KEY
 from analyzers.io.plain import to_plain
@@ -142,8 +142,8 @@ class RankStage:
         if self.graph_only:
             res = RankResults(self.options, True, table_fingerprint(trace), None, cross_steps=rank_steps(trace))
             res.syncs = blocking_syncs(trace, None)
-            res.graph = build_rank_graph(trace, res.syncs, FindingParams().step_pattern,
-                                         exec_trace_of(self.exec_traces, trace.rank))
+            res.graph = PackedGraph(build_rank_graph(trace, res.syncs, FindingParams().step_pattern,
+                                                     exec_trace_of(self.exec_traces, trace.rank)))
             res.syncs = PackedFrame(res.syncs)
             return res
         metrics = rank_metrics(trace, self.options)
@@ -157,7 +157,7 @@ class RankStage:
             res.windows = windows_of(trace, metrics, params.step_pattern)
             res.findings = detect_rank(trace, metrics, params, None, res.syncs, windows=res.windows)
             if self.options.steps.steps is None:
-                res.graph = build_rank_graph(trace, res.syncs, params.step_pattern)
+                res.graph = PackedGraph(build_rank_graph(trace, res.syncs, params.step_pattern))
             res.sync_summary = rank_sync_summary(trace.rank, res.syncs)
             res.syncs = PackedFrame(res.syncs)  # what travels back and stays in the caller, a tenth of the bytes
         return res
@@ -186,7 +186,7 @@ class RankResults:
     findings: list[Finding] | None = None  # with default parameters and no cross-rank start shift
     windows: pd.DataFrame | None = None  # the findings' iteration windows (findings.view.windows_of)
     cross_steps: RankSteps | None = None  # the cross-rank order comparison's steps (default pattern)
-    graph: RankGraph | None = None  # the rank's dependency graph (analyzers.graph), with diagnose
+    graph: PackedGraph | None = None  # the rank's dependency graph (analyzers.graph), with diagnose, packed
 
 
 def categorical_strings(gpu: pd.DataFrame) -> pd.DataFrame:
@@ -335,8 +335,8 @@ def _set_graph(traces: TraceSet, syncs: Mapping[int, pd.DataFrame], cr: CrossRan
     if pre:
         graphs = {r: pre[r].graph for r in ids if pre[r].graph is not None}
     else:
-        graphs = {r: build_rank_graph(traces.ranks[r], syncs[r], pattern, exec_trace_of(exec_traces, r))
-                  for r in ids}
+        graphs = {r: PackedGraph(build_rank_graph(traces.ranks[r], syncs[r], pattern, exec_trace_of(exec_traces, r)))
+                  for r in ids}  # packed as built: the set graph unpacks one at a time
     return build_set_graph(graphs, offsets, cr.members if cr is not None else None,
                            cr.collectives if cr is not None else None)
 

@@ -23,7 +23,7 @@ document (64 streams, 16 process groups, 30 size buckets, 40 sync callers, unmat
 for the document's size at any rank count.
 
 usage: python benchmarks/bench_many_ranks.py [--ranks 8,1024] [--modes pool,dask] [--dask-workers 2] [--clean]
-       [--source RANK.json | --hostile]
+       [--source RANK.json | --hostile] [--data DIR]
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ SOURCE = ROOT / "tests" / "data" / "public" / "hta" / "df_index_resolver.json.gz
 
 
 def build_set(n: int, source: Path = SOURCE) -> Path:
-    """n hard links rank{r}.json of the source rank without its distributedInfo."""
+    """n hard links rank{r}.json of the source rank without its distributedInfo (under DATA, --data)."""
     tag = "" if source == SOURCE else source.name.split(".")[0] + "-" + source.parent.name + "-"
     folder = DATA / f"many-{tag}{n}"
     if (folder / ".complete").exists():
@@ -154,6 +154,7 @@ def run_dask(cmd: list[str], n_workers: int) -> dict[str, float | str]:
 
 
 def main() -> None:
+    global DATA
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", default="8,1024", help="comma list of set sizes")
     ap.add_argument("--modes", default="pool,dask", help="pool, dask or both")
@@ -163,7 +164,9 @@ def main() -> None:
                     help="the rank to copy (.json or .json.gz; default the public 54 MB V100 rank), e.g. a rank "
                          "of a set made with make_large_trace.py")
     ap.add_argument("--hostile", action="store_true", help="make_hostile_set.py's ranks instead of copies of one")
+    ap.add_argument("--data", type=Path, default=DATA, help="where the sets are made (default benchmarks/data)")
     a = ap.parse_args()
+    DATA = a.data
     print(f"machine: {platform.machine()}, {len(os.sched_getaffinity(0))} cores, "
           f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM, Python {platform.python_version()}")
     print("| ranks | mode | status | wall s | per-rank stage s | graph stage s | caller peak MB "

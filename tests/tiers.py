@@ -213,6 +213,13 @@ SLOW: dict[str, tuple[str, ...]] = {
     "test_graph_idle_waits": (
         "test_fixes_that_remove_waits_never_predict_a_slower_step",
     ),
+    "test_graph_memory": (  # they share one load of fsdp/zero3 (1.3 s)
+        "test_rank_graph_indices_are_int32_and_times_int64",
+        "test_packed_graph_unpacks_to_the_same_graph_in_a_fraction_of_the_bytes",
+        "test_set_graph_from_packed_graphs_is_the_same_and_keeps_slim_graphs",
+        "test_replay_inputs_share_the_graph_arrays_until_a_fix_writes",
+        "test_inputs_back_from_another_process_share_the_graph_again",
+    ),
     "test_graph_pricing": (
         "test_a_free_forked_process_takes_every_other_removal",
         "test_forked_pricing_gives_the_serial_figures",

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analyzers.graph.fixes import ReplayInputs
+from analyzers.graph.fixes import ReplayInputs, own
 from analyzers.graph.set_graph import SetGraph
 from analyzers.timeline.sm_resources import RES_COLUMNS
 
@@ -107,7 +107,7 @@ def coalesce(sg: SetGraph, inp: ReplayInputs, names: np.ndarray) -> tuple[dict[s
     longer = np.maximum(inp.dur[a], inp.dur[b])
     inp.dur[a] = dur
     inp.dur[b] = 0
-    inp.off[b] = np.minimum(inp.off[b], inp.off[a])
+    own(inp, "off")[b] = np.minimum(inp.off[b], inp.off[a])
     second = np.zeros(sg.n, dtype=bool)
     second[b] = True
     sizes = np.diff(sg.coll_ptr)

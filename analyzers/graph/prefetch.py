@@ -32,7 +32,7 @@ import numpy as np
 
 from analyzers.graph.dataflow import BACKWARD, COPY_OUT, FORWARD, GATHER
 from analyzers.graph.et_roles import ET_MODULE_PREFIX
-from analyzers.graph.fixes import ReplayInputs
+from analyzers.graph.fixes import ReplayInputs, own
 from analyzers.graph.rank_graph import CAT_CODES
 from analyzers.graph.set_graph import SetGraph
 
@@ -234,7 +234,7 @@ def prefetch(sg: SetGraph, inp: ReplayInputs, depth: int, names: np.ndarray,
                     lifted = plan.key[gate] + 1 + np.arange(len(group) + 1)
                     plan.key[[*group, ag]] = np.maximum(plan.key[[*group, ag]], lifted)
                     if sg.seg[gate] == sg.seg[ag] and sg.seg[ag] >= 0:
-                        inp.off[[*group, ag]] = np.minimum(inp.off[[*group, ag]], inp.off[gate])
+                        own(inp, "off")[[*group, ag]] = np.minimum(inp.off[[*group, ag]], inp.off[gate])
                 plan.moved[[*group, ag]] = True
                 moved += 1
                 source["the Execution Trace" if roles.from_et[ag] else "FSDP module ranges" if roles.module[ag] >= 0

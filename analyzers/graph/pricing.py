@@ -33,7 +33,7 @@ from analyzers.graph.attribution import (
 )
 from analyzers.graph.contention import contended_replay, estimate
 from analyzers.graph.critical import ATTRIBUTION
-from analyzers.graph.fixes import FIX_OF_FINDING, Fix, apply_fixes
+from analyzers.graph.fixes import FIX_OF_FINDING, Fix, apply_fixes, reshared, unshared
 from analyzers.graph.moves import MOVES
 from analyzers.graph.replay import loop_order
 from analyzers.graph.residency import residency
@@ -61,8 +61,13 @@ def _replay_here(fixes: list[Fix]) -> Made:
         inp = apply_fixes(_SG, [f])
         if not _same_inputs(inp, unfixed):
             res = contended_replay(_SG, inp, order)
-            out[(f,)] = (res.inputs, res.replay, not res.converged)
+            out[(f,)] = (unshared(_SG, res.inputs), res.replay, not res.converged)
     return out
+
+
+def _reshared(run: GraphRun, made: Made) -> Made:
+    """made with the inputs' unchanged arrays shared with the caller's graph again (fixes.reshared)."""
+    return {k: (reshared(run.sg, inp), rp, unsettled) for k, (inp, rp, unsettled) in made.items()}
 
 
 def _removals_here(parts: list[str]) -> tuple[Made, tuple[Any, Any] | None]:
@@ -79,7 +84,7 @@ def _fixed_here(fixes: list[Fix]) -> tuple[Any, Any, bool]:
     """In the forked process: the fixes' contended replay on the graph it inherited (whatif_run)."""
     assert _SG is not None
     res = contended_replay(_SG, apply_fixes(_SG, fixes), loop_order(_SG))
-    return res.inputs, res.replay, not res.converged
+    return unshared(_SG, res.inputs), res.replay, not res.converged
 
 
 def _can_fork() -> bool:
@@ -109,6 +114,7 @@ def whatif_run(sg: SetGraph, fixes: list[Fix], parallel: bool | None = None) -> 
     finally:
         _SG = None
     inp, rp, unsettled = made
+    inp = reshared(sg, inp)
     if not _same_inputs(apply_fixes(sg, fixes), run.unfixed):  # else GraphRun.run answers with the base, as serially
         run.keep_replays({tuple(fixes): (inp, rp, unsettled)})
     return run
@@ -199,10 +205,10 @@ class _Share:
         prepare_removals(run, mine)
         made: Made = {}
         try:
-            made.update(self.pending[0].result())
+            made.update(_reshared(run, self.pending[0].result()))
             if len(self.pending) > 1:
                 got, no_joins = self.pending[1].result()
-                made.update(got)
+                made.update(_reshared(run, got))
                 if no_joins is not None:
                     adopt_no_peer_wait(run, *no_joins)
         except Exception:  # a child that died or failed: its replays are made here when read

@@ -14,14 +14,19 @@ segment starts when the sync that opens it returns. Edges, all arrays over GPU r
 
 Collectives' cross-rank joins are added by set_graph (they need every rank). Everything here is
 vectorized; the few Python loops run over threads, streams or devices.
+
+Memory: indices and durations are int32 where every value fits (times stay int64), and the graph travels
+from the per-rank stage, and stays in the caller, packed (PackedGraph: its arrays zstd-compressed, a
+fraction of the bytes): the set graph unpacks one rank at a time and keeps only slim() of each.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from analyzers.graph import deps
 from analyzers.graph.dataflow import module_roles, roles_note
@@ -82,6 +87,64 @@ class RankGraph:
     @property
     def n(self) -> int:
         return len(self.start)
+
+    def slim(self, start: np.ndarray, end: np.ndarray, cat: np.ndarray) -> RankGraph:
+        """What the fixes read of the rank once the set graph holds its arrays: the JOINED fields are None (a
+        reader fails loudly), start / end / cat are the given views of the set's arrays (aligned times: the
+        fixes read only differences and overlaps of one rank's times), the per-row facts copied out of any
+        packed buffer so that it can be freed."""
+        kept = {f: getattr(self, f).copy() for f in SLIM_ARRAYS}
+        return replace(self, start=start, end=end, cat=cat, **kept, **dict.fromkeys(JOINED))
+
+
+# What build_set_graph copies into the set's arrays (RankGraph.slim drops them)
+JOINED = ("prev", "seg", "off", "dep", "dep_lat", "step", "seg_base", "seg_opened_by", "sync_seg", "sync_off",
+          "sync_awaited", "sync_lat", "sync_dur", "sync_end", "sync_after")
+SLIM_ARRAYS = ("name_id", "stream", "res_id", "res", "role", "module", "msg_bytes")  # what the fixes read per row
+# int64 always: ns timestamps, and what the fixes multiply (SM resources, message bytes); every other
+# integer array is int32 where its values fit
+WIDE = ("start", "end", "seg_base", "sync_end", "res", "msg_bytes")
+_ARRAYS = tuple(f.name for f in fields(RankGraph) if f.type == "np.ndarray")
+
+
+def narrowed(a: np.ndarray) -> np.ndarray:
+    """a as int32 when it is an int64 array whose values all fit (indices, codes, durations), else a."""
+    if a.dtype != np.int64 or not a.size:
+        return a
+    lo, hi = int(a.min()), int(a.max())
+    return a.astype(np.int32) if lo >= np.iinfo(np.int32).min and hi <= np.iinfo(np.int32).max else a
+
+
+class PackedGraph:
+    """A RankGraph with its arrays in one zstd-compressed buffer (pyarrow's codec); the other fields as they
+    are. n, n_seg and n_sync answer without unpacking; unpack() makes the RankGraph (read-only arrays)."""
+
+    def __init__(self, g: RankGraph) -> None:
+        arrays = {name: np.ascontiguousarray(getattr(g, name)) for name in _ARRAYS}
+        self.layout = [(name, a.dtype.str, a.shape) for name, a in arrays.items()]
+        raw = b"".join(a.tobytes() for a in arrays.values())
+        self.raw_size = len(raw)
+        self.packed = pa.compress(raw, codec="zstd", asbytes=True)
+        self.rest = {f.name: getattr(g, f.name) for f in fields(RankGraph) if f.name not in arrays}
+        self.n, self.n_seg, self.n_sync = g.n, len(g.seg_base), len(g.sync_seg)
+
+    @property
+    def rank(self) -> int:
+        return self.rest["rank"]
+
+    def unpack(self) -> RankGraph:
+        raw = pa.decompress(self.packed, self.raw_size, codec="zstd", asbytes=True)
+        arrays, at = {}, 0
+        for name, dtype, shape in self.layout:
+            dt = np.dtype(dtype)
+            count = int(np.prod(shape, dtype=np.int64))
+            arrays[name] = np.frombuffer(raw, dtype=dt, count=count, offset=at).reshape(shape)
+            at += count * dt.itemsize
+        return RankGraph(**arrays, **self.rest)
+
+
+def unpacked(g: RankGraph | PackedGraph) -> RankGraph:
+    return g.unpack() if isinstance(g, PackedGraph) else g
 
 
 def _category_codes(gpu: pd.DataFrame) -> np.ndarray:
@@ -219,7 +282,7 @@ def build_rank_graph(trace: RankTrace, syncs: pd.DataFrame, step_pattern: str,
         windows = list(zip(steps["host_start_ns"].tolist(), steps["host_end_ns"].tolist(), strict=True))
         notes.append(f"rank {trace.rank}: " + et_roles(et, trace.host_ops, trace.names, launch, ltid, cat, CAT_CODES,
                                                        windows, role, module, modules))
-    return RankGraph(
+    g = RankGraph(
         rank=trace.rank, start=start, end=end, cat=cat, stream=stream,
         name_id=name_code.astype(np.int64), prev=prev, seg=seg, off=off, dep=dep, dep_lat=dep_lat, step=step,
         seg_base=seg_base, seg_opened_by=seg_opened_by, sync_seg=sync_seg, sync_off=sync_off,
@@ -230,3 +293,4 @@ def build_rank_graph(trace: RankTrace, syncs: pd.DataFrame, step_pattern: str,
         stream_labels=labels,
         has_steps=bool((step >= 0).any()), notes=notes, res_id=res_id, res=res, role=role, module=module,
         modules=modules, msg_bytes=message_bytes(gpu), link_gbps=rank_link_gbps(trace.devices))
+    return replace(g, **{name: narrowed(getattr(g, name)) for name in _ARRAYS if name not in WIDE})

@@ -10,13 +10,14 @@ the ranks' GPU rows one rank after the other (``base[r] + row``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from analyzers.crossrank.collective_table import comm_op
-from analyzers.graph.rank_graph import RankGraph
+from analyzers.graph.rank_graph import PackedGraph, RankGraph, narrowed, unpacked
 from analyzers.graph.scan import grouped_cummax
 
 
@@ -27,7 +28,7 @@ class SetGraph:
     ranks: list[int]
     graphs: dict[int, RankGraph]
     base: dict[int, int]  # first global node of each rank
-    rank_of: np.ndarray
+    rank_of: np.ndarray  # int64 (fixes multiply it); the other node and sync indices are int32 where they fit
     start: np.ndarray
     end: np.ndarray
     cat: np.ndarray
@@ -71,25 +72,26 @@ class SetGraph:
         return labels[i]
 
 
-def _one_sided(graphs: dict[int, RankGraph], ranks: list[int]) -> np.ndarray:
-    """Per node: a peer-to-peer copy. The copy engine reads or writes the peer's memory while the peer does
+def _one_sided(g: RankGraph) -> np.ndarray:
+    """Per row of g: a peer-to-peer copy. The copy engine reads or writes the peer's memory while the peer does
     nothing, so the copy waits for no other rank: the i-th copies of the ranks are not a join (on more than
     two ranks they copy to different peers, and one rank's copy often ends before another's starts). What
     orders copies across ranks is the symmetric-memory barriers around them, which stay joins."""
-    parts = []
-    for r in ranks:
-        g = graphs[r]
-        named = np.asarray([comm_op(str(nm)) == "PeerCopy" for nm in g.names], dtype=bool)
-        parts.append(named[g.name_id] if len(named) else np.zeros(g.n, dtype=bool))
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
-
-
-def _cat(parts: list[np.ndarray], dtype=np.int64) -> np.ndarray:
-    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype=dtype)
+    named = np.asarray([comm_op(str(nm)) == "PeerCopy" for nm in g.names], dtype=bool)
+    return named[g.name_id] if len(named) else np.zeros(g.n, dtype=bool)
 
 
 def _shift(a: np.ndarray, by: int) -> np.ndarray:
-    return np.where(a >= 0, a + by, -1)
+    return np.where(a >= 0, a.astype(np.int64) + by, -1)
+
+
+# The set's arrays over nodes, host segments and syncs, filled rank by rank: name -> (RankGraph field, size
+# key, shifted by the rank's first node / segment / sync, or offset by its clock)
+_NODE = {"start": ("start", "t"), "end": ("end", "t"), "prev": ("prev", "node"), "seg": ("seg", "seg"),
+         "off": ("off", ""), "dep": ("dep", "node"), "dep_lat": ("dep_lat", ""), "step": ("step", "")}
+_SEG = {"seg_base": ("seg_base", "t"), "seg_opened_by": ("seg_opened_by", "sync")}
+_SYNC = {"sync_seg": ("sync_seg", "seg"), "sync_off": ("sync_off", ""), "sync_awaited": ("sync_awaited", "node"),
+         "sync_lat": ("sync_lat", ""), "sync_dur": ("sync_dur", ""), "sync_end": ("sync_end", "t")}
 
 
 class _StreamOrder:
@@ -121,45 +123,48 @@ def _ordered(key: np.ndarray, streams: _StreamOrder, dep: np.ndarray) -> np.ndar
     return streams.raised(key)
 
 
-def build_set_graph(graphs: dict[int, RankGraph], offsets: dict[int, int], members: pd.DataFrame | None,
-                    colls: pd.DataFrame | None) -> SetGraph:
-    """Join the ranks' graphs; members/colls: the cross-rank report's matched collectives (or None)."""
+def build_set_graph(graphs: Mapping[int, RankGraph | PackedGraph], offsets: dict[int, int],
+                    members: pd.DataFrame | None, colls: pd.DataFrame | None) -> SetGraph:
+    """Join the ranks' graphs; members/colls: the cross-rank report's matched collectives (or None).
+
+    Each rank's arrays are copied into the set's, one rank unpacked at a time (a PackedGraph); the set graph
+    keeps each rank's slim() graph, not a second copy of what it holds (the graphs given are left as they are)."""
     ranks = sorted(graphs)
     base, sbase, ybase = {}, {}, {}
     n = ns = ny = 0
     for r in ranks:
         base[r], sbase[r], ybase[r] = n, ns, ny
         g = graphs[r]
-        n, ns, ny = n + g.n, ns + len(g.seg_base), ny + len(g.sync_seg)
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in (
-        "rank", "start", "end", "cat", "prev", "seg", "off", "dep", "dlat", "step", "lat", "turn", "seg_base", "opened",
-        "sseg", "soff", "sawait", "slat", "sdur", "send", "safter")}
-    for r in ranks:
-        g, o = graphs[r], int(offsets.get(r, 0))
-        b, sb, yb = base[r], sbase[r], ybase[r]
-        parts["rank"].append(np.full(g.n, r))
-        parts["start"].append(g.start + o)
-        parts["end"].append(g.end + o)
-        parts["cat"].append(g.cat)
-        parts["prev"].append(_shift(g.prev, b))
-        parts["seg"].append(_shift(g.seg, sb))
-        parts["off"].append(g.off)
-        parts["dep"].append(_shift(g.dep, b))
-        parts["dlat"].append(g.dep_lat)
-        parts["step"].append(g.step)
-        parts["lat"].append(np.full(g.n, g.launch_latency_ns))
-        parts["turn"].append(np.full(g.n, g.turnaround_ns))
-        parts["seg_base"].append(g.seg_base + o)
-        parts["opened"].append(_shift(g.seg_opened_by, yb))
-        parts["sseg"].append(_shift(g.sync_seg, sb))
-        parts["soff"].append(g.sync_off)
-        parts["sawait"].append(_shift(g.sync_awaited, b))
-        parts["slat"].append(g.sync_lat)
-        parts["sdur"].append(g.sync_dur)
-        parts["send"].append(g.sync_end + o)
-        parts["safter"].append(g.sync_after + np.array([yb, b], dtype=np.int64))
-    c = {k: _cat(v) for k, v in parts.items() if k != "safter"}
-    opened = c["opened"]
+        n, ns, ny = n + g.n, ns + (g.n_seg if isinstance(g, PackedGraph) else len(g.seg_base)), \
+            ny + (g.n_sync if isinstance(g, PackedGraph) else len(g.sync_seg))
+    c = {k: np.empty(size, dtype=np.int64) for names, size in ((_NODE, n), (_SEG, ns), (_SYNC, ny)) for k in names}
+    c.update(rank=np.empty(n, dtype=np.int64), cat=np.empty(n, dtype=np.int8), lat=np.empty(n, dtype=np.int64),
+             turn=np.empty(n, dtype=np.int64), one_sided=np.empty(n, dtype=bool),
+             stream_key=np.empty(n, dtype=np.int64))
+    safter = np.empty((0, 2), dtype=np.int64)
+    slim: dict[int, RankGraph] = {}
+    notes: list[str] = []
+    afters = []
+    for i, r in enumerate(ranks):
+        g, o = unpacked(graphs[r]), int(offsets.get(r, 0))
+        shifts = {"t": o, "node": base[r], "seg": sbase[r], "sync": ybase[r]}
+        for names, at, size in ((_NODE, base[r], g.n), (_SEG, sbase[r], len(g.seg_base)),
+                                (_SYNC, ybase[r], len(g.sync_seg))):
+            for k, (field_name, how) in names.items():
+                a = getattr(g, field_name)
+                c[k][at:at + size] = (a + o if how == "t" else _shift(a, shifts[how]) if how else a)
+        rows = slice(base[r], base[r] + g.n)
+        c["rank"][rows], c["cat"][rows] = r, g.cat
+        c["lat"][rows], c["turn"][rows] = g.launch_latency_ns, g.turnaround_ns
+        c["one_sided"][rows] = _one_sided(g)
+        c["stream_key"][rows] = i * (1 << 32) + g.stream.astype(np.int64)
+        afters.append(g.sync_after.astype(np.int64) + np.array([ybase[r], base[r]], dtype=np.int64))
+        slim[r] = g.slim(c["start"][rows], c["end"][rows], c["cat"][rows])
+        notes += g.notes
+        del g
+    if afters:
+        safter = np.concatenate(afters)
+    opened = c["seg_opened_by"]
     sync_opens = np.full(ny, -1, dtype=np.int64)
     segs = np.flatnonzero(opened >= 0)
     sync_opens[opened[segs]] = segs
@@ -167,18 +172,15 @@ def build_set_graph(graphs: dict[int, RankGraph], offsets: dict[int, int], membe
     coll = np.full(n, -1, dtype=np.int64)
     transfer = end - start
     ptr, nodes = np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    notes: list[str] = []
     key = start.copy()
-    stream_key = (np.repeat(np.arange(len(ranks), dtype=np.int64), [graphs[r].n for r in ranks]) * (1 << 32)
-                  + _cat([graphs[r].stream for r in ranks]))
-    streams = _StreamOrder(stream_key, start)
+    streams = _StreamOrder(c.pop("stream_key"), start)
     if members is not None and len(members) and colls is not None and len(colls):
         known = colls.loc[colls["peers_known"].astype(bool), "coll_id"].to_numpy()
         m = members[members["coll_id"].isin(known) & members["rank"].isin(ranks)]
         m = m.sort_values(["coll_id", "rank"], kind="stable")
         gid = np.asarray([base[int(r)] for r in m["rank"].to_numpy()], dtype=np.int64) + m["row"].to_numpy(np.int64)
         cid = m["coll_id"].to_numpy(np.int64)
-        joins = ~_one_sided(graphs, ranks)[gid]  # a peer copy waits for no other rank: no join
+        joins = ~c["one_sided"][gid]  # a peer copy waits for no other rank: no join
         gid, cid = gid[joins], cid[joins]
         heads = np.flatnonzero(np.r_[True, cid[1:] != cid[:-1]]) if len(cid) else np.zeros(0, dtype=np.int64)
         sizes = np.diff(np.r_[heads, len(cid)])
@@ -205,16 +207,14 @@ def build_set_graph(graphs: dict[int, RankGraph], offsets: dict[int, int], membe
             a = arrival[coll[d]] + 1
             key[has_dep] = np.maximum(key[has_dep], a)
         key = _ordered(key, streams, c["dep"])
-    safter = np.concatenate(parts["safter"]) if parts["safter"] else np.zeros((0, 2), dtype=np.int64)
-    for r in ranks:
-        notes += graphs[r].notes
+    narrow = {k: narrowed(c[k]) for k in ("prev", "seg", "dep", "sync_seg", "sync_awaited")}  # indices: int32
     return SetGraph(
-        ranks=ranks, graphs=graphs, base=base, rank_of=c["rank"], start=start, end=end, cat=c["cat"],
-        prev=c["prev"], seg=c["seg"], off=c["off"], dep=c["dep"], dep_lat=c["dlat"], step=c["step"], latency=c["lat"],
-        turnaround=c["turn"], seg_base=c["seg_base"], seg_opened_by=opened, sync_seg=c["sseg"],
-        sync_off=c["soff"], sync_awaited=c["sawait"], sync_lat=c["slat"], sync_dur=c["sdur"], sync_end=c["send"],
-        sync_opens=sync_opens, sync_after=safter, coll=coll, coll_ptr=ptr, coll_nodes=nodes, transfer=transfer,
-        order_key=key, notes=notes, stream_order=streams.o)
+        ranks=ranks, graphs=slim, base=base, rank_of=c["rank"], start=start, end=end, cat=c["cat"],
+        off=c["off"], dep_lat=c["dep_lat"], step=c["step"], latency=c["lat"], turnaround=c["turn"],
+        seg_base=c["seg_base"], seg_opened_by=narrowed(opened), sync_off=c["sync_off"], sync_lat=c["sync_lat"],
+        sync_dur=c["sync_dur"], sync_end=c["sync_end"], sync_opens=narrowed(sync_opens), sync_after=narrowed(safter),
+        coll=narrowed(coll), coll_ptr=ptr, coll_nodes=narrowed(nodes), transfer=transfer, order_key=key, notes=notes,
+        stream_order=narrowed(streams.o), **narrow)
 
 
 def rank_graphs_of(traces, syncs: dict[int, pd.DataFrame], step_pattern: str,
