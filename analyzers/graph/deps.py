@@ -23,7 +23,9 @@ measured times allow it, so it never contradicts the trace):
   device to start before it, if that one was still running or had ended at most ``EXPLAIN_NS``
   before: an unrecorded wait, or a GPU too full to start it sooner (a kernel that gets SMs in the
   tail of a large one). The edge keeps the measured start-minus-end as its latency (negative in
-  the tail case), so a faster or slower source moves the target with it (a note counts them).
+  the tail case), so a faster or slower source moves the target with it (a note counts them). The
+  stream turnaround a delay is judged against is measured on the gaps no other stream could have set
+  (_own_turnaround), so that GEMMs of two streams waiting for each other's SMs are not a "turnaround".
 """
 
 from __future__ import annotations
@@ -184,6 +186,34 @@ def _lookup(codes: dict[tuple[int, int], int], device: np.ndarray, stream: np.nd
     return np.where(pos >= 0, np.asarray(list(codes.values()), dtype=np.int64)[np.maximum(pos, 0)], -1)
 
 
+def _own_turnaround(start: np.ndarray, end: np.ndarray, prev: np.ndarray, launch: np.ndarray, lat: int,
+                    device: np.ndarray, stream: np.ndarray, turn: int) -> int:
+    """The stream turnaround that start delays are judged against: the median gap between a queued activity
+    and its predecessor's end, over the gaps no other stream could have set. A gap inside which an activity of
+    another stream of the device ended (or as long after its start as the gap is long: a kernel that got SMs
+    in the tail of one that held the GPU) may be a wait on that stream, recorded or not: counted, a rank whose
+    GEMMs on two streams wait for each other's SMs had a "turnaround" of 600 µs that explained those waits
+    away. `turn` (every queued gap) where no gap is left."""
+    queued = (launch != NO_TIME) & (prev >= 0)
+    pe = end[np.maximum(prev, 0)]
+    queued &= launch + lat <= pe
+    rows = np.flatnonzero(queued & (start >= pe))
+    if not len(rows):
+        return turn
+    lo, hi = pe[rows], 2 * start[rows] - pe[rows]  # the window (lo, hi]
+    others = np.zeros(len(rows), dtype=np.int64)
+    for d in np.unique(device[rows]).tolist():
+        on_d = np.sort(end[device == d])
+        sel = device[rows] == d
+        others[sel] = np.searchsorted(on_d, hi[sel], side="right") - np.searchsorted(on_d, lo[sel], side="right")
+    for s in np.unique(stream[rows]).tolist():
+        on_s = np.sort(end[stream == s])
+        sel = stream[rows] == s
+        others[sel] -= np.searchsorted(on_s, hi[sel], side="right") - np.searchsorted(on_s, lo[sel], side="right")
+    g = (start - pe)[rows[others == 0]]
+    return int(np.median(g)) if len(g) else turn
+
+
 def event_waits(trace: RankTrace, start: np.ndarray, end: np.ndarray, device: np.ndarray, stream: np.ndarray,
                 uniq: list[tuple[int, int]], launch: np.ndarray, prev: np.ndarray, lat: int, turn: int
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
@@ -225,6 +255,7 @@ def event_waits(trace: RankTrace, start: np.ndarray, end: np.ndarray, device: np
             good &= (end[src] > dep_end[tgt]) & (end[src] > wt)
             dep[tgt[good]], dep_end[tgt[good]] = src[good], end[src[good]]
     n_recorded = int((dep >= 0).sum())
+    turn = _own_turnaround(start, end, prev, launch, lat, device, stream, turn)
     # start delays that stream order, launch and recorded waits leave unexplained
     pe = np.where(prev >= 0, end[np.maximum(prev, 0)] + turn, np.iinfo(np.int64).min)
     ready = np.maximum(np.maximum(pe, np.where(launch != NO_TIME, launch + lat, NO_TIME)), dep_end)
