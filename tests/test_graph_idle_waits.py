@@ -21,16 +21,12 @@ from analyzers.graph.analysis import whatif
 from analyzers.graph.fixes import parse_fix
 from analyzers.io.load import load_traces
 from analyzers.report import graph_run
+from tests.trace_files import kineto_x as _x
 
 ROOT = Path(__file__).resolve().parents[1]
 US = 1_000
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
 NCCL = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
-
-
-def _x(cat: str, name: str, ts: float, dur: float, tid: int, **args) -> dict:
-    return {"ph": "X", "cat": cat, "name": name, "pid": 0 if cat in ("kernel", "cuda_sync") else 1000, "tid": tid,
-            "ts": ts, "dur": dur, "args": args}
 
 
 def _idle_wait_trace(path: Path) -> Path:

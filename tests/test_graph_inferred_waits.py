@@ -19,15 +19,11 @@ from pathlib import Path
 
 from analyzers.io.load import load_traces
 from analyzers.report import graph_run
+from tests.trace_files import kineto_x as _x
 
 US = 1_000
 GEMM = "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT"
 FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>"
-
-
-def _x(cat: str, name: str, ts: float, dur: float, tid: int, **args) -> dict:
-    return {"ph": "X", "cat": cat, "name": name, "pid": 0 if cat in ("kernel", "cuda_sync") else 1000, "tid": tid,
-            "ts": ts, "dur": dur, "args": args}
 
 
 def _launch(corr: int, at: float, name: str, start: float, dur: float, stream: int) -> list[dict]:

@@ -145,3 +145,10 @@ class Nsys:
         conn.commit()
         conn.close()
         return path
+
+
+def kineto_x(cat: str, name: str, ts: float, dur: float, tid: int, **args) -> dict:
+    """One complete ("X") Kineto event: GPU rows (kernel, cuda_sync) on pid 0 with the stream as tid, host rows on
+    pid 1000; args as given (correlation, stream, device, ...)."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": 0 if cat in ("kernel", "cuda_sync") else 1000, "tid": tid,
+            "ts": ts, "dur": dur, "args": args}

@@ -112,7 +112,7 @@ def _join_neighbours(inp: ReplayInputs, stream: np.ndarray, series: np.ndarray, 
 def _repoint_back_waits(sg: SetGraph, inp: ReplayInputs, key: np.ndarray, dep_lat: np.ndarray, rank: int, step: int,
                         new: list[int], before: int) -> int:
     """The step's other activities whose wait names one of its reordered kernels that now runs after them (a
-    memset ahead of its stream's GEMM, inferred to wait on the other stream's GEMM that the rank used to start
+    memset ahead of its stream's GEMM, inferred to wait on the other stream's GEMM that the recorded order starts
     first) wait instead for the kernel before the step, at its end: dropped, the memset ran a step early and
     opened the step there (a 3.3 ms step replayed at 5.5 ms). Returns how many."""
     rows = np.flatnonzero((sg.rank_of == rank) & (sg.step == step) & np.isin(inp.dep, new) & ~np.isin(
